@@ -1,0 +1,3 @@
+from dinox.cli import main
+
+main(prog_name="dinox")

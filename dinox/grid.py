@@ -1,0 +1,118 @@
+"""Expand a spec document into trials: a pure function with stable trial ids.
+
+Order is deterministic: cases (outer, in file order) crossed with the grid (inner, keys in file order,
+values in file order), so `plan` shows exactly what `run` will do, in the order it will do it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dinox.spec import FieldProblem, Problem, SpecDocument, SpecError, TrialSpec, check_trial
+
+# Knobs that do not change what a trial measures, so they do not change its id: resuming a sweep after
+# raising its timeout or editing its budget still recognises the trials already measured.
+_ID_EXCLUDED = {"name", "measure.timeout_s"}
+
+
+@dataclass(frozen=True)
+class Trial:
+    index: int  # 0-based position in the sweep
+    total: int
+    overrides: dict[str, Any]  # the sweep values of this point, by dotted path
+    spec: TrialSpec
+    trial_id: str
+
+    @property
+    def label(self) -> str:
+        if not self.overrides:
+            return "base"
+        return " ".join(f"{_short(k)}={_fmt(v)}" for k, v in self.overrides.items())
+
+
+def _short(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _fmt(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else str(value)
+
+
+def trial_id(spec: TrialSpec) -> str:
+    params = {k: v for k, v in spec.flat_params().items() if k not in _ID_EXCLUDED}
+    blob = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def points(doc: SpecDocument) -> list[tuple[dict[str, Any], dict[str, tuple[str, ...]]]]:
+    """Every sweep point as (overrides, where each override is written in the file)."""
+    grid = doc.sweep.grid
+    keys = list(grid)
+    cases = doc.sweep.cases or [{}]
+    out = []
+    for ci, case in enumerate(cases):
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            overrides = dict(case)
+            where = {k: ("sweep", "cases", str(ci), k) for k in case}
+            for k, v in zip(keys, combo):
+                overrides[k] = v
+                where[k] = ("sweep", "grid", k)
+            out.append((overrides, where))
+    return out
+
+
+def set_path(mapping: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = mapping
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def expand(doc: SpecDocument) -> list[Trial]:
+    """All trials of a spec, each validated as a full single-valued spec. Raises SpecError."""
+    pts = points(doc)
+    trials: list[Trial] = []
+    # (path, message) -> (line, indices of trials it occurs in, overrides of the first)
+    seen: dict[tuple[str, str], tuple[int | None, list[int], dict[str, Any]]] = {}
+    for index, (overrides, where) in enumerate(pts):
+        raw = copy.deepcopy(doc.base)
+        for dotted, value in overrides.items():
+            set_path(raw, dotted, value)
+        checked = check_trial(raw)
+        if isinstance(checked, TrialSpec):
+            trials.append(Trial(index, len(pts), overrides, checked, trial_id(checked)))
+            continue
+        for fp in checked:
+            key = (".".join(fp.loc), fp.message)
+            if key not in seen:
+                seen[key] = (_line(doc, fp, where), [], overrides)
+            seen[key][1].append(index)
+    if seen:
+        problems = []
+        for (path, message), (line, indices, first) in seen.items():
+            context = None
+            if len(indices) < len(pts):
+                shown = ", ".join(f"{k}={_fmt(v)}" for k, v in first.items())
+                context = f"in {len(indices)} of {len(pts)} trials, e.g. {shown}"
+            problems.append(Problem(path, message, line, context))
+        raise SpecError(doc.path, problems)
+    return trials
+
+
+def _line(doc: SpecDocument, fp: FieldProblem, where: dict[str, tuple[str, ...]]) -> int | None:
+    # A problem at (or under) a swept path is the sweep entry's fault: point at that line.
+    path = ".".join(fp.loc)
+    for dotted, location in where.items():
+        if path == dotted or path.startswith(dotted + ".") or dotted.startswith(path + "."):
+            return doc.line_of(location)
+    return doc.line_of(fp.loc)

@@ -1,0 +1,219 @@
+"""Run each trial in its own child process, with a hard timeout, and always come back with a status.
+
+The child is started in a new session (its own process group), so a timeout or an interrupt can end it
+together with its DataLoader workers, and a Ctrl-C at the terminal reaches only the parent, which then
+ends the child deliberately. The parent samples the memory of the whole process tree while it waits.
+MLflow is never imported here: this module returns TrialResults; tracking records them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from dinox.grid import Trial
+from dinox.result import TrialResult, one_line
+
+GIB = 2**30
+# After the child has written its result it gets this long to exit before its group is killed: a hang in
+# interpreter teardown (a stuck loader worker, a driver) must not turn a measured trial into a timeout.
+EXIT_GRACE_S = 15.0
+TERM_GRACE_S = 3.0
+STDERR_TAIL_LINES = 8
+
+
+@dataclass
+class ChildOutcome:
+    result: TrialResult
+    log_path: Path
+    spawned_at: float
+    ended_at: float
+
+
+class TreeMemory:
+    """Peak memory of a process and its descendants, as the sum of PSS (proportional set size).
+
+    PSS counts a page shared by the trial and its forked loader workers once in total rather than once
+    per process, which summed RSS would do. Reading it costs ~10 ms per process here, so the sampling
+    interval adapts to keep the sampler under ~5% of one core.
+    """
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak_bytes = 0
+        self.samples = 0
+        self._next = 0.0
+        self._interval = 0.25
+
+    def maybe_sample(self, now: float) -> None:
+        if now < self._next:
+            return
+        t = time.perf_counter()
+        total = 0
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            total += _pss_bytes(proc)
+        self.peak_bytes = max(self.peak_bytes, total)
+        self.samples += 1
+        cost = time.perf_counter() - t
+        self._interval = max(0.25, 20 * cost)
+        self._next = now + self._interval
+
+
+def _pss_bytes(proc: psutil.Process) -> int:
+    try:
+        with open(f"/proc/{proc.pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left of it."""
+    pgid = proc.pid  # the child leads its own session and group
+    proc.poll()  # reap an exited child first: an unreaped zombie still counts as a group member
+    if not _group_alive(pgid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.time() + TERM_GRACE_S
+    while time.time() < deadline:
+        proc.poll()
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    kept = [ln for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(ln.strip() for ln in kept)
+
+
+def _death(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (the kernel OOM killer sends this)" if name == "SIGKILL" else ""
+        return f"child killed by {name}{hint}"
+    return f"child exited with code {returncode}"
+
+
+def run_trial(
+    trial: Trial,
+    trial_dir: Path,
+    on_spawn: Callable[[int], None] | None = None,
+    poll_s: float = 0.05,
+) -> ChildOutcome:
+    """Run one trial in a child process and return what happened to it. Never raises for a bad trial."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    spec_path = trial_dir / "trial.json"
+    result_path = trial_dir / "result.json"
+    log_path = trial_dir / "child.log"
+    spec_path.write_text(trial.spec.model_dump_json(indent=2))
+    result_path.unlink(missing_ok=True)
+    timeout = trial.spec.measure.timeout_s
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+
+    with open(log_path, "wb") as log:
+        spawned_at = time.time()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dinox.trial", str(spec_path), str(result_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+        memory = TreeMemory(proc.pid)
+        timed_out = False
+        try:
+            if on_spawn is not None:
+                on_spawn(proc.pid)
+            result_seen_at: float | None = None
+            while proc.poll() is None:
+                now = time.time()
+                memory.maybe_sample(now)
+                if result_seen_at is None and result_path.exists():
+                    result_seen_at = now
+                if result_seen_at is not None and now - result_seen_at > EXIT_GRACE_S:
+                    break
+                if result_seen_at is None and now - spawned_at > timeout:
+                    timed_out = True
+                    break
+                time.sleep(poll_s)
+        finally:
+            # Also on KeyboardInterrupt: the child and every loader worker go down with us.
+            kill_group(proc)
+            proc.wait()
+        ended_at = time.time()
+
+    result = _read_result(result_path)
+    if result is None:
+        tail = _tail(log_path)
+        if timed_out:
+            result = TrialResult("timeout", error=one_line(f"no result after measure.timeout_s={timeout:g}s; {tail}"))
+        else:
+            result = TrialResult("crashed", error=one_line(f"{_death(proc.returncode)}; {tail}"))
+    sampled = memory.peak_bytes / GIB
+    result.metrics["host_peak_rss_gb"] = max(sampled, result.metrics.get("child_peak_rss_gb", 0.0))
+    _add_timeline(result, spawned_at, ended_at)
+    return ChildOutcome(result, log_path, spawned_at, ended_at)
+
+
+def _read_result(path: Path) -> TrialResult | None:
+    try:
+        return TrialResult.from_json(path.read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _add_timeline(result: TrialResult, spawned_at: float, ended_at: float) -> None:
+    """Split the child's life: start-up (interpreter + imports), setup, measurement, teardown."""
+    m, marks = result.metrics, result.marks
+    m["trial_wall_s"] = ended_at - spawned_at
+    if "imports_done" in marks:
+        m["startup_s"] = marks["imports_done"] - spawned_at
+    if "setup_done" in marks and "imports_done" in marks:
+        m["setup_s"] = marks["setup_done"] - marks["imports_done"]
+    if "measured" in marks and "setup_done" in marks:
+        m["measure_s"] = marks["measured"] - marks["setup_done"]
+    if "result_written" in marks:
+        m["teardown_s"] = ended_at - marks["result_written"]

@@ -1,0 +1,452 @@
+"""The user-facing spec: pydantic models, safe YAML loading, errors that name file, line and field path.
+
+A spec file is a single-valued training configuration plus an optional ``sweep`` section. This module
+validates one *trial* (a configuration with every sweep value filled in); ``grid.py`` expands the sweep and
+asks this module to validate each point. Torch is never imported here: specs are checked before any child
+process exists.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+)
+
+Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+DeviceKind = Literal["auto", "cuda", "cpu", "mps"]
+
+# Keys dinox sets on timm.create_model itself; accepting them in model.kwargs would let two places
+# disagree about the same knob.
+_RESERVED_MODEL_KWARGS = {
+    "pretrained": "weights are never downloaded; dinox always builds with pretrained=False",
+    "img_size": "set model.img_size instead",
+    "num_classes": "set objective.num_classes instead",
+}
+
+
+class _Section(BaseModel):
+    # frozen: a validated trial is a value; extra=forbid: a typo is an error, never a silent default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Section):
+    name: str = Field(min_length=1, description="any timm model name; weights are never downloaded")
+    kwargs: dict[str, JsonValue] = Field(
+        default_factory=dict, description="passed to timm.create_model (embed_dim, depth, num_heads, ...)"
+    )
+    img_size: PositiveInt = 224
+    grad_checkpointing: bool = False
+    compile: bool | CompileMode = Field(False, description="false | true | a torch.compile mode")
+    channels_last: bool = False
+
+
+class ClassificationObjective(_Section):
+    kind: Literal["classification"] = "classification"
+    num_classes: PositiveInt = 1000
+    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class BatchSpec(_Section):
+    size: PositiveInt = Field(32, description="physical batch per device and micro-step")
+    accumulation: PositiveInt | None = Field(None, description="micro-batches per optimizer step")
+    effective: PositiveInt | None = Field(
+        None, description="images per optimizer step (size x accumulation x gpus); derives accumulation"
+    )
+
+
+class OptimizerSpec(_Section):
+    name: Literal["adamw", "sgd"] = "adamw"
+    lr: PositiveFloat = 1.0e-3
+    weight_decay: NonNegativeFloat = 0.05
+    momentum: float | None = Field(None, ge=0.0, lt=1.0, description="sgd only (default 0.9)")
+    fused: bool | None = Field(None, description="null: fused kernels where the device supports them")
+
+
+class LoaderSpec(_Section):
+    num_workers: NonNegativeInt = 0
+    pin_memory: bool = False
+    prefetch_factor: PositiveInt | None = Field(None, description="batches per worker; null: 2 (torch)")
+    persistent_workers: bool = False
+
+
+class SyntheticData(_Section):
+    source: Literal["synthetic"] = "synthetic"
+    num_samples: PositiveInt | None = Field(
+        None, description="dataset length; null: exactly what the measured steps consume (no epoch edge)"
+    )
+    seed: NonNegativeInt = 0
+
+
+class HardwareSpec(_Section):
+    device: DeviceKind = "auto"
+    gpus: PositiveInt = 1
+    memory_limit_gb: PositiveFloat | None = Field(
+        None, description="cap per trial: CUDA memory fraction, or a data-segment limit on CPU"
+    )
+    peak_tflops: PositiveFloat | None = None
+
+
+class MeasureSpec(_Section):
+    warmup_steps: NonNegativeInt = 5
+    bench_steps: PositiveInt = 20
+    timeout_s: PositiveFloat = Field(1800.0, description="hard limit on the whole child process")
+    bound_threshold: float = Field(
+        0.10,
+        gt=0.0,
+        lt=1.0,
+        description="share of step time waiting on the loader (or copying) that makes a trial io_bound "
+        "(or transfer_bound)",
+    )
+
+
+class BudgetSpec(_Section):
+    days: PositiveFloat
+    dataset_size: PositiveInt | None = None
+    epochs: PositiveFloat | None = None
+    target_images: PositiveInt | None = None
+
+
+class SweepSpec(_Section):
+    grid: dict[str, Annotated[list[JsonValue], Field(min_length=1)]] = Field(
+        default_factory=dict, description="cartesian product over dotted paths"
+    )
+    cases: list[Annotated[dict[str, JsonValue], Field(min_length=1)]] = Field(
+        default_factory=list, description="values that change together; crossed with grid"
+    )
+
+
+class TrialSpec(_Section):
+    """One grid point: every knob single-valued."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$", description="MLflow experiment name")
+    model: ModelSpec
+    objective: ClassificationObjective = ClassificationObjective()
+    precision: Precision = "fp32"
+    batch: BatchSpec = BatchSpec()
+    optimizer: OptimizerSpec = OptimizerSpec()
+    loader: LoaderSpec = LoaderSpec()
+    data: SyntheticData = SyntheticData()
+    hardware: HardwareSpec = HardwareSpec()
+    measure: MeasureSpec = MeasureSpec()
+    budget: BudgetSpec | None = None
+
+    @property
+    def accumulation(self) -> int:
+        if self.batch.accumulation is not None:
+            return self.batch.accumulation
+        if self.batch.effective is not None:
+            return self.batch.effective // (self.batch.size * self.hardware.gpus)
+        return 1
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch.size * self.accumulation * self.hardware.gpus
+
+    def flat_params(self) -> dict[str, str]:
+        """The trial as dotted names -> strings: the MLflow params, and the input of the trial id."""
+        data = self.model_dump(mode="json", exclude={"budget"})
+        data["batch"]["accumulation"] = self.accumulation
+        data["batch"]["effective"] = self.effective_batch
+        flat: dict[str, str] = {}
+        _flatten(data, "", flat)
+        return flat
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:
+    if isinstance(value, dict) and value:
+        for key in sorted(value):
+            _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), out)
+    else:
+        out[prefix] = "{}" if isinstance(value, dict) else str(value)
+
+
+# --- consistency rules that span fields (pydantic checks the shape, these check the meaning) ---------
+
+
+def consistency_problems(t: TrialSpec) -> list[tuple[str, str]]:
+    """Contradictions inside one valid-shaped trial, as (field path, message)."""
+    problems: list[tuple[str, str]] = []
+    b, lo, hw = t.batch, t.loader, t.hardware
+    if b.effective is not None:
+        per_step = b.size * hw.gpus
+        if b.effective % per_step:
+            problems.append((
+                "batch.effective",
+                f"{b.effective} is not a multiple of batch.size {b.size} x hardware.gpus {hw.gpus} = {per_step}",
+            ))
+        elif b.accumulation is not None and b.accumulation * per_step != b.effective:
+            problems.append((
+                "batch.accumulation",
+                f"{b.accumulation} does not match batch.effective {b.effective} / (batch.size {b.size} x "
+                f"hardware.gpus {hw.gpus}) = {b.effective // per_step}; give one of them",
+            ))
+    if lo.num_workers == 0:
+        if lo.prefetch_factor is not None:
+            problems.append((
+                "loader.prefetch_factor",
+                f"{lo.prefetch_factor} needs loader.num_workers > 0 (this trial has 0 workers); leave it "
+                "unset when sweeping workers through 0, torch then prefetches 2 batches per worker",
+            ))
+        if lo.persistent_workers:
+            problems.append(("loader.persistent_workers", "true needs loader.num_workers > 0"))
+    if t.model.compile is not False and t.measure.warmup_steps == 0:
+        problems.append((
+            "measure.warmup_steps",
+            "0 with model.compile on would put compilation inside the timed steps; use at least 1",
+        ))
+    for key, why in _RESERVED_MODEL_KWARGS.items():
+        if key in t.model.kwargs:
+            problems.append((f"model.kwargs.{key}", why))
+    if t.optimizer.momentum is not None and t.optimizer.name != "sgd":
+        problems.append(("optimizer.momentum", f"applies to sgd only, not {t.optimizer.name}"))
+    if hw.gpus > 1:
+        problems.append(("hardware.gpus", f"{hw.gpus}: this version measures single-device trials only"))
+    if hw.device == "cpu" and lo.pin_memory:
+        problems.append(("loader.pin_memory", "true has no effect with hardware.device cpu"))
+    if t.budget is not None:
+        bu = t.budget
+        by_epochs = bu.dataset_size is not None or bu.epochs is not None
+        if bu.target_images is not None and by_epochs:
+            problems.append(("budget", "give target_images or dataset_size with epochs, not both"))
+        elif bu.target_images is None and (bu.dataset_size is None or bu.epochs is None):
+            problems.append(("budget", "needs target_images, or dataset_size together with epochs"))
+    return problems
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+    line: int | None = None
+    context: str | None = None  # which trials, when the problem comes from sweep values
+
+    def render(self, file: str) -> str:
+        where = f"{file}:{self.line}" if self.line else file
+        ctx = f" [{self.context}]" if self.context else ""
+        path = f"{self.path}: " if self.path else ""
+        return f"{where}: {path}{self.message}{ctx}"
+
+
+class SpecError(Exception):
+    """Bad input. Rendered as one line per problem: ``file:line: field.path: message``."""
+
+    def __init__(self, file: str, problems: list[Problem]):
+        self.file = file
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self, limit: int = 20) -> str:
+        lines = [p.render(self.file) for p in self.problems[:limit]]
+        if len(self.problems) > limit:
+            lines.append(f"{self.file}: ... and {len(self.problems) - limit} more problems")
+        return "\n".join(lines)
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SpecDocument:
+    """A parsed spec file before expansion: the base mapping, the sweep, and where each key sits."""
+
+    path: str
+    text: str
+    base: dict[str, Any]
+    sweep: SweepSpec
+    lines: dict[tuple[str, ...], int] = field(default_factory=dict)
+
+    def line_of(self, path: tuple[str, ...]) -> int | None:
+        # The deepest key that exists in the file: an unknown nested value still points at its parent.
+        for n in range(len(path), 0, -1):
+            if path[:n] in self.lines:
+                return self.lines[path[:n]]
+        return None
+
+
+MAX_SPEC_BYTES = 1_000_000
+
+
+def load(path: str | Path) -> SpecDocument:
+    """Read and safely parse a spec file; validate the sweep section's shape. Raises SpecError."""
+    name = str(path)
+    try:
+        raw_bytes = Path(path).read_bytes()
+    except OSError as e:
+        raise SpecError(name, [Problem("", f"cannot read spec: {e.strerror or e}")]) from None
+    if len(raw_bytes) > MAX_SPEC_BYTES:
+        raise SpecError(name, [Problem("", f"spec is {len(raw_bytes)} bytes; the limit is {MAX_SPEC_BYTES}")])
+    try:
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(name, [Problem("", f"spec is not UTF-8 text ({e.reason} at byte {e.start})")]) from None
+    try:
+        # SafeLoader only: a spec can never construct python objects (no !!python tags).
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(name, [Problem("", f"not valid YAML: {problem}", mark.line + 1 if mark else None)]) from None
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise SpecError(name, [Problem("", f"a spec is a YAML mapping of sections; this is {got}")])
+    lines: dict[tuple[str, ...], int] = {}
+    if node is not None:
+        _index_lines(node, (), lines)
+    sweep_raw = data.pop("sweep", None) or {}
+    try:
+        sweep = SweepSpec.model_validate(sweep_raw)
+    except ValidationError as e:
+        doc = SpecDocument(name, text, data, SweepSpec(), lines)
+        raise SpecError(name, problems_from_validation(e, doc, ("sweep",), SweepSpec)) from None
+    doc = SpecDocument(name, text, data, sweep, lines)
+    _check_sweep_paths(doc)
+    return doc
+
+
+def _index_lines(node: yaml.Node, path: tuple[str, ...], out: dict[tuple[str, ...], int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            out[(*path, key)] = key_node.start_mark.line + 1
+            _index_lines(value_node, (*path, key), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[(*path, str(i))] = item.start_mark.line + 1
+            _index_lines(item, (*path, str(i)), out)
+
+
+def _check_sweep_paths(doc: SpecDocument) -> None:
+    problems: list[Problem] = []
+    grid_keys = set(doc.sweep.grid)
+    located: list[tuple[str, tuple[str, ...]]] = [(k, ("sweep", "grid", k)) for k in doc.sweep.grid]
+    for i, case in enumerate(doc.sweep.cases):
+        located += [(k, ("sweep", "cases", str(i), k)) for k in case]
+        both = sorted(grid_keys & set(case))
+        if both:
+            problems.append(Problem(
+                f"sweep.cases[{i}]", f"{', '.join(both)} is also swept by sweep.grid; sweep it in one place",
+                doc.line_of(("sweep", "cases", str(i))),
+            ))
+    for dotted, where in located:
+        message = path_problem(dotted)
+        if message:
+            section = "sweep.grid" if where[1] == "grid" else f"sweep.cases[{where[2]}]"
+            problems.append(Problem(f"{section}[{dotted!r}]", message, doc.line_of(where)))
+    if problems:
+        raise SpecError(doc.path, problems)
+
+
+def path_problem(dotted: str) -> str | None:
+    """Why a dotted sweep path does not name a field of a trial, or None if it does."""
+    parts = dotted.split(".")
+    if parts[0] in ("sweep", "name"):
+        return f"{parts[0]} cannot be swept"
+    model: Any = TrialSpec
+    for i, part in enumerate(parts):
+        fields = _model_fields(model)
+        if fields is None:
+            # Inside a free-form mapping (model.kwargs): any key is data.
+            return None
+        if part not in fields:
+            return f"no field {part!r} in {'.'.join(parts[:i]) or 'the spec'}{_did_you_mean(part, fields)}"
+        model = fields[part]
+    return None
+
+
+def _model_fields(annotation: Any) -> dict[str, Any] | None:
+    """Field name -> annotation for a pydantic model (also inside Optional / Annotated), else None."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _model_fields(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        merged: dict[str, Any] = {}
+        found = False
+        for arg in typing.get_args(annotation):
+            sub = _model_fields(arg)
+            if sub is not None:
+                found = True
+                merged.update(sub)
+        return merged if found else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {k: f.annotation for k, f in annotation.model_fields.items()}
+    return None
+
+
+def _did_you_mean(word: str, options: Any) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """A problem at a field location, before it is tied to a file line or a trial."""
+
+    loc: tuple[str, ...]
+    message: str
+
+
+def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:
+    """pydantic errors as field problems, with a did-you-mean for unknown keys and the offending value."""
+    out = []
+    for e in err.errors(include_url=False):
+        loc = tuple(str(p) for p in e["loc"])
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            owner = _model_fields_at(root, loc[:-1])
+            message = "unknown field" + (_did_you_mean(loc[-1], owner) if owner else "")
+        elif e["type"] != "missing" and not isinstance(e.get("input"), (dict, list)):
+            message = f"{message} (got {e.get('input')!r})"
+        out.append(FieldProblem(loc, message))
+    return out
+
+
+def problems_from_validation(
+    err: ValidationError, doc: SpecDocument, prefix: tuple[str, ...] = (), root: Any = TrialSpec
+) -> list[Problem]:
+    return [
+        Problem(".".join((*prefix, *fp.loc)), fp.message, doc.line_of((*prefix, *fp.loc)))
+        for fp in field_problems(err, root)
+    ]
+
+
+def _model_fields_at(root: Any, loc: tuple[str, ...]) -> dict[str, Any] | None:
+    model: Any = root
+    for part in loc:
+        fields = _model_fields(model)
+        if fields is None or part not in fields:
+            return None
+        model = fields[part]
+    return _model_fields(model)
+
+
+def check_trial(raw: dict[str, Any]) -> TrialSpec | list[FieldProblem]:
+    """Validate one expanded trial mapping: the TrialSpec, or everything wrong with it."""
+    try:
+        trial = TrialSpec.model_validate(raw)
+    except ValidationError as e:
+        return field_problems(e, TrialSpec)
+    problems = consistency_problems(trial)
+    if problems:
+        return [FieldProblem(tuple(path.split(".")), message) for path, message in problems]
+    return trial

@@ -1,0 +1,176 @@
+"""The only module that talks to MLflow: one parent run per sweep, one nested child run per trial.
+
+The record written here is the contract of DESIGN.md: ``decide``, the MLflow UI and users' own queries
+rely on its names. The client API with explicit run ids is used instead of the fluent ``mlflow.start_run``
+stack, so nothing depends on global "active run" state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from dinox.grid import Trial
+from dinox.result import TrialResult, one_line
+from dinox.runner import ChildOutcome
+
+for _name in ("mlflow", "alembic"):
+    # The store's schema migrations log at INFO on first use; a sweep's terminal output is for trials.
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+# Final MLflow run status per dinox status: the precise cause always stays in the dinox.status tag.
+RUN_STATUS = {
+    "ok": "FINISHED",
+    "skipped": "FINISHED",
+    "oom": "FAILED",
+    "error": "FAILED",
+    "crashed": "FAILED",
+    "timeout": "FAILED",
+}
+_MAX_PARAMS_PER_CALL = 100  # MLflow's log_batch limit
+
+
+class TrackingError(Exception):
+    """The tracking store cannot be used (unreachable, deleted experiment, ...): one line for the user."""
+
+
+def resolve_tracking_uri(explicit: str | None = None) -> str:
+    """--tracking-uri, else MLFLOW_TRACKING_URI, else the embedded store: mlflow.db in the working dir."""
+    if explicit:
+        return explicit
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SweepRecorder:
+    def __init__(self, tracking_uri: str):
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.experiment_id = ""
+        self.parent_run_id = ""
+        self.adopted = False  # the parent run was started by `mlflow run`, not by us
+        self.notes: list[str] = []
+
+    # --- sweep -------------------------------------------------------------------------------------
+
+    def open_sweep(self, name: str, spec_path: str, n_trials: int) -> str:
+        adopt = os.environ.get("MLFLOW_RUN_ID")
+        try:
+            if adopt:
+                # Under `mlflow run`, the run it started is the sweep's parent: one invocation, one top-level
+                # run. Children must live in the parent's experiment for the UI to nest them.
+                run = self.client.get_run(adopt)
+                self.experiment_id = run.info.experiment_id
+                self.parent_run_id = adopt
+                self.adopted = True
+                exp_name = self.client.get_experiment(self.experiment_id).name
+                if exp_name != name:
+                    self.notes.append(
+                        f"mlflow run placed this sweep in experiment {exp_name!r}, not {name!r}; "
+                        f"pass --experiment-name {name} to mlflow run to keep sweeps under the spec's name"
+                    )
+            else:
+                self.experiment_id = self._experiment(name)
+                run = self.client.create_run(
+                    self.experiment_id, run_name=f"{name} sweep {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                )
+                self.parent_run_id = run.info.run_id
+            self.client.log_batch(
+                self.parent_run_id,
+                params=[Param("spec.name", name), Param("sweep.trials", str(n_trials))],
+                tags=[
+                    RunTag("dinox.role", "sweep"),
+                    RunTag("dinox.spec_path", spec_path),
+                    RunTag("dinox.spec_name", name),
+                ],
+            )
+        except MlflowException as e:
+            raise TrackingError(f"tracking store {self.uri}: {one_line(e.message, 300)}") from None
+        return self.parent_run_id
+
+    def _experiment(self, name: str) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            if exp.lifecycle_stage == "deleted":
+                raise TrackingError(
+                    f"experiment {name!r} is deleted in {self.uri}; restore it "
+                    f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or change the spec's name"
+                )
+            return exp.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except MlflowException:
+            # Another sweep created it between our look-up and our create.
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def close_sweep(self, status: str, summary: dict[str, int], artifacts: list[Path]) -> None:
+        tags = [RunTag("dinox.counts", " ".join(f"{k}={v}" for k, v in sorted(summary.items())))]
+        self.client.log_batch(self.parent_run_id, tags=tags)
+        for path in artifacts:
+            if path.exists():
+                self.client.log_artifact(self.parent_run_id, str(path))
+        self.client.set_terminated(self.parent_run_id, status)
+
+    # --- trials ------------------------------------------------------------------------------------
+
+    def open_trial(self, trial: Trial) -> str:
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"{trial.index + 1:03d} {trial.label}",
+            tags={
+                "mlflow.parentRunId": self.parent_run_id,
+                "dinox.role": "trial",
+                "dinox.trial_id": trial.trial_id,
+                "dinox.trial_index": str(trial.index),
+                "dinox.sweep_values": trial.label,
+            },
+        )
+        params = [Param(k, v) for k, v in trial.spec.flat_params().items()]
+        for i in range(0, len(params), _MAX_PARAMS_PER_CALL):
+            self.client.log_batch(run.info.run_id, params=params[i : i + _MAX_PARAMS_PER_CALL])
+        return run.info.run_id
+
+    def close_trial(self, run_id: str, outcome: ChildOutcome) -> None:
+        r = outcome.result
+        ts = _now_ms()
+        tags = {**r.tags, "dinox.status": r.status}
+        if r.bound:
+            tags["dinox.bound"] = r.bound
+        if r.error:
+            tags["dinox.error"] = r.error
+        metrics = [Metric(k, float(v), ts, 0) for k, v in sorted(r.metrics.items())]
+        # The step-time history, so the UI can plot each timed step.
+        metrics += [Metric("step_s", float(v), ts, i) for i, v in enumerate(r.step_s)]
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(run_id, metrics=metrics[i : i + 1000])
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in sorted(tags.items())])
+        if outcome.log_path.exists() and outcome.log_path.stat().st_size:
+            self.client.log_artifact(run_id, str(outcome.log_path))
+        self.client.set_terminated(run_id, RUN_STATUS[r.status])
+
+    def kill_trial(self, run_id: str, reason: str) -> None:
+        """The trial was interrupted: no measurement, MLflow status KILLED."""
+        self.client.log_batch(run_id, tags=[RunTag("dinox.error", one_line(reason))])
+        self.client.set_terminated(run_id, "KILLED")
+
+
+def result_summary(results: list[TrialResult]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return counts
