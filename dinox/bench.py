@@ -69,8 +69,7 @@ class Clock:
         self._cuda = device.type == "cuda"
         if self._cuda:
             self._events = [
-                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                for _ in range(max_copies)
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(max_copies)
             ]
         self._host_copy_s = 0.0
         self._n = 0

@@ -67,9 +67,9 @@ def plan(spec_file: str) -> None:
             str(s.loader.num_workers),
         ])  # fmt: skip
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     budget = trials[0].spec.measure
     click.echo(f"{len(trials)} trials; each: {budget.warmup_steps} warm-up + {budget.bench_steps} timed "
                f"optimizer steps, timeout {budget.timeout_s:g}s")  # fmt: skip
@@ -77,8 +77,12 @@ def plan(spec_file: str) -> None:
 
 @main.command()
 @click.argument("spec_file", metavar="SPEC")
-@click.option("--tracking-uri", default=None, metavar="URI",
-              help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.")
+@click.option(
+    "--tracking-uri",
+    default=None,
+    metavar="URI",
+    help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
+)
 @click.option("--workdir", default=".dinox", show_default=True, type=click.Path(file_okay=False),
               help="Where each sweep keeps its local results, trial specs and child logs.")  # fmt: skip
 def run(spec_file: str, tracking_uri: str | None, workdir: str) -> None:

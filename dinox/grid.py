@@ -59,7 +59,7 @@ def points(doc: SpecDocument) -> list[tuple[dict[str, Any], dict[str, tuple[str,
         for combo in itertools.product(*(grid[k] for k in keys)):
             overrides = dict(case)
             where = {k: ("sweep", "cases", str(ci), k) for k in case}
-            for k, v in zip(keys, combo):
+            for k, v in zip(keys, combo, strict=True):
                 overrides[k] = v
                 where[k] = ("sweep", "grid", k)
             out.append((overrides, where))

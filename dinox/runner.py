@@ -114,15 +114,20 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    """What the child said last, or, after a fatal signal, faulthandler's headline and innermost frames."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
+            f.seek(max(0, f.tell() - 65536))
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    kept = [ln for ln in text.splitlines() if ln.strip()][-lines:]
-    return " | ".join(ln.strip() for ln in kept)
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for i, line in enumerate(kept):
+        if line.startswith("Fatal Python error"):
+            frames = [ln for ln in kept[i + 1 :] if ln.startswith("File ")][:3]
+            return " | ".join([line, *frames])
+    return " | ".join(kept[-lines:])
 
 
 def _death(returncode: int) -> str:

@@ -187,30 +187,38 @@ def consistency_problems(t: TrialSpec) -> list[tuple[str, str]]:
     if b.effective is not None:
         per_step = b.size * hw.gpus
         if b.effective % per_step:
-            problems.append((
-                "batch.effective",
-                f"{b.effective} is not a multiple of batch.size {b.size} x hardware.gpus {hw.gpus} = {per_step}",
-            ))
+            problems.append(
+                (
+                    "batch.effective",
+                    f"{b.effective} is not a multiple of batch.size {b.size} x hardware.gpus {hw.gpus} = {per_step}",
+                )
+            )
         elif b.accumulation is not None and b.accumulation * per_step != b.effective:
-            problems.append((
-                "batch.accumulation",
-                f"{b.accumulation} does not match batch.effective {b.effective} / (batch.size {b.size} x "
-                f"hardware.gpus {hw.gpus}) = {b.effective // per_step}; give one of them",
-            ))
+            problems.append(
+                (
+                    "batch.accumulation",
+                    f"{b.accumulation} does not match batch.effective {b.effective} / (batch.size {b.size} x "
+                    f"hardware.gpus {hw.gpus}) = {b.effective // per_step}; give one of them",
+                )
+            )
     if lo.num_workers == 0:
         if lo.prefetch_factor is not None:
-            problems.append((
-                "loader.prefetch_factor",
-                f"{lo.prefetch_factor} needs loader.num_workers > 0 (this trial has 0 workers); leave it "
-                "unset when sweeping workers through 0, torch then prefetches 2 batches per worker",
-            ))
+            problems.append(
+                (
+                    "loader.prefetch_factor",
+                    f"{lo.prefetch_factor} needs loader.num_workers > 0 (this trial has 0 workers); leave it "
+                    "unset when sweeping workers through 0, torch then prefetches 2 batches per worker",
+                )
+            )
         if lo.persistent_workers:
             problems.append(("loader.persistent_workers", "true needs loader.num_workers > 0"))
     if t.model.compile is not False and t.measure.warmup_steps == 0:
-        problems.append((
-            "measure.warmup_steps",
-            "0 with model.compile on would put compilation inside the timed steps; use at least 1",
-        ))
+        problems.append(
+            (
+                "measure.warmup_steps",
+                "0 with model.compile on would put compilation inside the timed steps; use at least 1",
+            )
+        )
     for key, why in _RESERVED_MODEL_KWARGS.items():
         if key in t.model.kwargs:
             problems.append((f"model.kwargs.{key}", why))
@@ -344,10 +352,13 @@ def _check_sweep_paths(doc: SpecDocument) -> None:
         located += [(k, ("sweep", "cases", str(i), k)) for k in case]
         both = sorted(grid_keys & set(case))
         if both:
-            problems.append(Problem(
-                f"sweep.cases[{i}]", f"{', '.join(both)} is also swept by sweep.grid; sweep it in one place",
-                doc.line_of(("sweep", "cases", str(i))),
-            ))
+            problems.append(
+                Problem(
+                    f"sweep.cases[{i}]",
+                    f"{', '.join(both)} is also swept by sweep.grid; sweep it in one place",
+                    doc.line_of(("sweep", "cases", str(i))),
+                )
+            )
     for dotted, where in located:
         message = path_problem(dotted)
         if message:
@@ -406,18 +417,33 @@ class FieldProblem:
     message: str
 
 
+_UNION_TAGS = {"bool", "int", "float", "str", "none", "list", "dict"}
+
+
+def _is_union_tag(part: str) -> bool:
+    # pydantic adds the union member it tried to an error's location ("bool", "literal['a','b']", ...).
+    return part in _UNION_TAGS or "[" in part
+
+
 def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:
-    """pydantic errors as field problems, with a did-you-mean for unknown keys and the offending value."""
-    out = []
+    """pydantic errors as field problems: one per field, with a did-you-mean for unknown keys and the value."""
+    grouped: dict[tuple[str, ...], tuple[list[str], Any]] = {}
     for e in err.errors(include_url=False):
-        loc = tuple(str(p) for p in e["loc"])
+        loc = tuple(str(p) for p in e["loc"] if not _is_union_tag(str(p)))
         message = e["msg"]
         if e["type"] == "extra_forbidden":
             owner = _model_fields_at(root, loc[:-1])
             message = "unknown field" + (_did_you_mean(loc[-1], owner) if owner else "")
-        elif e["type"] != "missing" and not isinstance(e.get("input"), (dict, list)):
-            message = f"{message} (got {e.get('input')!r})"
-        out.append(FieldProblem(loc, message))
+        shown = e.get("input") if e["type"] not in ("missing", "extra_forbidden") else None
+        messages, _ = grouped.setdefault(loc, ([], shown))
+        if message not in messages:
+            messages.append(message)
+    out = []
+    for loc, (messages, shown) in grouped.items():
+        text = "; or ".join(messages)
+        if shown is not None and not isinstance(shown, (dict, list)):
+            text += f" (got {shown!r})"
+        out.append(FieldProblem(loc, text))
     return out
 
 

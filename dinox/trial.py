@@ -8,11 +8,15 @@ records it as crashed or timeout.
 
 from __future__ import annotations
 
+import faulthandler
 import time
 
 _T_START = time.time()
+# A segfault or abort in native code (a kernel, a driver, an import) then leaves a Python stack in the
+# trial's log, which the parent records with the crash.
+faulthandler.enable()
 
-import contextlib  # noqa: E402  (the start mark above must come before the heavy imports)
+import contextlib  # noqa: E402  (the marks above must come before the heavy imports)
 import os  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
@@ -245,18 +249,20 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
     marks["measured"] = time.time()
 
     step_p50 = stats.quantile(0.5)
-    metrics.update({
-        "images_per_s": stats.images_per_s,
-        "step_s_p50": step_p50,
-        "step_s_p90": stats.quantile(0.9),
-        "data_s": stats.mean("data_s"),
-        "h2d_s": stats.mean("h2d_s"),
-        "compute_s": stats.mean("compute_s"),
-        "window_s": stats.window_s,
-        "warmup_s": stats.warmup_s,
-        "first_step_s": stats.first_step_s,
-        "loss": float(last_loss[0].float() * accumulation) if last_loss else float("nan"),
-    })
+    metrics.update(
+        {
+            "images_per_s": stats.images_per_s,
+            "step_s_p50": step_p50,
+            "step_s_p90": stats.quantile(0.9),
+            "data_s": stats.mean("data_s"),
+            "h2d_s": stats.mean("h2d_s"),
+            "compute_s": stats.mean("compute_s"),
+            "window_s": stats.window_s,
+            "warmup_s": stats.warmup_s,
+            "first_step_s": stats.first_step_s,
+            "loss": float(last_loss[0].float() * accumulation) if last_loss else float("nan"),
+        }
+    )
     if spec.model.compile is not False:
         metrics["compile_s"] = max(0.0, stats.first_step_s - step_p50)
     _record_memory(device, metrics, tags)

@@ -1,0 +1,133 @@
+"""The CLI as a user runs it (subprocesses), against a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import TINY, run_dinox
+
+# DESIGN.md's record: every ok trial carries all of these.
+RECORD_METRICS = {
+    "images_per_s", "step_s_p50", "step_s_p90", "data_s", "h2d_s", "compute_s", "peak_mem_allocated_gb",
+    "peak_mem_reserved_gb", "device_mem_total_gb", "host_peak_rss_gb", "params_m",
+}  # fmt: skip
+RECORD_PARAMS = {
+    "model.name", "batch.size", "batch.accumulation", "batch.effective", "precision", "loader.num_workers",
+    "loader.pin_memory", "loader.prefetch_factor", "loader.persistent_workers", "model.img_size",
+}  # fmt: skip
+RECORD_TAGS = {
+    "dinox.role", "dinox.status", "dinox.trial_id", "dinox.device_name", "dinox.torch_version",
+    "dinox.cuda_version", "dinox.hip_version", "mlflow.parentRunId",
+}  # fmt: skip
+
+# A 1.5 GB cap: the 1024 x 224 px batch cannot fit, the 4 x 32 px one does, in that order.
+OOM_THEN_OK = (
+    TINY.format(name="oom_then_ok")
+    + """\
+hardware: {memory_limit_gb: 1.5}
+loader: {num_workers: 1}
+sweep:
+  cases:
+    - {batch.size: 1024, model.img_size: 224}
+    - {batch.size: 4}
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def oom_sweep(tmp_path_factory):
+    """One real sweep, shared by the record tests below."""
+    work = tmp_path_factory.mktemp("sweep")
+    (work / "spec.yaml").write_text(OOM_THEN_OK)
+    proc = run_dinox(["run", "spec.yaml"], cwd=work)
+    return work, proc
+
+
+def test_oom_trial_then_ok_trial(oom_sweep):
+    work, proc = oom_sweep
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("[1/2] oom") and "can't allocate memory" in line for line in lines), proc.stdout
+    assert any(line.startswith("[2/2] ok") for line in lines), proc.stdout
+    assert "1 ok, 1 oom" in proc.stdout
+
+
+def test_store_holds_the_design_record(oom_sweep):
+    work, _ = oom_sweep
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("oom_then_ok")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("dinox.role") == "sweep"]
+    trials = sorted((r for r in runs if r.data.tags.get("dinox.role") == "trial"),
+                    key=lambda r: int(r.data.tags["dinox.trial_index"]))  # fmt: skip
+    assert len(parents) == 1 and len(trials) == 2
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {
+        "results.csv", "spec.yaml", "spec.normalized.yaml"
+    }
+    oom, ok = trials
+    for run in trials:
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert RECORD_PARAMS <= set(run.data.params)
+        assert RECORD_TAGS <= set(run.data.tags), RECORD_TAGS - set(run.data.tags)
+    assert (oom.data.tags["dinox.status"], oom.info.status) == ("oom", "FAILED")
+    assert "can't allocate memory" in oom.data.tags["dinox.error"]
+    assert oom.data.params["batch.size"] == "1024"
+    assert (ok.data.tags["dinox.status"], ok.info.status) == ("ok", "FINISHED")
+    assert ok.data.tags["dinox.bound"] in ("compute_bound", "io_bound", "transfer_bound")
+    assert RECORD_METRICS <= set(ok.data.metrics), RECORD_METRICS - set(ok.data.metrics)
+    assert ok.data.metrics["device_mem_total_gb"] == pytest.approx(1.5)
+    assert ok.data.metrics["peak_mem_reserved_gb"] < 1.5
+    assert ok.data.params["batch.effective"] == "4" and ok.data.params["hardware.memory_limit_gb"] == "1.5"
+    history = client.get_metric_history(ok.info.run_id, "step_s")
+    assert [m.step for m in history] == [0, 1, 2]
+
+
+def test_local_results_csv_matches_the_store(oom_sweep):
+    work, _ = oom_sweep
+    (csv_path,) = Path(work / ".dinox").rglob("results.csv")
+    rows = list(csv.DictReader(csv_path.open()))
+    assert [r["status"] for r in rows] == ["oom", "ok"]
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    ok_run = client.get_run(rows[1]["run_id"])
+    assert float(rows[1]["images_per_s"]) == pytest.approx(ok_run.data.metrics["images_per_s"], rel=1e-4)
+
+
+def test_validate_ok(tmp_path):
+    (tmp_path / "s.yaml").write_text(TINY.format(name="v"))
+    proc = run_dinox(["validate", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == "OK s.yaml: 1 trial, experiment 'v'"
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "run"])
+def test_bad_spec_exits_2_with_field_path_and_no_traceback(tmp_path, command):
+    (tmp_path / "bad.yaml").write_text(TINY.format(name="b") + "loader: {num_workers: 2, pin_memroy: true}\n")
+    proc = run_dinox([command, "bad.yaml"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "bad.yaml:6: loader.pin_memroy: unknown field (did you mean 'pin_memory'?)" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "mlflow.db").exists()  # nothing half-written
+
+
+def test_plan_lists_trials_in_run_order(tmp_path):
+    text = TINY.format(name="p") + "sweep:\n  grid:\n    batch.size: [2, 4]\n    loader.num_workers: [0, 1]\n"
+    (tmp_path / "s.yaml").write_text(text)
+    proc = run_dinox(["plan", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:4] == ["#", "trial_id", "batch.size", "loader.num_workers"]
+    assert [line.split()[2:4] for line in lines[1:5]] == [["2", "0"], ["2", "1"], ["4", "0"], ["4", "1"]]
+    assert lines[5].startswith("4 trials")
+
+
+def test_help_explains_each_command(tmp_path):
+    for command in ("validate", "plan", "run"):
+        proc = run_dinox([command, "--help"], cwd=tmp_path)
+        assert proc.returncode == 0 and "SPEC" in proc.stdout
+    assert "--tracking-uri" in run_dinox(["run", "--help"], cwd=tmp_path).stdout

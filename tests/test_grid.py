@@ -1,0 +1,71 @@
+"""Sweep expansion: order, crossing of cases with the grid, and stable trial ids."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from dinox import grid, spec
+
+SWEEP = """\
+name: g
+model: {name: resnet18}
+batch: {size: 8, accumulation: 1}
+sweep:
+  grid:
+    loader.num_workers: [0, 2, 4]
+    loader.pin_memory: [true, false]
+  cases:
+    - {batch.size: 48, batch.accumulation: 4}
+    - {batch.size: 64, batch.accumulation: 4}
+"""
+
+
+def test_cases_cross_the_grid_in_file_order(write_spec):
+    trials = grid.expand(spec.load(write_spec(SWEEP)))
+    assert len(trials) == 2 * 3 * 2
+    assert [t.index for t in trials] == list(range(12))
+    assert all(t.total == 12 for t in trials)
+    first, last = trials[0], trials[-1]
+    assert first.overrides == {"batch.size": 48, "batch.accumulation": 4, "loader.num_workers": 0,
+                               "loader.pin_memory": True}  # fmt: skip
+    assert last.overrides == {"batch.size": 64, "batch.accumulation": 4, "loader.num_workers": 4,
+                              "loader.pin_memory": False}  # fmt: skip
+    assert [t.spec.loader.num_workers for t in trials[:6]] == [0, 0, 2, 2, 4, 4]
+    assert first.spec.batch.size == 48 and first.spec.effective_batch == 192
+    assert first.label == "size=48 accumulation=4 num_workers=0 pin_memory=True"
+
+
+def test_no_sweep_is_one_trial(write_spec):
+    (t,) = grid.expand(spec.load(write_spec("name: g\nmodel: {name: resnet18}\n")))
+    assert t.overrides == {} and t.label == "base"
+
+
+def test_trial_ids_are_unique_and_stable(write_spec):
+    path = write_spec(SWEEP)
+    ids = [t.trial_id for t in grid.expand(spec.load(path))]
+    assert len(set(ids)) == len(ids)
+    # Same ids in a fresh interpreter: nothing process-specific (hash seeds, dict order) leaks in.
+    code = f"from dinox import grid, spec; print(' '.join(t.trial_id for t in grid.expand(spec.load({str(path)!r}))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ids
+
+
+def test_same_configuration_same_id_however_written(write_spec):
+    a = write_spec("name: a\nmodel: {name: resnet18}\nbatch: {size: 64, accumulation: 4}\n", "a.yaml")
+    b = write_spec(
+        "name: b\nmodel: {name: resnet18}\nbatch: {size: 64, effective: 256}\nmeasure: {timeout_s: 60}\n"
+        "budget: {days: 3, target_images: 100}\n",
+        "b.yaml",
+    )
+    c = write_spec("name: a\nmodel: {name: resnet18}\nbatch: {size: 64, accumulation: 2}\n", "c.yaml")
+    (ta,), (tb,), (tc,) = (grid.expand(spec.load(p)) for p in (a, b, c))
+    assert ta.trial_id == tb.trial_id  # experiment name, timeout and budget do not change what is measured
+    assert ta.trial_id != tc.trial_id
+
+
+def test_set_path_creates_nested_mappings():
+    raw: dict = {"model": {"name": "x"}}
+    grid.set_path(raw, "model.kwargs.depth", 4)
+    grid.set_path(raw, "loader.num_workers", 2)
+    assert raw == {"model": {"name": "x", "kwargs": {"depth": 4}}, "loader": {"num_workers": 2}}

@@ -1,0 +1,92 @@
+"""Trials in real child processes: ok, error, abort, hang. Faults are real signals, not mocks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from dinox import grid, runner, spec
+from tests.conftest import TINY
+
+
+def one_trial(write_spec, extra: str = "", name: str = "r"):
+    (trial,) = grid.expand(spec.load(write_spec(TINY.format(name=name) + extra)))
+    return trial
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def later(delay: float, fn):
+    """on_spawn callback that acts on the child after `delay` seconds, from another thread."""
+    pids: list[int] = []
+
+    def on_spawn(pid: int) -> None:
+        pids.append(pid)
+        threading.Timer(delay, fn, args=(pid,)).start()
+
+    return on_spawn, pids
+
+
+def test_ok_trial_with_workers_measures_and_leaves_no_process(write_spec, tmp_path):
+    trial = one_trial(write_spec, "loader: {num_workers: 2, persistent_workers: true}\n")
+    pids: list[int] = []
+    outcome = runner.run_trial(trial, tmp_path / "t", on_spawn=pids.append)
+    r, m = outcome.result, outcome.result.metrics
+    assert r.status == "ok", r.error
+    assert r.bound in ("compute_bound", "io_bound", "transfer_bound")
+    assert len(r.step_s) == 3
+    assert m["images_per_s"] == pytest.approx(3 * 4 / m["window_s"])
+    assert m["step_s_p50"] <= m["step_s_p90"]
+    assert m["data_s"] + m["h2d_s"] + m["compute_s"] == pytest.approx(sum(r.step_s) / 3, rel=1e-6)
+    # The child's phases, timed by its own clock, fit inside the life the parent saw.
+    assert m["measure_s"] == pytest.approx(m["warmup_s"] + m["window_s"], abs=0.05)
+    assert m["startup_s"] + m["setup_s"] + m["measure_s"] < m["trial_wall_s"]
+    assert 0 < m["params_m"] < 10
+    assert m["host_peak_rss_gb"] >= m["child_peak_rss_gb"] > 0.1
+    assert r.tags["dinox.device"] == "cpu" and r.tags["dinox.torch_version"]
+    assert group_gone(pids[0]) and not psutil.pid_exists(pids[0])
+
+
+def test_exception_in_trial_is_error_with_message(write_spec, tmp_path):
+    t = one_trial(write_spec, "")
+    bad = t.spec.model_copy(update={"model": t.spec.model.model_copy(update={"name": "vit_tinny_patch16_224"})})
+    trial = grid.Trial(0, 1, {}, bad, "x")
+    r = runner.run_trial(trial, tmp_path / "t").result
+    assert r.status == "error"
+    assert "unknown timm model 'vit_tinny_patch16_224'" in r.error and "vit_tiny_patch16_224" in r.error
+
+
+def test_aborting_child_is_crashed_with_its_stderr_tail(write_spec, tmp_path):
+    trial = one_trial(write_spec)
+    on_spawn, pids = later(1.0, lambda pid: os.kill(pid, signal.SIGABRT))
+    outcome = runner.run_trial(trial, tmp_path / "t", on_spawn=on_spawn)
+    r = outcome.result
+    assert r.status == "crashed"
+    assert "child killed by SIGABRT" in r.error
+    assert "Fatal Python error: Aborted" in r.error  # faulthandler's report, from the child's log
+    assert r.metrics["trial_wall_s"] < 30
+    assert group_gone(pids[0])
+
+
+def test_hung_child_is_timeout_and_killed(write_spec, tmp_path):
+    trial = one_trial(write_spec, "").spec
+    trial = trial.model_copy(update={"measure": trial.measure.model_copy(update={"timeout_s": 3.0})})
+    # SIGSTOP freezes the child for real: it can neither finish nor answer SIGTERM.
+    on_spawn, pids = later(0.5, lambda pid: os.kill(pid, signal.SIGSTOP))
+    t0 = time.time()
+    r = runner.run_trial(grid.Trial(0, 1, {}, trial, "x"), tmp_path / "t", on_spawn=on_spawn).result
+    assert r.status == "timeout"
+    assert "no result after measure.timeout_s=3s" in r.error
+    assert 3.0 <= time.time() - t0 < 3.0 + runner.TERM_GRACE_S + 5
+    assert group_gone(pids[0])
