@@ -68,7 +68,9 @@ def test_store_holds_the_design_record(oom_sweep):
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {
-        "results.csv", "spec.yaml", "spec.normalized.yaml"
+        "results.csv",
+        "spec.yaml",
+        "spec.normalized.yaml",
     }
     oom, ok = trials
     for run in trials:

@@ -106,7 +106,8 @@ def test_kwargs_cannot_shadow_dinox_knobs(write_spec):
 def test_budget_needs_one_complete_form(write_spec):
     msg = problems(write_spec("name: m\nmodel: {name: resnet18}\nbudget: {days: 15, dataset_size: 1000}\n"))
     assert "budget: needs target_images, or dataset_size together with epochs" in msg
-    msg = problems(write_spec("name: m\nmodel: {name: r}\nbudget: {days: 1, target_images: 5, epochs: 2, dataset_size: 3}\n"))
+    both = "budget: {days: 1, target_images: 5, epochs: 2, dataset_size: 3}\n"
+    msg = problems(write_spec("name: m\nmodel: {name: r}\n" + both))
     assert "not both" in msg
 
 
@@ -142,14 +143,13 @@ def test_sweep_path_that_does_not_exist(write_spec):
         """
     )
     msg = problems(path)
-    assert f"{path}:5: sweep.grid['loader.num_wrkers']: no field 'num_wrkers' in loader (did you mean 'num_workers'?)" in msg
+    expected = "sweep.grid['loader.num_wrkers']: no field 'num_wrkers' in loader (did you mean 'num_workers'?)"
+    assert f"{path}:5: {expected}" in msg
     assert f"{path}:7: sweep.cases[0]['batch.siz']: no field 'siz' in batch (did you mean 'size'?)" in msg
 
 
 def test_sweep_cannot_sweep_a_path_twice(write_spec):
-    path = write_spec(
-        "name: m\nmodel: {name: r}\nsweep:\n  grid: {batch.size: [1, 2]}\n  cases: [{batch.size: 3}]\n"
-    )
+    path = write_spec("name: m\nmodel: {name: r}\nsweep:\n  grid: {batch.size: [1, 2]}\n  cases: [{batch.size: 3}]\n")
     assert "batch.size is also swept by sweep.grid" in problems(path)
 
 

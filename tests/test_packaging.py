@@ -1,0 +1,132 @@
+"""The project as a newcomer meets it: README commands, CI, MLproject, conda.yaml, shipped specs, boundaries."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from dinox import grid, spec
+from tests.conftest import ROOT, TINY
+
+SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+
+
+def test_conda_env_lists_the_same_dependencies_as_pyproject():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    conda = yaml.safe_load((ROOT / "conda.yaml").read_text())
+    (pip_section,) = [d for d in conda["dependencies"] if isinstance(d, dict)]
+    assert sorted(pip_section["pip"]) == sorted(deps)
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    ci_command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    readme = (ROOT / "README.md").read_text()
+    assert ci_command.endswith("python -m pytest")
+    assert f"\n{ci_command}\n" in readme
+
+
+def test_readme_quickstart_command_runs_the_shipped_quickstart():
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install -e . && dinox run specs/quickstart.yaml" in readme
+    assert (ROOT / "specs" / "quickstart.yaml").exists()
+
+
+def test_mlproject_main_entry_takes_a_spec():
+    project = yaml.safe_load((ROOT / "MLproject").read_text())
+    main = project["entry_points"]["main"]
+    assert "spec" in main["parameters"]
+    assert main["command"] == "python -m dinox run {spec}"
+    assert project["conda_env"] == "conda.yaml"
+
+
+def _field_paths(model, prefix=""):
+    for name, field in model.model_fields.items():
+        sub = spec._model_fields(field.annotation)
+        path = f"{prefix}{name}"
+        if sub is None or name == "kwargs":
+            yield path
+        else:
+            for arg in _pydantic_models(field.annotation):
+                yield from _field_paths(arg, path + ".")
+
+
+def _pydantic_models(annotation):
+    import typing
+
+    from pydantic import BaseModel
+
+    args = typing.get_args(annotation) or (annotation,)
+    return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def test_readme_spec_reference_covers_every_field():
+    readme = (ROOT / "README.md").read_text()
+    paths = list(_field_paths(spec.TrialSpec))
+    assert len(paths) > 30
+    missing = [p for p in paths if f"`{p}`" not in readme and f"`{p}," not in readme and f" `{p}" not in readme]
+    assert not missing, f"README spec reference lacks: {missing}"
+    assert "`sweep.grid`" in readme and "`sweep.cases`" in readme
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
+def test_every_shipped_spec_validates_and_names_its_command(path):
+    trials = grid.expand(spec.load(path))
+    assert trials
+    header = path.read_text().splitlines()[0]
+    assert re.match(rf"# Run: dinox run specs/{path.name}$", header), header
+
+
+def test_parent_side_never_imports_torch_and_child_never_imports_mlflow():
+    parent = "import sys, dinox.cli, dinox.sweep, dinox.tracking; print('torch' in sys.modules)"
+    child = "import sys; import dinox.trial; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"
+    for code in (parent, child):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "False", code
+
+
+def test_ruff_clean():
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "dinox", "tests", "scripts"],
+                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _mlflow_run(tmp_path: Path, extra: list[str]):
+    (tmp_path / "s.yaml").write_text(TINY.format(name="mlproj"))
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    env.pop("MLFLOW_RUN_ID", None)
+    # MLproject's command calls `python`: the interpreter of this environment, as in an activated venv.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local", *extra,
+         "-P", f"spec={tmp_path / 's.yaml'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    return proc, client, runs
+
+
+def test_mlflow_run_makes_its_own_run_the_sweep_parent(tmp_path):
+    proc, client, runs = _mlflow_run(tmp_path, ["--experiment-name", "mlproj"])
+    top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(top) == 1, "one invocation, one top-level run"
+    (parent,) = top
+    assert parent.data.tags["dinox.role"] == "sweep" and parent.info.status == "FINISHED"
+    assert client.get_experiment(parent.info.experiment_id).name == "mlproj"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert [c.data.tags["dinox.status"] for c in children] == ["ok"]
+
+
+def test_mlflow_run_without_experiment_name_says_how_to_keep_the_spec_name(tmp_path):
+    proc, client, runs = _mlflow_run(tmp_path, [])
+    assert "pass --experiment-name mlproj to mlflow run" in proc.stdout
+    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1
