@@ -109,6 +109,10 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str) -> None:
         sys.exit(130)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result_summary(report.results).items()))
     click.echo(f"dinox: sweep done in {report.wall_s:.1f}s: {counts}. Results: {report.sweep_dir / 'results.csv'}")
+    t = report.timeline()
+    click.echo(f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
+               f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, "
+               f"recording {t['recording_s']:.1f}s")  # fmt: skip
     if uri.startswith("sqlite:///"):
         click.echo(f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+import timm
 import torch
 from torch import nn
 
@@ -15,8 +16,6 @@ class ModelBuildError(ValueError):
 
 
 def build(spec: ModelSpec, num_classes: int) -> nn.Module:
-    import timm
-
     if not timm.is_model(spec.name):
         close = difflib.get_close_matches(spec.name, timm.list_models(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -319,8 +319,12 @@ def load(path: str | Path) -> SpecDocument:
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise SpecError(name, [Problem("", f"a spec is a YAML mapping of sections; this is {got}")])
     lines: dict[tuple[str, ...], int] = {}
+    duplicates: list[Problem] = []
     if node is not None:
-        _index_lines(node, (), lines)
+        _index_lines(node, (), lines, duplicates)
+    if duplicates:
+        # PyYAML keeps the last of two equal keys; a section written twice would silently lose the first.
+        raise SpecError(name, duplicates)
     sweep_raw = data.pop("sweep", None) or {}
     try:
         sweep = SweepSpec.model_validate(sweep_raw)
@@ -332,16 +336,22 @@ def load(path: str | Path) -> SpecDocument:
     return doc
 
 
-def _index_lines(node: yaml.Node, path: tuple[str, ...], out: dict[tuple[str, ...], int]) -> None:
+def _index_lines(
+    node: yaml.Node, path: tuple[str, ...], out: dict[tuple[str, ...], int], duplicates: list[Problem]
+) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = str(key_node.value)
-            out[(*path, key)] = key_node.start_mark.line + 1
-            _index_lines(value_node, (*path, key), out)
+            line = key_node.start_mark.line + 1
+            if (*path, key) in out:
+                first = out[(*path, key)]
+                duplicates.append(Problem(".".join((*path, key)), f"duplicate key (first given on line {first})", line))
+            out[(*path, key)] = line
+            _index_lines(value_node, (*path, key), out, duplicates)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             out[(*path, str(i))] = item.start_mark.line + 1
-            _index_lines(item, (*path, str(i)), out)
+            _index_lines(item, (*path, str(i)), out, duplicates)
 
 
 def _check_sweep_paths(doc: SpecDocument) -> None:

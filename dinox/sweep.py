@@ -43,7 +43,23 @@ class SweepReport:
     sweep_dir: Path
     rows: list[dict[str, object]] = field(default_factory=list)
     results: list[TrialResult] = field(default_factory=list)
+    # Parent-side seconds per trial, from opening its run to closing it: the child's life plus recording.
+    trial_loop_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+
+    def timeline(self) -> dict[str, float]:
+        """Mean seconds per trial by phase; `overhead_s` is what is neither data setup, model build nor steps."""
+        n = len(self.results)
+        if not n:
+            return {}
+        mean = {k: sum(r.metrics.get(k, 0.0) for r in self.results) / n
+                for k in ("startup_s", "setup_s", "data_setup_s", "build_s", "measure_s", "teardown_s",
+                          "trial_wall_s")}  # fmt: skip
+        loop = sum(self.trial_loop_s) / n
+        mean["recording_s"] = loop - mean["trial_wall_s"]
+        mean["per_trial_s"] = loop
+        mean["overhead_s"] = loop - mean["data_setup_s"] - mean["build_s"] - mean["measure_s"]
+        return mean
 
 
 @contextlib.contextmanager
@@ -116,13 +132,17 @@ def run_sweep(
     (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
     report = SweepReport(parent, recorder.experiment_id, sweep_dir)
     csv_path, jsonl_path = sweep_dir / "results.csv", sweep_dir / "results.jsonl"
-    echo(f"dinox: {len(trials)} trials of {name!r} -> {recorder.uri} (experiment {recorder.experiment_id}, "
-         f"parent run {parent}); local results in {sweep_dir}")  # fmt: skip
+    plural = "s" if len(trials) != 1 else ""
+    echo(
+        f"dinox: {len(trials)} trial{plural} of {name!r} -> {recorder.uri} (experiment {recorder.experiment_id}, "
+        f"parent run {parent}); local results in {sweep_dir}"
+    )
 
     run_id = ""
     try:
         with _signals_raise():
             for trial in trials:
+                t_trial = time.time()
                 run_id = recorder.open_trial(trial)
                 spawn = (lambda pid, t=trial: on_spawn(t, pid)) if on_spawn else None
                 outcome = runner.run_trial(trial, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}", spawn)
@@ -134,6 +154,7 @@ def run_sweep(
                 _write_csv(csv_path, report.rows)
                 recorder.close_trial(run_id, outcome)
                 run_id = ""
+                report.trial_loop_s.append(time.time() - t_trial)
                 echo(describe(trial, outcome.result))
     except (KeyboardInterrupt, Interrupted) as e:
         # Ignore further signals until the store says KILLED: a second Ctrl-C must not leave runs RUNNING.

@@ -90,3 +90,26 @@ def test_hung_child_is_timeout_and_killed(write_spec, tmp_path):
     assert "no result after measure.timeout_s=3s" in r.error
     assert 3.0 <= time.time() - t0 < 3.0 + runner.TERM_GRACE_S + 5
     assert group_gone(pids[0])
+
+
+def test_mixed_precision_channels_last_and_checkpointing_run(write_spec, tmp_path):
+    extra = (
+        "precision: fp16-mixed\nsweep:\n  cases:\n    - {model.channels_last: true, model.grad_checkpointing: true}\n"
+        "    - {precision: bf16-mixed, optimizer.name: sgd, optimizer.momentum: 0.8}\n"
+    )
+    for trial in grid.expand(spec.load(write_spec(TINY.format(name="prec") + extra))):
+        r = runner.run_trial(trial, tmp_path / str(trial.index)).result
+        assert r.status == "ok", r.error
+        assert r.metrics["loss"] == pytest.approx(r.metrics["loss"])  # finite, not NaN
+
+
+def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_path):
+    text = TINY.format(name="comp").replace("vit_tiny_patch16_224", "resnet18").replace(", kwargs: {patch_size: 8}", "")
+    (trial,) = grid.expand(spec.load(write_spec(text + "sweep: {cases: [{model.compile: true}]}\n")))
+    r = runner.run_trial(trial, tmp_path / "t").result
+    assert r.status == "ok", r.error
+    m = r.metrics
+    # Compilation lands in the first warm-up step, never in the timed window.
+    assert m["compile_s"] > 5 * m["step_s_p50"]
+    assert m["window_s"] < m["first_step_s"]
+    assert max(r.step_s) < m["compile_s"]

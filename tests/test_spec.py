@@ -50,7 +50,8 @@ def test_unknown_top_level_section(write_spec):
     ],
 )
 def test_wrong_values_name_their_field(write_spec, body, path, fragment):
-    text = "name: m\nmodel: {name: resnet18}\n" + body + "\n"
+    base = "name: m\n" if body.startswith("model:") else "name: m\nmodel: {name: resnet18}\n"
+    text = base + body + "\n"
     msg = problems(write_spec(text))
     assert f"{path}:" in msg and fragment in msg
 
@@ -170,3 +171,8 @@ def test_kwargs_are_free_form_and_sweepable(write_spec):
     trials = load_trials(path)
     assert [t.spec.model.kwargs["depth"] for t in trials] == [2, 4]
     assert trials[0].spec.flat_params()["model.kwargs.depth"] == "2"
+
+
+def test_duplicate_keys_are_refused_with_both_lines(write_spec):
+    path = write_spec("name: m\nmodel: {name: resnet18}\nbatch: {size: 8}\nmodel: {name: resnet50}\n")
+    assert f"{path}:4: model: duplicate key (first given on line 2)" in problems(path)
