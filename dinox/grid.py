@@ -15,9 +15,10 @@ from typing import Any
 
 from dinox.spec import FieldProblem, Problem, SpecDocument, SpecError, TrialSpec, check_trial
 
-# Knobs that do not change what a trial measures, so they do not change its id: resuming a sweep after
-# raising its timeout or editing its budget still recognises the trials already measured.
-_ID_EXCLUDED = {"name", "measure.timeout_s"}
+# Knobs that do not change what a trial measures, only how long it may take or how its figures are read,
+# so they do not change its id: a sweep resumed after raising its timeout, editing its budget or the
+# bound threshold still recognises the trials already measured. (The budget is not in the params at all.)
+_ID_EXCLUDED = {"name", "measure.timeout_s", "measure.bound_threshold", "hardware.peak_tflops"}
 
 
 @dataclass(frozen=True)

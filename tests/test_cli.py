@@ -133,3 +133,43 @@ def test_help_explains_each_command(tmp_path):
         proc = run_dinox([command, "--help"], cwd=tmp_path)
         assert proc.returncode == 0 and "SPEC" in proc.stdout
     assert "--tracking-uri" in run_dinox(["run", "--help"], cwd=tmp_path).stdout
+
+
+def test_sigterm_mid_trial_marks_killed_and_leaves_no_process(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    # Enough timed steps that the trial is surely still running when the signal comes.
+    text = TINY.format(name="sigterm").replace("bench_steps: 3", "bench_steps: 100000") + "loader: {num_workers: 1}\n"
+    (tmp_path / "s.yaml").write_text(text)
+    env = dict(os.environ)
+    env.pop("MLFLOW_RUN_ID", None)
+    proc = subprocess.Popen([sys.executable, "-m", "dinox", "run", "s.yaml"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 120
+    child = None
+    while time.time() < deadline and child is None:  # wait for the trial to be in its timed steps
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            if "dinox.trial" in " ".join(p.cmdline()) and len(p.children()) >= 1:
+                child = p
+        time.sleep(0.2)
+    assert child is not None, "the trial never started its loader worker"
+    tree = [child, *child.children(recursive=True)]
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "marked KILLED" in err and "Traceback" not in err
+    gone, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive, f"left behind: {alive}"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("sigterm").experiment_id])
+    assert sorted((r.data.tags["dinox.role"], r.info.status) for r in runs) == [
+        ("sweep", "KILLED"), ("trial", "KILLED")
+    ]  # fmt: skip
+    (trial,) = [r for r in runs if r.data.tags["dinox.role"] == "trial"]
+    assert trial.data.tags["dinox.error"] == "interrupted by SIGTERM"

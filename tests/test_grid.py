@@ -54,13 +54,14 @@ def test_trial_ids_are_unique_and_stable(write_spec):
 def test_same_configuration_same_id_however_written(write_spec):
     a = write_spec("name: a\nmodel: {name: resnet18}\nbatch: {size: 64, accumulation: 4}\n", "a.yaml")
     b = write_spec(
-        "name: b\nmodel: {name: resnet18}\nbatch: {size: 64, effective: 256}\nmeasure: {timeout_s: 60}\n"
+        "name: b\nmodel: {name: resnet18}\nbatch: {size: 64, effective: 256}\n"
+        "measure: {timeout_s: 60, bound_threshold: 0.2}\nhardware: {peak_tflops: 989}\n"
         "budget: {days: 3, target_images: 100}\n",
         "b.yaml",
     )
     c = write_spec("name: a\nmodel: {name: resnet18}\nbatch: {size: 64, accumulation: 2}\n", "c.yaml")
     (ta,), (tb,), (tc,) = (grid.expand(spec.load(p)) for p in (a, b, c))
-    assert ta.trial_id == tb.trial_id  # experiment name, timeout and budget do not change what is measured
+    assert ta.trial_id == tb.trial_id  # none of name, timeout, threshold, peak, budget changes what is measured
     assert ta.trial_id != tc.trial_id
 
 

@@ -67,14 +67,17 @@ def test_exception_in_trial_is_error_with_message(write_spec, tmp_path):
     assert "unknown timm model 'vit_tinny_patch16_224'" in r.error and "vit_tiny_patch16_224" in r.error
 
 
-def test_aborting_child_is_crashed_with_its_stderr_tail(write_spec, tmp_path):
+@pytest.mark.parametrize(
+    ("sig", "report"), [(signal.SIGABRT, "Fatal Python error: Aborted"), (signal.SIGSEGV, "Segmentation fault")]
+)
+def test_dying_child_is_crashed_with_its_stderr_tail(write_spec, tmp_path, sig, report):
     trial = one_trial(write_spec)
-    on_spawn, pids = later(1.0, lambda pid: os.kill(pid, signal.SIGABRT))
+    on_spawn, pids = later(1.0, lambda pid: os.kill(pid, sig))
     outcome = runner.run_trial(trial, tmp_path / "t", on_spawn=on_spawn)
     r = outcome.result
     assert r.status == "crashed"
-    assert "child killed by SIGABRT" in r.error
-    assert "Fatal Python error: Aborted" in r.error  # faulthandler's report, from the child's log
+    assert f"child killed by {sig.name}" in r.error
+    assert report in r.error  # faulthandler's report, from the child's log
     assert r.metrics["trial_wall_s"] < 30
     assert group_gone(pids[0])
 
