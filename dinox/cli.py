@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -115,6 +116,135 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str) -> None:
                f"recording {t['recording_s']:.1f}s")  # fmt: skip
     if uri.startswith("sqlite:///"):
         click.echo(f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)")
+
+
+@main.command()
+@click.option(
+    "--experiment",
+    "experiments",
+    multiple=True,
+    metavar="NAME",
+    help="Experiment whose trial runs to read (repeatable). Default: the --spec's name.",
+)
+@click.option(
+    "--run-id", "run_ids", multiple=True, metavar="ID", help="A sweep's parent run: read its trial runs (repeatable)."
+)
+@click.option(
+    "--tracking-uri",
+    default=None,
+    metavar="URI",
+    help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="decision",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where report.md, decision.json and the plots go.",
+)
+@click.option("--spec", "spec_file", default=None, metavar="SPEC", help="Take the budget (and experiment) from SPEC.")
+@click.option("--days", type=float, default=None, help="Compute budget in days.")
+@click.option("--dataset-size", type=int, default=None, help="Images per epoch (with --epochs).")
+@click.option("--epochs", type=float, default=None, help="Epochs of the schedule (with --dataset-size).")
+@click.option("--target-images", type=int, default=None, help="The schedule as a number of images.")
+@click.option(
+    "--utilization",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Share of wall time a real run spends in training steps (evaluation, checkpoints, restarts).",
+)
+@click.option(
+    "--effective-batch",
+    type=int,
+    default=None,
+    help="Only trials with this effective batch count (the recipe needs it).",
+)
+@click.option(
+    "--max-memory-share",
+    type=float,
+    default=0.90,
+    show_default=True,
+    help="Trials whose peak reserved memory is above this share of the device are not recommended.",
+)
+@click.option(
+    "--knee-tolerance",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="The worker knee: fewest workers within this share of the best throughput.",
+)
+@click.option("--no-log", is_flag=True, help="Do not record the decision as an MLflow run.")
+def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri: str | None, out_dir: str,
+           spec_file: str | None, days: float | None, dataset_size: int | None, epochs: float | None,
+           target_images: int | None, utilization: float, effective_batch: int | None, max_memory_share: float,
+           knee_tolerance: float, no_log: bool) -> None:  # fmt: skip
+    """GO / NO-GO: can the schedule finish inside the budget, on the trials recorded in MLflow?
+
+    \b
+    Reads trial runs (tag dinox.status) of --experiment NAME(s) or of sweep --run-id(s), takes the budget
+    from --spec and/or --days with --dataset-size and --epochs (or --target-images), and writes report.md,
+    decision.json and PNG plots to --out, also logged as artifacts of a dinox.role=decision run.
+    Exit code: 0 GO, 1 NO-GO, 2 error.
+    """
+    from dinox import decide as decide_mod
+    from dinox.tracking import TrackingError, fetch_trials, log_decision, resolve_tracking_uri
+
+    base: dict = {}
+    names = list(experiments)
+    if spec_file:
+        _doc, trials = _load(spec_file)
+        budget_spec = trials[0].spec.budget
+        if budget_spec is not None:
+            base = budget_spec.model_dump()
+        if not names and not run_ids:
+            names = [trials[0].spec.name]
+    if not names and not run_ids:
+        _fail("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
+    if days is not None:
+        base["days"] = days
+    if target_images is not None:
+        base.update(target_images=target_images, dataset_size=None, epochs=None)
+    if dataset_size is not None or epochs is not None:
+        base["target_images"] = None
+        base.update({k: v for k, v in (("dataset_size", dataset_size), ("epochs", epochs)) if v is not None})
+    if "days" not in base or base["days"] is None:
+        _fail("no budget: give --days with --dataset-size and --epochs (or --target-images), or a --spec with one")
+    try:
+        budget = decide_mod.Budget(
+            days=base["days"], dataset_size=base.get("dataset_size"), epochs=base.get("epochs"),
+            target_images=base.get("target_images"), utilization=utilization,
+        )  # fmt: skip
+        policy = decide_mod.Policy(max_memory_share, effective_batch, knee_tolerance)
+        uri = resolve_tracking_uri(tracking_uri)
+        records, sources, home = fetch_trials(uri, names, list(run_ids))
+        if not records:
+            _fail(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {uri}")
+        decision = decide_mod.decide(records, budget, policy)
+    except (decide_mod.DecisionError, TrackingError) as e:
+        _fail(str(e))
+    decision.sources = sources
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    from dinox.plots import write_plots
+
+    plots = write_plots(decision, records, out)
+    report = out / "report.md"
+    report.write_text(decide_mod.render_markdown(decision, [p.name for p in plots]))
+    payload = decide_mod.to_json(decision)
+    (out / "decision.json").write_text(json.dumps(payload, indent=2) + "\n")
+    click.echo(decide_mod.render_terminal(decision))
+    click.echo(f"report: {report}  decision: {out / 'decision.json'}")
+    if not no_log:
+        try:
+            files = [report, out / "decision.json", *plots]
+            params, metrics = decide_mod.log_params(decision), decide_mod.log_metrics(decision)
+            run_id = log_decision(uri, home, decision.verdict, params, metrics, files)
+        except TrackingError as e:
+            _fail(str(e))
+        click.echo(f"logged as decision run {run_id}")
+    sys.exit(0 if decision.verdict == "GO" else 1)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dinox.grid import Trial
+from dinox.records import TrialRecord
 from dinox.result import TrialResult, one_line
 from dinox.runner import ChildOutcome
 
@@ -174,3 +175,93 @@ def result_summary(results: list[TrialResult]) -> dict[str, int]:
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     return counts
+
+
+# --- reading back, and the decision run ------------------------------------------------------------
+
+
+def _search_all(client: MlflowClient, experiment_ids: list[str], filter_string: str = "") -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def fetch_trials(
+    tracking_uri: str, experiments: list[str], run_ids: list[str]
+) -> tuple[list[TrialRecord], list[str], str]:
+    """Trial records of the named experiments and/or sweep parent runs; also the sources read and the
+    experiment id a decision run should go to. Raises TrackingError for what does not exist."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found: dict[str, TrialRecord] = {}
+    sources: list[str] = []
+    home = ""
+    try:
+        for name in experiments:
+            exp = client.get_experiment_by_name(name)
+            if exp is None or exp.lifecycle_stage == "deleted":
+                raise TrackingError(f"experiment {name!r} not found in {tracking_uri}")
+            home = home or exp.experiment_id
+            sources.append(f"experiment {name}")
+            for run in _search_all(client, [exp.experiment_id]):
+                _keep(run, found)
+        for run_id in run_ids:
+            try:
+                parent = client.get_run(run_id)
+            except MlflowException:
+                raise TrackingError(f"run {run_id!r} not found in {tracking_uri}") from None
+            home = home or parent.info.experiment_id
+            sources.append(f"sweep run {run_id}")
+            children = _search_all(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+            for run in children:
+                _keep(run, found)
+    except MlflowException as e:
+        raise TrackingError(f"tracking store {tracking_uri}: {one_line(e.message, 300)}") from None
+    return list(found.values()), sources, home
+
+
+def _keep(run, found: dict[str, TrialRecord]) -> None:
+    tags = run.data.tags
+    # The record's own key: a trial is a run with a dinox.status, whoever logged it; sweeps and decisions
+    # carry a dinox.role of their own and no status.
+    if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision"):
+        return
+    found[run.info.run_id] = TrialRecord(
+        run_id=run.info.run_id,
+        experiment_id=run.info.experiment_id,
+        run_name=run.info.run_name or "",
+        params=dict(run.data.params),
+        metrics=dict(run.data.metrics),
+        tags=dict(tags),
+    )
+
+
+def log_decision(
+    tracking_uri: str, experiment_id: str, verdict: str, params: dict[str, str], metrics: dict[str, float],
+    files: list[Path],
+) -> str:  # fmt: skip
+    """Record a decision as a run of its own (dinox.role = decision) with the report files as artifacts.
+    Under `mlflow run`, the run MLflow started is that run."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        run_id = os.environ.get("MLFLOW_RUN_ID")
+        if not run_id:
+            run_id = client.create_run(
+                experiment_id, run_name=f"decision {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            ).info.run_id
+        ts = _now_ms()
+        client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
+            tags=[RunTag("dinox.role", "decision"), RunTag("dinox.verdict", verdict)],
+        )
+        for path in files:
+            client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id, "FINISHED")
+    except MlflowException as e:
+        raise TrackingError(f"tracking store {tracking_uri}: {one_line(e.message, 300)}") from None
+    return run_id
