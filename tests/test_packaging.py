@@ -45,6 +45,9 @@ def test_mlproject_main_entry_takes_a_spec():
     assert "spec" in main["parameters"]
     assert main["command"] == "python -m dinox run {spec}"
     assert project["conda_env"] == "conda.yaml"
+    decide_entry = project["entry_points"]["decide"]
+    assert {"spec", "out"} <= set(decide_entry["parameters"])
+    assert decide_entry["command"].startswith("python -m dinox decide --spec {spec} --out {out}")
 
 
 def _field_paths(model, prefix=""):

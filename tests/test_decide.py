@@ -1,0 +1,158 @@
+"""The decision policy on known figures: the motivating study's ViT-L / ViT-G numbers and its loader sweep."""
+
+from __future__ import annotations
+
+import pytest
+
+from dinox import decide
+from dinox.records import TrialRecord
+from tests import study
+
+BUDGET = decide.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
+IMAGES = study.DATASET * study.EPOCHS  # 24,452,700
+
+
+def by_name(d: decide.Decision, name: str) -> decide.ModelVerdict:
+    (mv,) = [m for m in d.models if m.name == name]
+    return mv
+
+
+def test_study_vit_large_go_vit_giant_no_go():
+    d = decide.decide(study.records(study.study()), BUDGET)
+    assert d.verdict == "GO"
+    large, giant = by_name(d, "vit_large_patch14_dinov2"), by_name(d, "vit_giant_patch14_dinov2")
+    # ViT-L at 48x4 is the fastest by p90: 24,452,700 / (23.54 x 86400) = 12.02 days.
+    assert large.best.configuration["batch.size"] == "48"
+    assert large.best.conservative_ips == pytest.approx(23.54)
+    assert large.best.days == pytest.approx(IMAGES / (23.54 * 86400))
+    assert large.best.days == pytest.approx(12.02, abs=0.01)
+    assert large.go and large.margin_days == pytest.approx(15 - 12.02, abs=0.01)
+    # ViT-G at 32x8 with checkpointing: 52.4 days, and the budget buys 28.6 of the 100 epochs.
+    assert giant.best.configuration["batch.size"] == "32"
+    assert giant.best.days == pytest.approx(IMAGES / (5.40 * 86400))
+    assert giant.best.days == pytest.approx(52.41, abs=0.01)
+    assert not giant.go
+    assert giant.epochs_in_budget == pytest.approx(5.40 * 86400 * 15 / study.DATASET)
+    assert giant.epochs_in_budget == pytest.approx(28.62, abs=0.01)
+    # The recommendation is the largest GO model, with its configuration and run.
+    assert d.recommended is large
+    assert "vit_large_patch14_dinov2" in d.reason and "12.0 days" in d.reason
+    # Models listed largest first; the median is shown beside the conservative figure.
+    assert [m.name for m in d.models] == ["vit_giant_patch14_dinov2", "vit_large_patch14_dinov2"]
+    assert large.best.median_ips == pytest.approx(23.54 / 0.97)
+
+
+def test_oom_boundary_is_per_memory_configuration():
+    d = decide.decide(study.records(study.study()), BUDGET)
+    giant = by_name(d, "vit_giant_patch14_dinov2")
+    # Without checkpointing 4 fit and 8 did not; with it, nothing OOMed, so there is no boundary to report.
+    (boundary,) = giant.oom
+    assert boundary.settings["model.grad_checkpointing"] == "False"
+    assert (boundary.largest_ok, boundary.smallest_oom) == (4, 8)
+    assert by_name(d, "vit_large_patch14_dinov2").oom == []
+
+
+def test_required_effective_batch_filters_the_recipe():
+    d = decide.decide(study.records(study.study()), BUDGET, decide.Policy(effective_batch=256))
+    large = by_name(d, "vit_large_patch14_dinov2")
+    assert large.best.configuration["batch.size"] == "64"  # 64x4 = 256, the study's choice
+    assert {c.configuration["batch.size"] for c in large.candidates if not c.excluded} == {"64", "128"}
+    assert all("effective batch" in c.excluded for c in large.candidates if c.configuration["batch.size"] == "48")
+    assert by_name(d, "vit_giant_patch14_dinov2").best.configuration["batch.size"] == "32"  # 32x8 = 256
+
+
+def test_memory_headroom_excludes_a_faster_trial_near_the_edge():
+    rows = study.study() + [study.trial(study.VIT_L, 192, 2, 30.0, reserved_gb=90.0, run_id="edge")]
+    d = decide.decide(study.records(rows), BUDGET)
+    large = by_name(d, "vit_large_patch14_dinov2")
+    (edge,) = [c for c in large.candidates if c.run_id == "edge"]
+    assert edge.excluded.startswith("peak reserved memory 94% of the device > 90%")
+    assert large.best.run_id != "edge"
+    relaxed = decide.decide(study.records(rows), BUDGET, decide.Policy(max_memory_share=0.95))
+    assert by_name(relaxed, "vit_large_patch14_dinov2").best.run_id == "edge"
+
+
+def test_no_go_says_what_would_be_needed():
+    tight = decide.Budget(days=10, dataset_size=study.DATASET, epochs=study.EPOCHS)
+    d = decide.decide(study.records(study.study()), tight)
+    assert d.verdict == "NO-GO" and d.recommended is None
+    assert d.needed_ips == pytest.approx(IMAGES / (10 * 86400))  # 28.3 img/s
+    assert "needs 28.3 img/s" in d.reason and "12.0 days" in d.reason
+    text = decide.render_markdown(d, [])
+    assert "reach 28.3 img/s (p90)" in text and "grant 12.0 days" in text
+    assert "the 83.2 epochs the budget buys it" in text  # 23.54 x 86400 x 10 / 244,527
+
+
+def test_utilization_stretches_the_days():
+    budget = decide.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS, utilization=0.8)
+    d = decide.decide(study.records(study.study()), budget)
+    large = by_name(d, "vit_large_patch14_dinov2")
+    assert large.best.days == pytest.approx(12.02 / 0.8, abs=0.01)  # 15.03 days: no longer fits
+    assert d.verdict == "NO-GO"
+
+
+def test_target_images_budget():
+    budget = decide.Budget(days=15, target_images=10_000_000)
+    d = decide.decide(study.records(study.study()), budget)
+    giant = by_name(d, "vit_giant_patch14_dinov2")
+    assert giant.best.days == pytest.approx(10_000_000 / (5.40 * 86400))  # 21.4: still NO-GO
+    assert giant.epochs_in_budget is None and giant.images_in_budget == pytest.approx(5.40 * 86400 * 15)
+
+
+def test_worker_knee_and_pinned_memory():
+    d = decide.decide(study.records(study.loader_study()), BUDGET)
+    knees = {tuple(sorted(k.settings.items())): k for k in d.loader.knees}
+    pinned = knees[(("loader.pin_memory", "True"),)]
+    # Best 503 img/s at 24 workers; 8 workers give 495 >= 0.95 x 503: the knee is 8.
+    assert pinned.points == [(0, pytest.approx(78 * 1.02)), (4, pytest.approx(337 * 1.02)),
+                             (8, pytest.approx(495 * 1.02)), (16, pytest.approx(482 * 1.02)),
+                             (24, pytest.approx(503 * 1.02)), (32, pytest.approx(485 * 1.02))]  # fmt: skip
+    assert (pinned.knee_workers, pinned.best_workers) == (8, 24)
+    assert len(d.loader.pin) == 5 and all(p.ratio == pytest.approx(1 / 0.94) for p in d.loader.pin)
+    assert d.loader.pin_summary.startswith("pinned memory helps: faster in 5 of 5")
+    assert [name for name, _m, _ips in d.loader.io_bound] == ["resnet18-32x1-w0-True-ok"]
+
+
+def test_records_from_another_tool_without_optional_fields():
+    # Only the names of the record: no batch.effective, no step-time quantiles.
+    r = TrialRecord("x", "0", "other", {"model.name": "m", "batch.size": "16", "batch.accumulation": "2"},
+                    {"images_per_s": 50.0}, {"dinox.status": "ok"})  # fmt: skip
+    d = decide.decide([r], decide.Budget(days=1, target_images=50 * 86400))
+    (mv,) = d.models
+    assert mv.best.effective_batch == 32 and mv.best.conservative_ips == 50.0
+    assert mv.best.days == pytest.approx(1.0) and d.verdict == "GO"
+
+
+def test_nothing_ok_is_no_go_with_reason():
+    rows = [study.trial(study.VIT_G, 8, 1, None, "oom"), study.trial(study.VIT_G, 4, 1, None, "crashed")]
+    d = decide.decide(study.records(rows), BUDGET)
+    assert d.verdict == "NO-GO" and "no trial qualifies" in d.reason
+    assert d.models[0].statuses == {"oom": 1, "crashed": 1}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"days": 15, "dataset_size": 10}, "--dataset-size with --epochs"),
+        ({"days": 15, "target_images": 5, "epochs": 3}, "not both"),
+        ({"days": 0, "target_images": 5}, "days must be > 0"),
+        ({"days": 1, "target_images": 5, "utilization": 1.5}, "utilization must be in (0, 1]"),
+    ],
+)
+def test_budget_errors(kwargs, message):
+    with pytest.raises(decide.DecisionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        decide.Budget(**kwargs)
+
+
+def test_json_has_the_contract_keys():
+    d = decide.decide(study.records(study.study()), BUDGET)
+    payload = decide.to_json(d)
+    assert {"verdict", "recommended", "models", "budget", "policy"} <= set(payload)
+    assert payload["verdict"] == "GO"
+    rec = payload["recommended"]
+    assert rec["model"] == "vit_large_patch14_dinov2" and rec["run_id"] == "vit_large-48x4-w4-True-ok"
+    assert rec["configuration"]["batch.size"] == "48"
+    assert payload["budget"]["images_needed"] == IMAGES
+    assert {m["model"]: m["verdict"] for m in payload["models"]} == {
+        "vit_giant_patch14_dinov2": "NO-GO", "vit_large_patch14_dinov2": "GO"
+    }  # fmt: skip

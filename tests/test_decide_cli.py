@@ -1,0 +1,197 @@
+"""`dinox decide` as a user runs it, on stores built through MLflow's public API: a SQLite file, and a real
+`mlflow server` process on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from mlflow import MlflowClient
+
+from tests import study
+from tests.conftest import run_dinox
+
+BUDGET = ["--days", "15", "--dataset-size", str(study.DATASET), "--epochs", str(study.EPOCHS)]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sqlite_store(tmp_path_factory):
+    work = tmp_path_factory.mktemp("decide")
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    parent, _ids = study.log(client, "study", study.study())
+    study.log(client, "loader", study.loader_study())
+    client.create_experiment("empty")
+    return work, uri, parent
+
+
+def decide(work, uri, *args):
+    return run_dinox(["decide", "--tracking-uri", uri, *args], cwd=work)
+
+
+def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
+    work, uri, _ = sqlite_store
+    proc = decide(work, uri, "--experiment", "study", *BUDGET, "--out", "go")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("GO: vit_large_patch14_dinov2 ")
+    payload = json.loads((work / "go" / "decision.json").read_text())
+    assert payload["verdict"] == "GO"
+    assert payload["recommended"]["model"] == "vit_large_patch14_dinov2"
+    assert payload["recommended"]["days"] == pytest.approx(12.02, abs=0.01)
+    giant = next(m for m in payload["models"] if m["model"] == "vit_giant_patch14_dinov2")
+    assert giant["verdict"] == "NO-GO" and giant["epochs_in_budget"] == pytest.approx(28.62, abs=0.01)
+    assert giant["oom_boundary"][0]["largest_ok"] == 4 and giant["oom_boundary"][0]["smallest_oom"] == 8
+    report = (work / "go" / "report.md").read_text()
+    assert report.startswith("# Throughput decision: GO") and "Proceed with **vit_large_patch14_dinov2" in report
+    for png in ("throughput_vs_batch.png", "days_vs_budget.png"):
+        assert (work / "go" / png).read_bytes()[:8] == PNG
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("study")
+    (run,) = client.search_runs([exp.experiment_id], "tags.`dinox.role` = 'decision'")
+    assert run.data.tags["dinox.verdict"] == "GO" and run.info.status == "FINISHED"
+    assert run.data.params["budget.days"] == "15.0"
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
+        "report.md", "decision.json", "throughput_vs_batch.png", "days_vs_budget.png"
+    }  # fmt: skip
+
+
+def test_no_go_exits_1(sqlite_store):
+    work, uri, _ = sqlite_store
+    proc = decide(work, uri, "--experiment", "study", "--days", "10", "--target-images", "24452700", "--no-log",
+                  "--out", "nogo")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("NO-GO: no model finishes 24,452,700 images in 10 days; it needs 28.3 img/s")
+
+
+def test_run_id_reads_one_sweep(sqlite_store):
+    work, uri, parent = sqlite_store
+    proc = decide(work, uri, "--run-id", parent, *BUDGET, "--effective-batch", "256", "--no-log", "--out", "rid")
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads((work / "rid" / "decision.json").read_text())
+    assert payload["recommended"]["configuration"]["batch.size"] == "64"
+    assert payload["sources"] == [f"sweep run {parent}"]
+
+
+def test_loader_sweep_knee_plot_and_several_experiments(sqlite_store):
+    work, uri, _ = sqlite_store
+    proc = decide(work, uri, "--experiment", "study", "--experiment", "loader", *BUDGET, "--no-log", "--out", "ld")
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads((work / "ld" / "decision.json").read_text())
+    assert len(payload["models"]) == 3
+    knee = next(k for k in payload["loader"]["knees"] if k["settings"].get("loader.pin_memory") == "True")
+    assert (knee["knee_workers"], knee["best_workers"]) == (8, 24)
+    assert (work / "ld" / "throughput_vs_workers.png").read_bytes()[:8] == PNG
+    assert "Worker knee" in (work / "ld" / "report.md").read_text()
+
+
+def test_budget_and_experiment_from_the_spec(sqlite_store):
+    work, uri, _ = sqlite_store
+    (work / "s.yaml").write_text(f"name: study\nmodel: {{name: resnet18}}\nbudget: {{days: 15, dataset_size: "
+                                 f"{study.DATASET}, epochs: {study.EPOCHS}}}\n")  # fmt: skip
+    proc = decide(work, uri, "--spec", "s.yaml", "--no-log", "--out", "sp")
+    assert proc.returncode == 0, proc.stderr
+    # An option overrides the spec's budget field by field.
+    proc = decide(work, uri, "--spec", "s.yaml", "--days", "12", "--no-log", "--out", "sp2")
+    assert proc.returncode == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--experiment", "nope", *BUDGET], "error: experiment 'nope' not found in sqlite:///"),
+        (["--experiment", "empty", *BUDGET], "error: no dinox trial runs (tag dinox.status) in experiment empty"),
+        (["--experiment", "study"], "error: no budget: give --days"),
+        (["--experiment", "study", "--days", "3"], "error: budget needs --target-images, or --dataset-size"),
+        ([*BUDGET], "error: give --experiment NAME, --run-id ID or --spec SPEC"),
+        (["--run-id", "0123abc", *BUDGET], "error: run '0123abc' not found"),
+    ],
+)
+def test_errors_exit_2_with_one_line(sqlite_store, args, message):
+    work, uri, _ = sqlite_store
+    proc = decide(work, uri, *args, "--no-log")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(message), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on loopback with a SQLite backend and proxied artifacts."""
+    root = tmp_path_factory.mktemp("server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'm.db'}",
+         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "wb"), start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+    yield url, root
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def test_decide_against_a_real_tracking_server(mlflow_server, tmp_path):
+    url, _root = mlflow_server
+    client = MlflowClient(url)
+    study.log(client, "served", study.study())
+    proc = run_dinox(["decide", "--experiment", "served", *BUDGET, "--out", "out"], cwd=tmp_path,
+                     env={"MLFLOW_TRACKING_URI": url})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "out" / "decision.json").read_text())["verdict"] == "GO"
+    exp = client.get_experiment_by_name("served")
+    (run,) = client.search_runs([exp.experiment_id], "tags.`dinox.role` = 'decision'")
+    # The artifacts went through the server's artifact proxy and come back the same way.
+    assert "decision.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    local = client.download_artifacts(run.info.run_id, "decision.json", str(tmp_path))
+    assert json.loads(open(local).read())["verdict"] == "GO"
+    proc = run_dinox(["decide", "--experiment", "served", "--days", "10", "--dataset-size", str(study.DATASET),
+                      "--epochs", "100", "--no-log", "--out", "out2"], cwd=tmp_path,
+                     env={"MLFLOW_TRACKING_URI": url})  # fmt: skip
+    assert proc.returncode == 1
+
+
+def test_mlproject_decide_entry_point(sqlite_store, tmp_path):
+    from pathlib import Path
+
+    from tests.conftest import ROOT
+
+    work, uri, _ = sqlite_store
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: study\nmodel: {name: resnet18}\nbudget: {days: 10, target_images: 24452700}\n")
+    env = dict(os.environ, MLFLOW_TRACKING_URI=uri)
+    env.pop("MLFLOW_RUN_ID", None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlflow", "run", str(ROOT), "-e", "decide", "--env-manager", "local",
+         "--experiment-name", "study", "-P", f"spec={spec}", "-P", f"out={tmp_path / 'out'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # NO-GO is a decision, not a failed run
+    assert "NO-GO" in proc.stdout
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("study")
+    runs = client.search_runs([exp.experiment_id], "tags.`mlflow.project.entryPoint` = 'decide'")
+    (run,) = runs
+    assert run.data.tags["dinox.role"] == "decision" and run.data.tags["dinox.verdict"] == "NO-GO"
+    assert run.info.status == "FINISHED"
+    assert "report.md" in {a.path for a in client.list_artifacts(run.info.run_id)}
