@@ -284,24 +284,28 @@ def _loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFind
     ok = [r for r in records if r.status == "ok" and "images_per_s" in r.metrics]
     findings = LoaderFindings()
     # The worker knee: among trials equal in everything but loader.num_workers.
-    for settings, rs in _groups_without(ok, "loader.num_workers"):
+    knees: list[tuple[tuple, list[tuple[int, float]]]] = []
+    for key, rs in _groups_without(ok, "loader.num_workers"):
         by_workers: dict[int, float] = {}
         for r in rs:
             w = r.param_int("loader.num_workers")
             if w is not None:
                 by_workers[w] = max(by_workers.get(w, 0.0), r.metrics["images_per_s"])
-        if len(by_workers) < 2:
-            continue
-        points = sorted(by_workers.items())
+        if len(by_workers) >= 2:
+            knees.append((key, sorted(by_workers.items())))
+    for settings, (_key, points) in zip(_telling([k for k, _ in knees]), knees, strict=True):
         best_w, best = max(points, key=lambda p: p[1])
         knee = min(w for w, ips in points if ips >= (1 - tolerance) * best)
         findings.knees.append(KneeRow(settings, points, knee, best_w, best))
     # Pinned memory: pairs equal in everything but loader.pin_memory.
-    for settings, rs in _groups_without(ok, "loader.pin_memory"):
+    pairs: list[tuple[tuple, float, float]] = []
+    for key, rs in _groups_without(ok, "loader.pin_memory"):
         pinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory")]
         unpinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory") is False]
         if pinned and unpinned:
-            findings.pin.append(PinRow(settings, max(pinned), max(unpinned)))
+            pairs.append((key, max(pinned), max(unpinned)))
+    for settings, (_key, on, off) in zip(_telling([k for k, _, _ in pairs]), pairs, strict=True):
+        findings.pin.append(PinRow(settings, on, off))
     findings.io_bound = [
         (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])
         for r in ok
@@ -310,19 +314,24 @@ def _loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFind
     return findings
 
 
-def _groups_without(records: list[TrialRecord], swept: str) -> list[tuple[dict[str, str], list[TrialRecord]]]:
-    """Trials equal in every workload param but `swept`, each group shown by the params that tell groups apart."""
+def _groups_without(records: list[TrialRecord], swept: str) -> list[tuple[tuple, list[TrialRecord]]]:
+    """Trials equal in every workload param but `swept`, keyed by those params."""
     groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
     for r in records:
         if swept in r.params:
             key = tuple(sorted((k, v) for k, v in r.params.items() if k != swept and k not in _NOT_CONFIG))
             groups[key].append(r)
+    return list(groups.items())
+
+
+def _telling(keys: list[tuple]) -> list[dict[str, str]]:
+    """Each key shown by only the params that tell it apart from the other keys of its own list."""
     values: dict[str, set[str]] = defaultdict(set)
-    for key in groups:
+    for key in keys:
         for k, v in key:
             values[k].add(v)
-    telling = {k for k, vs in values.items() if len(vs) > 1}
-    return [({k: v for k, v in key if k in telling}, rs) for key, rs in groups.items()]
+    differing = {k for k, vs in values.items() if len(vs) > 1}
+    return [{k: v for k, v in key if k in differing} for key in keys]
 
 
 def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
@@ -452,13 +461,14 @@ def _fmt_settings(settings: dict[str, str]) -> str:
 
 def render_terminal(d: Decision) -> str:
     lines = [f"{d.verdict}: {d.reason}", ""]
-    header = f"{'model':<40} {'params M':>9} {'img/s p90':>10} {'p50':>8} {'days':>7}  {'verdict':<6} trials"
+    width = max(5, *(len(mv.label) for mv in d.models))
+    header = f"{'model':<{width}} {'params M':>9} {'img/s p90':>10} {'p50':>8} {'days':>7}  {'verdict':<6} trials"
     lines.append(header)
     for mv in d.models:
         b = mv.best
         statuses = " ".join(f"{k}={v}" for k, v in sorted(mv.statuses.items()))
         lines.append(
-            f"{mv.label[:40]:<40} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
+            f"{mv.label:<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
             f"{_num(b and b.median_ips, 8, 1)} {_num(b and b.days, 7, 1)}  {'GO' if mv.go else 'NO-GO':<6} {statuses}"
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} img/s (p90)")
@@ -509,7 +519,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     out += ["## Models", ""]
     for mv in d.models:
         out += _model_section(mv, b)
-    out += _loader_section(d.loader)
+    out += _loader_section(d.loader, d.policy.knee_tolerance)
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     if d.notes:
@@ -572,12 +582,12 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
     return out
 
 
-def _loader_section(f: LoaderFindings) -> list[str]:
+def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
     if not (f.knees or f.pin or f.io_bound):
         return []
     out = ["## Input pipeline", ""]
     if f.knees:
-        out += ["Worker knee (fewest workers within 5% of the best throughput, all else equal):", ""]
+        out += [f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal):", ""]
         out += ["| settings | knee | best | best img/s | img/s by workers |", "|---|---|---|---|---|"]
         for k in f.knees:
             curve = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.points)

@@ -25,24 +25,35 @@ def write_plots(d: Decision, records: list[TrialRecord], out: Path) -> list[Path
 
 
 def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(9, 5.5))
     ooms: dict[str, list[int]] = defaultdict(list)
     for r in records:
         if r.status == "oom" and r.batch_size is not None:
             ooms[model_key(r)[0]].append(r.batch_size)
+    values: list[float] = []
     for mv in d.models:
         pts = sorted((int(c.configuration.get("batch.size", 0)), c.conservative_ips) for c in mv.candidates)
         (line,) = ax.plot([], [])
+        color = line.get_color()
         if pts:
             best: dict[int, float] = {}
             for b, ips in pts:
                 best[b] = max(best.get(b, 0.0), ips)
-            ax.scatter([b for b, _ in pts], [ips for _, ips in pts], color=line.get_color(), alpha=0.4, s=18)
-            ax.plot(list(best), list(best.values()), marker="o", color=line.get_color(), label=mv.label[:50])
+            values += [ips for _, ips in pts]
+            ax.scatter([b for b, _ in pts], [ips for _, ips in pts], color=color, alpha=0.4, s=18)
+            ax.plot(list(best), list(best.values()), marker="o", color=color, label=_short(mv.label))
         if ooms.get(mv.key):
-            ax.scatter(ooms[mv.key], [0] * len(ooms[mv.key]), marker="x", s=80, color=line.get_color(),
-                       label=f"{mv.label[:40]}: OOM")  # fmt: skip
-    ax.axhline(d.needed_ips, color="grey", linestyle="--", label=f"needed {d.needed_ips:.1f} img/s")
+            # At the foot of the axes whatever the scale: an OOM has no throughput.
+            ax.scatter(ooms[mv.key], [0.03] * len(ooms[mv.key]), marker="x", s=90, color=color,
+                       transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+            if not pts:
+                ax.plot([], [], marker="o", color=color, label=_short(mv.label))
+    ax.axhline(d.needed_ips, color="grey", linestyle="--", label=f"needed: {d.needed_ips:.1f} img/s")
+    if any(ooms.values()):
+        ax.scatter([], [], marker="x", color="black", label="OOM (at the foot)")
+    values.append(d.needed_ips)
+    if max(values) / max(min(values), 1e-9) > 20:
+        ax.set_yscale("log")  # models decades apart: each stays readable
     ax.set_xscale("log", base=2)
     # Tick at the batch sizes measured, written as numbers (48, 64, 96), not powers of two.
     sizes = sorted({int(c.configuration.get("batch.size", 0)) for mv in d.models for c in mv.candidates}
@@ -52,25 +63,31 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("physical batch size")
     ax.set_ylabel("images/s (p90 step time)")
-    ax.set_title("Throughput against physical batch (x at 0: OOM)")
+    ax.set_title("Throughput against physical batch")
     ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both")
     return _save(fig, path)
 
 
+def _short(label: str, limit: int = 60) -> str:
+    return label if len(label) <= limit else label[: limit - 3] + "..."
+
+
 def _days(d: Decision, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.6 * len(d.models) + 1.5)))
-    labels = [mv.label[:50] for mv in d.models]
+    fig, ax = plt.subplots(figsize=(10, max(2.8, 0.6 * len(d.models) + 1.6)))
+    labels = [_short(mv.label, 45) for mv in d.models]
     days = [mv.best.days if mv.best else 0.0 for mv in d.models]
     colors = ["tab:green" if mv.go else "tab:red" for mv in d.models]
     ax.barh(labels, days, color=colors)
     for i, mv in enumerate(d.models):
-        ax.text(days[i], i, f" {days[i]:.1f} d" if mv.best else " no qualifying trial", va="center", fontsize=8)
-    ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget {d.budget.days:g} days")
+        text = f" {days[i]:.1f} d ({'GO' if mv.go else 'NO-GO'})" if mv.best else " no qualifying trial"
+        ax.text(days[i], i, text, va="center", fontsize=8)
+    ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget: {d.budget.days:g} days")
+    ax.set_xlim(0, max([*days, d.budget.days]) * 1.25)  # room for the annotations
     ax.set_xlabel("days for the schedule (best qualifying trial, p90 throughput)")
-    ax.set_title(f"{d.verdict}: {d.budget.describe()}")
+    ax.set_title(f"{d.verdict}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
 
 
@@ -78,7 +95,7 @@ def _workers(d: Decision, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 5))
     for k in d.loader.knees[:12]:  # more lines than that is unreadable; the report's table has them all
         label = ", ".join(f"{key.rsplit('.', 1)[-1]}={v}" for key, v in k.settings.items()) or "all trials"
-        (line,) = ax.plot([w for w, _ in k.points], [ips for _, ips in k.points], marker="o", label=label[:50])
+        (line,) = ax.plot([w for w, _ in k.points], [ips for _, ips in k.points], marker="o", label=_short(label))
         knee_ips = dict(k.points)[k.knee_workers]
         ax.scatter([k.knee_workers], [knee_ips], s=160, facecolors="none", edgecolors=line.get_color())
     ax.set_xlabel("DataLoader workers")
