@@ -247,5 +247,37 @@ def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri:
     sys.exit(0 if decision.verdict == "GO" else 1)
 
 
+@main.command()
+@click.option("--dicom-root", required=True, type=click.Path(file_okay=False), help="Tree of DICOM series.")
+@click.option(
+    "--out-root", required=True, type=click.Path(file_okay=False), help="Where the PNG series and _index/index.csv go."
+)
+@click.option("--force", is_flag=True, help="Convert every series again, even those already done.")
+@click.option(
+    "--min-slices",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Skip series with fewer readable slices (scouts, localizers).",
+)
+def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> None:
+    """Convert DICOM CT series to lossless 16-bit PNG slices (HU + 32768) and one index.csv.
+
+    \b
+    Slices are converted to Hounsfield units (RescaleSlope / RescaleIntercept) and ordered by position.
+    Incremental: a series already converted is re-indexed, not converted again (--force rebuilds).
+    Unreadable, non-DICOM, non-CT, truncated or compressed-without-decoder input is skipped and reported.
+    """
+    from dinox.data.dicom_preprocess import preprocess as run_preprocess
+    from dinox.data.dicom_preprocess import render_summary
+
+    if not Path(dicom_root).is_dir():
+        _fail(f"--dicom-root {dicom_root}: no such directory")
+    summary = run_preprocess(dicom_root, out_root, force=force, min_slices=min_slices)
+    click.echo(render_summary(summary))
+    if not summary.slices_indexed:
+        _fail(f"no CT series with at least {min_slices} readable slices under {dicom_root}")
+
+
 if __name__ == "__main__":
     main()
