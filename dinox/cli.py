@@ -279,5 +279,28 @@ def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> 
         _fail(f"no CT series with at least {min_slices} readable slices under {dicom_root}")
 
 
+@main.command()
+@click.option("--index-csv", required=True, type=click.Path(dir_okay=False), help="index.csv from dinox preprocess.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the .tar shards.")
+@click.option(
+    "--root",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Folder png_path is relative to; default: the folder above _index/.",
+)
+@click.option("--shard-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Samples per shard.")
+def shards(index_csv: str, out_dir: str, root: str | None, shard_size: int) -> None:
+    """Write webdataset tar shards from an index: each sample keeps its three slices (z-1, z, z+1) as the
+    lossless 16-bit PNGs, for `data: {source: webdataset, shards: DIR}`."""
+    from dinox.data.ct_png import DataError
+    from dinox.data.webdataset_source import write_shards
+
+    try:
+        paths = write_shards(index_csv, out_dir, root=root, shard_size=shard_size)
+    except (DataError, OSError) as e:
+        _fail(str(e))
+    click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")
+
+
 if __name__ == "__main__":
     main()

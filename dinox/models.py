@@ -15,21 +15,37 @@ class ModelBuildError(ValueError):
     pass
 
 
-def build(spec: ModelSpec, num_classes: int) -> nn.Module:
+def build(spec: ModelSpec, num_classes: int, input_sizes: list[int] | None = None) -> nn.Module:
+    """A timm model; num_classes=0 gives a backbone returning pooled features. `input_sizes` lists every
+    resolution it will see (DINO's global and local crops); ViTs then get dynamic_img_size."""
     if not timm.is_model(spec.name):
         close = difflib.get_close_matches(spec.name, timm.list_models(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ModelBuildError(f"model.name: unknown timm model {spec.name!r}{hint}")
     kwargs = dict(spec.kwargs)
-    try:
-        model = timm.create_model(
-            spec.name, pretrained=False, num_classes=num_classes, img_size=spec.img_size, **kwargs
-        )
-    except TypeError as e:
-        # CNNs (resnet, convnext, ...) take any input size and have no img_size argument.
-        if "img_size" not in str(e):
-            raise
-        model = timm.create_model(spec.name, pretrained=False, num_classes=num_classes, **kwargs)
+    sizes = sorted(set(input_sizes or [spec.img_size]))
+    # Only models that take these arguments get them: CNNs (resnet, convnext, ...) accept any input size
+    # and have neither img_size nor dynamic_img_size.
+    optional = {"img_size": spec.img_size}
+    if sizes != [spec.img_size]:
+        optional["dynamic_img_size"] = True
+    while True:
+        try:
+            model = timm.create_model(spec.name, pretrained=False, num_classes=num_classes, **optional, **kwargs)
+            break
+        except TypeError as e:
+            dropped = next((k for k in optional if f"'{k}'" in str(e)), None)
+            if dropped is None:
+                raise
+            del optional[dropped]
+    patch = getattr(getattr(model, "patch_embed", None), "patch_size", None)
+    if patch is not None:
+        bad = [s for s in sizes if s % patch[0]]
+        if bad:
+            raise ModelBuildError(
+                f"input size {bad[0]} is not a multiple of {spec.name}'s patch size {patch[0]} "
+                f"(e.g. {round(bad[0] / patch[0]) * patch[0]}); set model.img_size / the crop sizes to multiples"
+            )
     if spec.grad_checkpointing:
         if not hasattr(model, "set_grad_checkpointing"):
             raise ModelBuildError(f"model.grad_checkpointing: {spec.name} does not support it")

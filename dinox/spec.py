@@ -19,12 +19,14 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     JsonValue,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Tag,
     ValidationError,
 )
 
@@ -63,6 +65,44 @@ class ClassificationObjective(_Section):
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
 
 
+class DinoObjective(_Section):
+    """DINO self-distillation: a student and an EMA teacher on the same backbone, multi-crop views."""
+
+    kind: Literal["dino"] = "dino"
+    out_dim: PositiveInt = Field(65536, description="prototypes of the DINO head")
+    head_hidden_dim: PositiveInt = 2048
+    head_bottleneck_dim: PositiveInt = 256
+    head_layers: int = Field(3, ge=2)
+    global_crops: PositiveInt = 2
+    global_crop_size: PositiveInt | None = Field(None, description="null: model.img_size")
+    global_crop_min_scale: float = Field(0.32, gt=0.0, le=1.0)
+    local_crops: NonNegativeInt = 8
+    local_crop_size: PositiveInt = Field(96, description="a multiple of the patch size for ViTs (98 for /14)")
+    local_crop_max_scale: float = Field(0.32, gt=0.0, le=1.0)
+    student_temp: PositiveFloat = 0.1
+    teacher_temp: PositiveFloat = 0.04
+    center_momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    teacher_momentum: float = Field(0.996, ge=0.0, lt=1.0)
+
+
+def _tag_or(key: str, default: str):
+    """A discriminator that reads `key`, defaulting to `default`: `objective: {num_classes: 10}` is a
+    classification objective, `data: {seed: 1}` synthetic data, without writing the tag."""
+
+    def pick(value: Any) -> str:
+        if isinstance(value, dict):
+            return str(value.get(key, default))
+        return str(getattr(value, key, default))
+
+    return Discriminator(pick)
+
+
+Objective = Annotated[
+    Annotated[ClassificationObjective, Tag("classification")] | Annotated[DinoObjective, Tag("dino")],
+    _tag_or("kind", "classification"),
+]
+
+
 class BatchSpec(_Section):
     size: PositiveInt = Field(32, description="physical batch per device and micro-step")
     accumulation: PositiveInt | None = Field(None, description="micro-batches per optimizer step")
@@ -92,6 +132,43 @@ class SyntheticData(_Section):
         None, description="dataset length; null: exactly what the measured steps consume (no epoch edge)"
     )
     seed: NonNegativeInt = 0
+
+
+class _HuWindow(_Section):
+    # A random HU window per view, as in the loader study: level and width drawn uniformly.
+    window_level_min: float = -700.0
+    window_level_max: float = 100.0
+    window_width_min: PositiveFloat = 300.0
+    window_width_max: PositiveFloat = 2000.0
+    decoder: Literal["torchvision", "pil"] = Field("torchvision", description="16-bit PNG decoding")
+
+
+class CtPngData(_HuWindow):
+    """CT slices from `dinox preprocess`: each sample stacks slices z-1, z, z+1 of its series."""
+
+    source: Literal["ct_png"] = "ct_png"
+    index_csv: str = Field(min_length=1, description="the index.csv that dinox preprocess wrote")
+    root: str | None = Field(None, description="folder png_path is relative to; null: the folder above _index/")
+    subset_size: PositiveInt | None = Field(None, description="use only this many slices (drawn with seed)")
+    seed: NonNegativeInt = 0
+    inflation: PositiveInt = Field(1, description="repeat the (sub)set this many times, without copying files")
+
+
+class WebDatasetData(_HuWindow):
+    """Tar shards from `dinox shards`, streamed with webdataset, split across workers and hosts."""
+
+    source: Literal["webdataset"] = "webdataset"
+    shards: str = Field(min_length=1, description="a folder of .tar shards, or a brace pattern a-{000..009}.tar")
+    shuffle_buffer: NonNegativeInt = 1000
+    seed: NonNegativeInt = 0
+
+
+DataSource = Annotated[
+    Annotated[SyntheticData, Tag("synthetic")]
+    | Annotated[CtPngData, Tag("ct_png")]
+    | Annotated[WebDatasetData, Tag("webdataset")],
+    _tag_or("source", "synthetic"),
+]
 
 
 class HardwareSpec(_Section):
@@ -137,12 +214,12 @@ class TrialSpec(_Section):
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$", description="MLflow experiment name")
     model: ModelSpec
-    objective: ClassificationObjective = ClassificationObjective()
+    objective: Objective = ClassificationObjective()
     precision: Precision = "fp32"
     batch: BatchSpec = BatchSpec()
     optimizer: OptimizerSpec = OptimizerSpec()
     loader: LoaderSpec = LoaderSpec()
-    data: SyntheticData = SyntheticData()
+    data: DataSource = SyntheticData()
     hardware: HardwareSpec = HardwareSpec()
     measure: MeasureSpec = MeasureSpec()
     budget: BudgetSpec | None = None
@@ -228,6 +305,16 @@ def consistency_problems(t: TrialSpec) -> list[tuple[str, str]]:
         problems.append(("hardware.gpus", f"{hw.gpus}: this version measures single-device trials only"))
     if hw.device == "cpu" and lo.pin_memory:
         problems.append(("loader.pin_memory", "true has no effect with hardware.device cpu"))
+    if isinstance(t.data, (CtPngData, WebDatasetData)):
+        d = t.data
+        if d.window_level_min > d.window_level_max:
+            problems.append(("data.window_level_min", f"{d.window_level_min} > window_level_max {d.window_level_max}"))
+        if d.window_width_min > d.window_width_max:
+            problems.append(("data.window_width_min", f"{d.window_width_min} > window_width_max {d.window_width_max}"))
+    if isinstance(t.objective, DinoObjective):
+        o = t.objective
+        if o.global_crops + o.local_crops < 2:
+            problems.append(("objective.local_crops", "DINO compares views: global_crops + local_crops must be >= 2"))
     if t.budget is not None:
         bu = t.budget
         by_epochs = bu.dataset_size is not None or bu.epochs is not None
@@ -435,15 +522,57 @@ def _is_union_tag(part: str) -> bool:
     return part in _UNION_TAGS or "[" in part
 
 
+def _clean_loc(root: Any, loc: tuple[str, ...]) -> tuple[str, ...]:
+    """The field path of an error: without the member tags pydantic adds inside unions ("bool",
+    "literal[...]", or a discriminator value such as "dino")."""
+    out: list[str] = []
+    model: Any = root
+    for part in loc:
+        if _is_union_tag(part):
+            continue
+        fields = _model_fields(model) if model is not None else None
+        if fields is not None and part in fields:
+            out.append(part)
+            model = fields[part]
+        elif fields is not None and part in _discriminator_values(model):
+            continue
+        else:
+            out.append(part)
+            model = None
+    return tuple(out)
+
+
+def _discriminator_values(annotation: Any) -> set[str]:
+    values: set[str] = set()
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _discriminator_values(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if typing.get_origin(arg) is Annotated:
+                arg = typing.get_args(arg)[0]
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                for f in arg.model_fields.values():
+                    if typing.get_origin(f.annotation) is Literal:
+                        values.update(str(v) for v in typing.get_args(f.annotation))
+    return values
+
+
 def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:
     """pydantic errors as field problems: one per field, with a did-you-mean for unknown keys and the value."""
     grouped: dict[tuple[str, ...], tuple[list[str], Any]] = {}
     for e in err.errors(include_url=False):
-        loc = tuple(str(p) for p in e["loc"] if not _is_union_tag(str(p)))
+        loc = _clean_loc(root, tuple(str(p) for p in e["loc"]))
         message = e["msg"]
         if e["type"] == "extra_forbidden":
             owner = _model_fields_at(root, loc[:-1])
             message = "unknown field" + (_did_you_mean(loc[-1], owner) if owner else "")
+        elif e["type"] == "union_tag_invalid":
+            ctx = e.get("ctx", {})
+            expected = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
+            tag = str(ctx.get("tag"))
+            message = f"{tag!r} is not one of {', '.join(expected)}{_did_you_mean(tag, expected)}"
+            e = {**e, "input": None}
         shown = e.get("input") if e["type"] not in ("missing", "extra_forbidden") else None
         messages, _ = grouped.setdefault(loc, ([], shown))
         if message not in messages:

@@ -26,10 +26,11 @@ from typing import Any  # noqa: E402
 
 import timm  # noqa: E402  (imported here so start-up time, not setup time, carries its ~1 s)
 import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 from dinox import bench, models, objectives  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
+from dinox.data.views import view_plan  # noqa: E402
 from dinox.result import TrialResult, one_line  # noqa: E402
 from dinox.spec import TrialSpec  # noqa: E402
 
@@ -174,17 +175,21 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
     accumulation = spec.accumulation
     m = spec.measure
 
-    num_classes = spec.objective.num_classes
+    dino = spec.objective.kind == "dino"
+    # DINO trains a headless backbone; classification labels come from the objective's class count.
+    num_classes = 0 if dino else spec.objective.num_classes  # type: ignore[union-attr]
+    plan = view_plan(spec)
     t = time.time()
     samples = (m.warmup_steps + m.bench_steps) * accumulation * spec.batch.size
-    dataset = build_dataset(spec, models.in_chans(spec.model), num_classes, samples)
+    dataset = build_dataset(spec, models.in_chans(spec.model), max(num_classes, 1), samples, plan)
     pin = spec.loader.pin_memory and device.type == "cuda"
     tags["dinox.pin_memory_applied"] = str(pin)
+    iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
     loader = DataLoader(
         dataset,
         batch_size=spec.batch.size,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(spec.data.seed),
+        shuffle=not iterable,
+        generator=None if iterable else torch.Generator().manual_seed(getattr(spec.data, "seed", 0)),
         num_workers=spec.loader.num_workers,
         pin_memory=pin,
         prefetch_factor=spec.loader.prefetch_factor,
@@ -194,26 +199,30 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
     metrics["data_setup_s"] = time.time() - t  # workers start lazily, inside the first warm-up step
 
     t = time.time()
-    model = models.build(spec.model, num_classes)
+    model = models.build(spec.model, num_classes, plan.sizes)
+    # The backbone's size is "the model's size" (what decide compares); a DINO head comes on top.
     metrics["params_m"] = models.count_params_m(model)
     memory_format = torch.channels_last if spec.model.channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=memory_format)
     model.train()
     objective = objectives.build(model, spec.objective)
+    metrics["trainable_params_m"] = sum(p.numel() for p in objective.parameters()) / 1e6
     optimizer = _build_optimizer(spec, objective.parameters(), device, tags)
     if spec.model.compile is not False:
         # torch.compile is lazy: the graph is built in the first warm-up step, timed apart as compile_s.
-        objective.model = models.compile_model(model, spec.model.compile)
+        objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
     metrics["build_s"] = time.time() - t
 
     non_blocking = pin  # async copies only from pinned memory; otherwise they are synchronous anyway
     channels_last = spec.model.channels_last
 
+    def move(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(device, non_blocking=non_blocking)
+        return x.contiguous(memory_format=torch.channels_last) if channels_last and x.dim() == 4 else x
+
     def to_device(batch: Any) -> Any:
         images, labels = batch
-        images = images.to(device, non_blocking=non_blocking)
-        if channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
+        images = [move(v) for v in images] if isinstance(images, (list, tuple)) else move(images)
         return images, labels.to(device, non_blocking=non_blocking)
 
     last_loss: list[torch.Tensor] = []

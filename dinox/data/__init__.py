@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from torch.utils.data import Dataset
 
-from dinox.data.synthetic import SyntheticImages
-from dinox.spec import TrialSpec
+from dinox.data.views import HuWindow, ViewPlan
+from dinox.spec import CtPngData, SyntheticData, TrialSpec, WebDatasetData
 
 
-def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int) -> Dataset:
+def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Dataset:
     data = spec.data
-    if data.source == "synthetic":
-        length = data.num_samples or samples_needed
-        return SyntheticImages(length, channels, spec.model.img_size, num_classes, data.seed)
+    if isinstance(data, SyntheticData):
+        from dinox.data.synthetic import SyntheticImages
+
+        return SyntheticImages(data.num_samples or samples_needed, channels, plan, num_classes, data.seed)
+    window = HuWindow((data.window_level_min, data.window_level_max), (data.window_width_min, data.window_width_max))
+    if isinstance(data, CtPngData):
+        from dinox.data.ct_png import CtPngSlices
+
+        return CtPngSlices(data.index_csv, data.root, plan, window, decoder=data.decoder,
+                           subset_size=data.subset_size, seed=data.seed, inflation=data.inflation,
+                           num_classes=num_classes)  # fmt: skip
+    if isinstance(data, WebDatasetData):
+        from dinox.data.webdataset_source import CtShards
+
+        return CtShards(data.shards, plan, window, decoder=data.decoder, shuffle_buffer=data.shuffle_buffer,
+                        seed=data.seed, num_classes=num_classes)  # fmt: skip
     raise ValueError(f"data.source: {data.source!r} is not supported")

@@ -1,0 +1,123 @@
+"""CT slices from the 16-bit PNGs and index.csv that ``dinox preprocess`` writes.
+
+Each sample stacks slices z-1, z, z+1 of its series as three channels (clamped at the series' ends),
+converts to HU, and becomes the objective's views under a random HU window. ``subset_size`` + ``seed``
+pick a fixed subset of slices and ``inflation`` repeats it without copying files, as in the loader study.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from dinox.data.views import HuWindow, ViewPlan, make_views
+
+REQUIRED_COLUMNS = ("png_path", "series_dir", "slice_index")
+HU_OFFSET = 32768
+
+
+class DataError(ValueError):
+    """A data input that cannot be used: names the file."""
+
+
+def decode_png16(path: str | Path, decoder: str) -> torch.Tensor:
+    """A 16-bit PNG as int32 [H, W] (the stored values, HU + 32768)."""
+    try:
+        if decoder == "torchvision":
+            from torchvision.io import ImageReadMode, decode_png, read_file
+
+            # torch.uint16 supports few ops: widen before anything else.
+            return decode_png(read_file(str(path)), mode=ImageReadMode.UNCHANGED)[0].to(torch.int32)
+        from PIL import Image
+
+        with Image.open(path) as im:
+            return torch.from_numpy(np.asarray(im, dtype=np.int32))
+    except Exception as e:  # noqa: BLE001 - a corrupt file fails the trial with its name, whatever raised
+        raise DataError(f"cannot decode {path}: {type(e).__name__}: {e}") from e
+
+
+def decode_png16_bytes(data: bytes, decoder: str, name: str) -> torch.Tensor:
+    try:
+        if decoder == "torchvision":
+            from torchvision.io import ImageReadMode, decode_png
+
+            buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            return decode_png(buf, mode=ImageReadMode.UNCHANGED)[0].to(torch.int32)
+        import io
+
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as im:
+            return torch.from_numpy(np.asarray(im, dtype=np.int32))
+    except Exception as e:  # noqa: BLE001
+        raise DataError(f"cannot decode {name}: {type(e).__name__}: {e}") from e
+
+
+def read_index(index_csv: str | Path) -> list[dict[str, str]]:
+    path = Path(index_csv)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DataError(f"{path}: not a dinox index.csv (missing columns {', '.join(missing)})")
+            rows = list(reader)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read index ({e.strerror or e})") from None
+    if not rows:
+        raise DataError(f"{path}: the index lists no slices")
+    return rows
+
+
+def default_root(index_csv: str | Path) -> Path:
+    parent = Path(index_csv).parent
+    return parent.parent if parent.name == "_index" else parent
+
+
+def neighbours(rows: list[dict[str, str]]) -> tuple[list[list[str]], list[tuple[int, int]]]:
+    """Slices per series in order, and every slice as (series number, position in its series)."""
+    by_series: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for r in rows:
+        by_series[r["series_dir"]].append((int(r["slice_index"]), r["png_path"]))
+    series = [[p for _, p in sorted(v)] for _k, v in sorted(by_series.items())]
+    slices = [(s, z) for s, paths in enumerate(series) for z in range(len(paths))]
+    return series, slices
+
+
+class CtPngSlices(Dataset):
+    def __init__(self, index_csv: str, root: str | None, plan: ViewPlan, window: HuWindow, *, decoder: str,
+                 subset_size: int | None, seed: int, inflation: int, num_classes: int):  # fmt: skip
+        self.root = Path(root) if root else default_root(index_csv)
+        self.series, slices = neighbours(read_index(index_csv))
+        if subset_size is not None:
+            if subset_size > len(slices):
+                raise DataError(f"data.subset_size {subset_size} > the {len(slices)} slices in {index_csv}")
+            slices = random.Random(seed).sample(slices, subset_size)
+        self.slices = slices
+        self.plan, self.window, self.decoder = plan, window, decoder
+        self.inflation = inflation
+        self.num_classes = num_classes
+
+    def __len__(self) -> int:
+        return len(self.slices) * self.inflation
+
+    def hu(self, index: int) -> torch.Tensor:
+        """Slices z-1, z, z+1 (clamped at the ends) in HU, float32 [3, H, W]."""
+        s, z = self.slices[index % len(self.slices)]
+        paths = self.series[s]
+        picks = (paths[max(z - 1, 0)], paths[z], paths[min(z + 1, len(paths) - 1)])
+        stored = torch.stack([decode_png16(self.root / p, self.decoder) for p in picks])
+        return (stored - HU_OFFSET).to(torch.float32)
+
+    def __getitem__(self, index: int):
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        s, z = self.slices[index % len(self.slices)]
+        # No labels in CT pre-training: classification gets a fixed pseudo-label, for throughput only.
+        return make_views(self.hu(index), self.plan, self.window), (s * 7919 + z) % self.num_classes

@@ -1,0 +1,74 @@
+"""What one sample becomes for the objective: a whole image (classification) or DINO's multi-crop views,
+and the random HU window applied to each. Runs in the DataLoader workers, so its cost is the loader's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torchvision.transforms.v2 import RandomResizedCrop
+from torchvision.transforms.v2 import functional as F
+
+from dinox.spec import DinoObjective, TrialSpec
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    full_size: int | None  # classification: the whole image resized to this; None for multi-crop
+    global_count: int = 0
+    global_size: int = 0
+    global_scale: tuple[float, float] = (0.32, 1.0)
+    local_count: int = 0
+    local_size: int = 0
+    local_scale: tuple[float, float] = (0.05, 0.32)
+
+    @property
+    def sizes(self) -> list[int]:
+        if self.full_size is not None:
+            return [self.full_size]
+        return [self.global_size] * self.global_count + [self.local_size] * self.local_count
+
+
+def view_plan(spec: TrialSpec) -> ViewPlan:
+    o = spec.objective
+    if isinstance(o, DinoObjective):
+        return ViewPlan(
+            full_size=None,
+            global_count=o.global_crops,
+            global_size=o.global_crop_size or spec.model.img_size,
+            global_scale=(o.global_crop_min_scale, 1.0),
+            local_count=o.local_crops,
+            local_size=o.local_crop_size,
+            local_scale=(0.05, o.local_crop_max_scale),
+        )
+    return ViewPlan(full_size=spec.model.img_size)
+
+
+@dataclass(frozen=True)
+class HuWindow:
+    level: tuple[float, float] = (-700.0, 100.0)
+    width: tuple[float, float] = (300.0, 2000.0)
+
+    def apply(self, hu: torch.Tensor) -> torch.Tensor:
+        """Map HU to [0, 1] through a window with level and width drawn uniformly (torch's RNG, which the
+        DataLoader seeds per worker)."""
+        u = torch.rand(2)
+        level = self.level[0] + float(u[0]) * (self.level[1] - self.level[0])
+        width = self.width[0] + float(u[1]) * (self.width[1] - self.width[0])
+        return ((hu - (level - width / 2)) / width).clamp_(0.0, 1.0)
+
+
+def make_views(hu: torch.Tensor, plan: ViewPlan, window: HuWindow) -> torch.Tensor | list[torch.Tensor]:
+    """hu: float32 [C, H, W] in Hounsfield units. Returns one windowed image, or the list of crops."""
+    if plan.full_size is not None:
+        return window.apply(F.resize(hu, [plan.full_size, plan.full_size], antialias=True))
+    views = []
+    for count, size, scale in ((plan.global_count, plan.global_size, plan.global_scale),
+                               (plan.local_count, plan.local_size, plan.local_scale)):  # fmt: skip
+        for _ in range(count):
+            top, left, h, w = RandomResizedCrop.get_params(hu, scale=list(scale), ratio=[3 / 4, 4 / 3])
+            view = F.resized_crop(hu, top, left, h, w, [size, size], antialias=True)
+            if torch.rand(1).item() < 0.5:
+                view = F.horizontal_flip(view)
+            views.append(window.apply(view))
+    return views

@@ -1,0 +1,152 @@
+"""ct_png and webdataset samples against pixels computed by hand from the DICOM; synthetic views."""
+
+from __future__ import annotations
+
+import numpy as np
+import pydicom
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from dinox.data import dicom_preprocess as pp
+from dinox.data.ct_png import CtPngSlices, DataError
+from dinox.data.synthetic import SyntheticImages
+from dinox.data.views import HuWindow, ViewPlan
+from dinox.data.webdataset_source import CtShards, write_shards
+from tests.conftest import run_dinox
+from tests.test_dicom_preprocess import demo
+
+LEVEL, WIDTH = -300.0, 1200.0
+FIXED = HuWindow((LEVEL, LEVEL), (WIDTH, WIDTH))  # a degenerate range: the window is known exactly
+
+
+@pytest.fixture(scope="module")
+def ct(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ct")
+    demo.write_series(root / "dicom" / "P1", slices=5, rows=32, cols=32, seed=7)
+    pp.preprocess(root / "dicom", root / "png", progress=False)
+    # Hand-computed HU per slice, in position order, straight from pydicom.
+    slices = [pydicom.dcmread(p) for p in (root / "dicom" / "P1").glob("*.dcm")]
+    slices.sort(key=lambda d: float(d.ImagePositionPatient[2]))
+    hu = [d.pixel_array.astype(np.float32) * float(d.RescaleSlope) + float(d.RescaleIntercept) for d in slices]
+    return root, np.stack(hu)
+
+
+def expected_window(hu: np.ndarray) -> np.ndarray:
+    return np.clip((hu - (LEVEL - WIDTH / 2)) / WIDTH, 0, 1)
+
+
+@pytest.mark.parametrize("decoder", ["torchvision", "pil"])
+def test_ct_png_sample_stacks_neighbours_in_hu_and_windows_them(ct, decoder):
+    root, hu = ct
+    ds = CtPngSlices(str(root / "png" / "_index" / "index.csv"), None, ViewPlan(full_size=32), FIXED,
+                     decoder=decoder, subset_size=None, seed=0, inflation=1, num_classes=10)  # fmt: skip
+    assert len(ds) == 5
+    for z in range(5):
+        raw = ds.hu(z)
+        assert raw.dtype == torch.float32 and raw.shape == (3, 32, 32)
+        picks = [max(z - 1, 0), z, min(z + 1, 4)]  # clamped at the series' ends
+        np.testing.assert_array_equal(raw.numpy(), hu[picks])
+        image, label = ds[z]
+        assert image.dtype == torch.float32 and image.shape == (3, 32, 32)
+        np.testing.assert_allclose(image.numpy(), expected_window(hu[picks]), atol=1e-6)
+        assert 0 <= label < 10
+
+
+def test_ct_png_resizes_to_the_model_input_and_draws_windows_in_range(ct):
+    root, _hu = ct
+    window = HuWindow((-700.0, 100.0), (300.0, 2000.0))
+    ds = CtPngSlices(str(root / "png" / "_index" / "index.csv"), None, ViewPlan(full_size=48), window,
+                     decoder="torchvision", subset_size=None, seed=0, inflation=1, num_classes=10)  # fmt: skip
+    image, _ = ds[2]
+    assert image.shape == (3, 48, 48) and 0.0 <= float(image.min()) and float(image.max()) <= 1.0
+    draws = {float(ds[2][0].mean()) for _ in range(5)}
+    assert len(draws) > 1  # a new random window every time
+
+
+def test_subset_and_inflation(ct):
+    root, _ = ct
+    index = str(root / "png" / "_index" / "index.csv")
+    kw = dict(decoder="pil", seed=3, num_classes=10)
+    ds = CtPngSlices(index, None, ViewPlan(full_size=32), FIXED, subset_size=2, inflation=1000, **kw)
+    assert len(ds) == 2000 and len(ds.slices) == 2
+    np.testing.assert_array_equal(ds.hu(0).numpy(), ds.hu(2).numpy())  # the subset repeats, files are not copied
+    again = CtPngSlices(index, None, ViewPlan(full_size=32), FIXED, subset_size=2, inflation=1, **kw)
+    assert again.slices == ds.slices  # same seed, same subset
+    with pytest.raises(DataError, match="subset_size 9 > the 5 slices"):
+        CtPngSlices(index, None, ViewPlan(full_size=32), FIXED, subset_size=9, inflation=1, **kw)
+
+
+def test_dino_views_have_the_crop_sizes(ct):
+    root, _ = ct
+    plan = ViewPlan(full_size=None, global_count=2, global_size=32, local_count=3, local_size=16)
+    ds = CtPngSlices(str(root / "png" / "_index" / "index.csv"), None, plan, FIXED, decoder="torchvision",
+                     subset_size=None, seed=0, inflation=1, num_classes=1)  # fmt: skip
+    views, _ = ds[1]
+    assert [tuple(v.shape) for v in views] == [(3, 32, 32)] * 2 + [(3, 16, 16)] * 3
+    batch = next(iter(DataLoader(ds, batch_size=2)))
+    assert [tuple(v.shape) for v in batch[0]] == [(2, 3, 32, 32)] * 2 + [(2, 3, 16, 16)] * 3
+
+
+def test_corrupt_png_names_the_file(ct, tmp_path):
+    root, _ = ct
+    import shutil
+
+    copy = tmp_path / "png"
+    shutil.copytree(root / "png", copy)
+    victim = sorted(copy.rglob("00002.png"))[0]
+    victim.write_bytes(victim.read_bytes()[:40])
+    ds = CtPngSlices(str(copy / "_index" / "index.csv"), None, ViewPlan(full_size=32), FIXED, decoder="torchvision",
+                     subset_size=None, seed=0, inflation=1, num_classes=1)  # fmt: skip
+    with pytest.raises(DataError, match=f"cannot decode {victim}"):
+        ds[2]
+
+
+def test_index_that_is_not_an_index(tmp_path):
+    (tmp_path / "index.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(DataError, match="missing columns png_path, series_dir, slice_index"):
+        CtPngSlices(str(tmp_path / "index.csv"), None, ViewPlan(full_size=8), FIXED, decoder="pil",
+                    subset_size=None, seed=0, inflation=1, num_classes=1)  # fmt: skip
+
+
+@pytest.mark.parametrize("decoder", ["torchvision", "pil"])
+def test_webdataset_shards_carry_the_same_pixels(ct, tmp_path, decoder):
+    root, hu = ct
+    proc = run_dinox(["shards", "--index-csv", str(root / "png" / "_index" / "index.csv"), "--out",
+                      str(tmp_path / "shards"), "--shard-size", "2"], cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"wrote 3 shards to {tmp_path / 'shards'}"
+    ds = CtShards(str(tmp_path / "shards"), ViewPlan(full_size=32), FIXED, decoder=decoder, shuffle_buffer=0,
+                  seed=0, num_classes=10)  # fmt: skip
+    images = [img for img, _ in ds]
+    assert len(images) == 5
+    for z, image in enumerate(images):  # unshuffled: shard order, then sample order
+        picks = [max(z - 1, 0), z, min(z + 1, 4)]
+        assert image.dtype == torch.float32 and image.shape == (3, 32, 32)
+        np.testing.assert_allclose(image.numpy(), expected_window(hu[picks]), atol=1e-6)
+
+
+def test_webdataset_splits_shards_across_workers(ct, tmp_path):
+    root, _ = ct
+    write_shards(root / "png" / "_index" / "index.csv", tmp_path / "s", shard_size=1)
+    ds = CtShards(str(tmp_path / "s"), ViewPlan(full_size=32), FIXED, decoder="torchvision", shuffle_buffer=4,
+                  seed=0, num_classes=10_000)  # fmt: skip
+    # 5 shards over 3 workers: every sample exactly once per epoch, none duplicated across workers.
+    labels = [int(y) for _x, ys in DataLoader(ds, batch_size=1, num_workers=3) for y in ys]
+    assert sorted(labels) == sorted((0 * 7919 + z) % 10_000 for z in range(5))
+
+
+def test_missing_shards_are_named(tmp_path):
+    with pytest.raises(DataError, match="no .tar shards found"):
+        CtShards(str(tmp_path), ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)
+    with pytest.raises(DataError, match=r"ct-000000.tar does not exist \(2 of 2 shards missing\)"):
+        CtShards(str(tmp_path / "ct-{000000..000001}.tar"), ViewPlan(full_size=8), FIXED, decoder="pil",
+                 shuffle_buffer=0, seed=0, num_classes=1)  # fmt: skip
+
+
+def test_synthetic_views():
+    plan = ViewPlan(full_size=None, global_count=2, global_size=16, local_count=2, local_size=8)
+    views, label = SyntheticImages(4, 3, plan, 5, 0)[1]
+    assert [tuple(v.shape) for v in views] == [(3, 16, 16)] * 2 + [(3, 8, 8)] * 2 and 0 <= label < 5
+    image, _ = SyntheticImages(4, 1, ViewPlan(full_size=12), 5, 0)[0]
+    assert image.shape == (1, 12, 12)
