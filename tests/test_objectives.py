@@ -1,0 +1,62 @@
+"""The DINO objective's mechanics, in-process on a tiny backbone."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+from dinox import objectives
+from dinox.spec import DinoObjective
+
+
+def tiny_dino(**kw) -> objectives.Dino:
+    torch.manual_seed(0)
+    backbone = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=32,
+                                 patch_size=8, depth=2, dynamic_img_size=True)  # fmt: skip
+    backbone.set_grad_checkpointing(True)
+    spec = DinoObjective(out_dim=64, head_hidden_dim=32, head_bottleneck_dim=16, local_crops=2, local_crop_size=16,
+                         **kw)  # fmt: skip
+    return objectives.Dino(backbone, spec)
+
+
+def views(batch: int = 3) -> list[torch.Tensor]:
+    return [torch.randn(batch, 3, 32, 32) for _ in range(2)] + [torch.randn(batch, 3, 16, 16) for _ in range(2)]
+
+
+def test_student_trains_teacher_follows_by_ema():
+    dino = tiny_dino(teacher_momentum=0.9)
+    assert all(not p.requires_grad for p in dino.teacher.parameters())
+    assert dino.teacher.backbone.grad_checkpointing is False and dino.student.backbone.grad_checkpointing is True
+    opt = torch.optim.SGD(dino.parameters(), lr=0.5)
+    loss = dino.loss((views(), None))
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    loss.backward()
+    assert all(p.grad is None for p in dino.teacher.parameters())
+    before_t = [p.detach().clone() for p in dino.teacher.parameters()]
+    opt.step()
+    after_s = [p.detach().clone() for p in dino.student.parameters()]
+    dino.after_optimizer_step()
+    for t0, s1, t1 in zip(before_t, after_s, dino.teacher.parameters(), strict=True):
+        torch.testing.assert_close(t1, 0.9 * t0 + 0.1 * s1)
+
+
+def test_center_is_an_ema_of_teacher_outputs():
+    dino = tiny_dino(center_momentum=0.5)
+    v = views()
+    with torch.no_grad():
+        teacher_out = dino.teacher(v[:2]).float()
+    dino.loss((v, None))
+    torch.testing.assert_close(dino.center, 0.5 * teacher_out.mean(0, keepdim=True), rtol=1e-4, atol=1e-5)
+
+
+def test_loss_matches_dino_formula():
+    dino = tiny_dino()
+    v = views(2)
+    with torch.no_grad():
+        t = dino.teacher(v[:2]).float()
+        s = dino.student(v).float()
+        q = torch.softmax(t / dino.spec.teacher_temp, -1).chunk(2)  # the center starts at zero
+        logp = torch.log_softmax(s / dino.spec.student_temp, -1).chunk(4)
+        expected = sum((-q[i] * logp[j]).sum(-1).mean() for i in range(2) for j in range(4) if i != j) / 6
+    assert dino.loss((v, None)).item() == pytest.approx(float(expected), rel=1e-4)
