@@ -140,7 +140,9 @@ class _HuWindow(_Section):
     window_level_max: float = 100.0
     window_width_min: PositiveFloat = 300.0
     window_width_max: PositiveFloat = 2000.0
-    decoder: Literal["torchvision", "pil"] = Field("torchvision", description="16-bit PNG decoding")
+    # PIL by default: as fast as torchvision.io on 16-bit PNG here (scripts/bench_decode.py), whose decoders
+    # torchvision 0.29 deprecates.
+    decoder: Literal["pil", "torchvision"] = Field("pil", description="16-bit PNG decoding")
 
 
 class CtPngData(_HuWindow):

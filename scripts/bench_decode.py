@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""ct_png loader throughput per worker count: torchvision.io against PIL + numpy decoding, in one run.
+
+Writes a demo CT study at 512 x 512 (the usual CT matrix), preprocesses it to 16-bit PNGs, then iterates
+a real DataLoader over the ct_png dataset (three slices per sample, random HU window, resize to 224) for
+each worker count, alternating the two decoders so both see the same machine state. Prints images/s.
+
+    python scripts/bench_decode.py                  # workers 0, 1, 2; 3 rounds
+    python scripts/bench_decode.py --workers 0 4 8 16 --batches 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from dinox.data.ct_png import CtPngSlices, decode_png16
+from dinox.data.dicom_preprocess import preprocess
+from dinox.data.views import HuWindow, ViewPlan
+
+_spec = importlib.util.spec_from_file_location("make_demo_ct", Path(__file__).with_name("make_demo_ct.py"))
+demo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(demo)  # type: ignore[union-attr]
+
+
+def loader_ips(index: Path, decoder: str, workers: int, batch: int, batches: int) -> float:
+    ds = CtPngSlices(str(index), None, ViewPlan(full_size=224), HuWindow(), decoder=decoder, subset_size=None,
+                     seed=0, inflation=100, num_classes=1000)  # fmt: skip
+    loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True)
+    it = iter(loader)
+    next(it)  # worker start-up is not decoding
+    t = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    return batches * batch / (time.perf_counter() - t)
+
+
+def decode_ms(pngs: list[Path], decoder: str) -> float:
+    t = time.perf_counter()
+    for p in pngs:
+        decode_png16(p, decoder)
+    return (time.perf_counter() - t) / len(pngs) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slices", type=int, default=40)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    with tempfile.TemporaryDirectory() as tmp:
+        demo.make_demo(Path(tmp) / "dicom", patients=2, slices=args.slices, size=512)
+        preprocess(Path(tmp) / "dicom", Path(tmp) / "png", progress=False)
+        index = Path(tmp) / "png" / "_index" / "index.csv"
+        pngs = sorted((Path(tmp) / "png").rglob("*.png"))
+        decoders = ("torchvision", "pil")
+        single = {d: [] for d in decoders}
+        for _ in range(args.rounds):
+            for d in decoders:
+                single[d].append(decode_ms(pngs, d))
+        print(f"decode one 512x512 16-bit PNG (median of {args.rounds} rounds over {len(pngs)} files):")
+        for d in decoders:
+            print(f"  {d:<12} {statistics.median(single[d]):6.2f} ms")
+        print(f"loader images/s (3 slices + HU window + resize to 224 per image; batch {args.batch}, "
+              f"median of {args.rounds} rounds):")  # fmt: skip
+        print(f"  {'workers':>7} {'torchvision':>12} {'pil':>8} {'tv/pil':>7}")
+        for w in args.workers:
+            ips = {d: [] for d in decoders}
+            for _ in range(args.rounds):
+                for d in decoders:
+                    ips[d].append(loader_ips(index, d, w, args.batch, args.batches))
+            tv, pil = statistics.median(ips["torchvision"]), statistics.median(ips["pil"])
+            print(f"  {w:>7} {tv:>12.1f} {pil:>8.1f} {tv / pil:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
