@@ -16,14 +16,32 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def _load(path: str):
+def _load(path: str, max_trials: int | None = 1000, preflight: bool = False):
+    """The spec and its trials, or exit 2 with one line per problem. With preflight, also the model names
+    and data files (this imports timm, so it is kept to the commands that need it)."""
     from dinox import grid, spec
 
     try:
         doc = spec.load(path)
-        return doc, grid.expand(doc)
+        trials = grid.expand(doc, max_trials)
+        if preflight:
+            from dinox.preflight import check
+
+            problems = check(doc, trials)
+            if problems:
+                raise spec.SpecError(doc.path, problems)
+        return doc, trials
     except spec.SpecError as e:
         _fail(e.render())
+
+
+MAX_TRIALS = click.option(
+    "--max-trials",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Refuse sweeps that expand to more trials than this.",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,21 +60,24 @@ def main() -> None:
 
 @main.command()
 @click.argument("spec_file", metavar="SPEC")
-def validate(spec_file: str) -> None:
-    """Check SPEC and every trial its sweep expands to, without running anything.
+@MAX_TRIALS
+def validate(spec_file: str, max_trials: int) -> None:
+    """Check SPEC and every trial its sweep expands to, without running anything: fields, contradictions,
+    timm model names, data files.
 
     Prints a one-line OK, or one line per problem (file:line: field.path: message) and exits 2.
     """
-    _doc, trials = _load(spec_file)
+    _doc, trials = _load(spec_file, max_trials, preflight=True)
     click.echo(f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, "
                f"experiment {trials[0].spec.name!r}")  # fmt: skip
 
 
 @main.command()
 @click.argument("spec_file", metavar="SPEC")
-def plan(spec_file: str) -> None:
+@MAX_TRIALS
+def plan(spec_file: str, max_trials: int) -> None:
     """Show the trials SPEC expands to, in the order `run` measures them (nothing is measured)."""
-    _doc, trials = _load(spec_file)
+    _doc, trials = _load(spec_file, max_trials)
     swept = list(dict.fromkeys(k for t in trials for k in t.overrides))
     header = ["#", "trial_id", *swept, "model", "img", "batch", "accum", "effective", "precision", "workers"]
     rows = []
@@ -86,34 +107,48 @@ def plan(spec_file: str) -> None:
 )
 @click.option("--workdir", default=".dinox", show_default=True, type=click.Path(file_okay=False),
               help="Where each sweep keeps its local results, trial specs and child logs.")  # fmt: skip
-def run(spec_file: str, tracking_uri: str | None, workdir: str) -> None:
+@click.option("--force", is_flag=True, help="Measure every trial, also those the experiment already holds.")
+@click.option("--no-prune", is_flag=True, help="Run larger batches even after a smaller one ran out of memory.")
+@MAX_TRIALS
+def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_prune: bool, max_trials: int) -> None:
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
     \b
     Each trial becomes a nested MLflow run (params: the trial; metrics: images_per_s, step_s_p50/p90,
-    data_s, h2d_s, compute_s, peak memory, ...; tag dinox.status: ok | oom | error | crashed | timeout).
-    A trial that fails never stops the sweep. Exit code 0 when the sweep ran to the end (whatever the
-    trials' statuses), 2 for bad input or an unusable tracking store, 130 when interrupted.
+    data_s, h2d_s, compute_s, peak memory, ...; tag dinox.status: ok | oom | error | crashed | timeout |
+    skipped). A trial that fails never stops the sweep. Running the same spec again skips the trials the
+    experiment already holds as ok / oom / skipped (--force measures them again); after an OOM, larger
+    batches of the same configuration are recorded as skipped (--no-prune runs them). Every result is also
+    kept in the sweep's results.jsonl; if the tracking store fails mid-sweep, `dinox sync` logs the rest.
+    Exit code 0 when the sweep ran to the end (whatever the trials' statuses), 2 for bad input or an
+    unusable tracking store, 130 when interrupted.
     """
-    doc, trials = _load(spec_file)
+    doc, trials = _load(spec_file, max_trials, preflight=True)
     from dinox.sweep import Interrupted, run_sweep
     from dinox.tracking import SweepRecorder, TrackingError, resolve_tracking_uri, result_summary
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
         recorder = SweepRecorder(uri)
-        report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo)
+        report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo, force=force,
+                           prune=not no_prune)  # fmt: skip
     except TrackingError as e:
         _fail(str(e))
     except (KeyboardInterrupt, Interrupted) as e:
         click.echo(f"dinox: {e or 'interrupted'}; the trial in flight and the sweep are marked KILLED", err=True)
         sys.exit(130)
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(result_summary(report.results).items()))
-    click.echo(f"dinox: sweep done in {report.wall_s:.1f}s: {counts}. Results: {report.sweep_dir / 'results.csv'}")
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result_summary(report.results).items())) or "nothing run"
+    resumed = f"; {len(report.resumed)} already recorded" if report.resumed else ""
+    click.echo(f"dinox: sweep done in {report.wall_s:.1f}s: {counts}{resumed}. "
+               f"Results: {report.sweep_dir / 'results.csv'}")  # fmt: skip
     t = report.timeline()
-    click.echo(f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
-               f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, "
-               f"recording {t['recording_s']:.1f}s")  # fmt: skip
+    if t:
+        click.echo(f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
+                   f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, "
+                   f"recording {t['recording_s']:.1f}s")  # fmt: skip
+    if report.store_failures:
+        click.echo(f"warning: {report.store_failures} tracking store call(s) failed; run `dinox sync "
+                   f"{report.sweep_dir}` once the store is back", err=True)  # fmt: skip
     if uri.startswith("sqlite:///"):
         click.echo(f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)")
 
@@ -194,7 +229,7 @@ def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri:
     base: dict = {}
     names = list(experiments)
     if spec_file:
-        _doc, trials = _load(spec_file)
+        _doc, trials = _load(spec_file, None)
         budget_spec = trials[0].spec.budget
         if budget_spec is not None:
             base = budget_spec.model_dump()
@@ -300,6 +335,40 @@ def shards(index_csv: str, out_dir: str, root: str | None, shard_size: int) -> N
     except (DataError, OSError) as e:
         _fail(str(e))
     click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")
+
+
+@main.command()
+@click.argument("sweep_dirs", nargs=-1, type=click.Path(file_okay=False), metavar="[SWEEP_DIR]...")
+@click.option(
+    "--workdir",
+    default=".dinox",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Without SWEEP_DIRs: every sweep under here with results not yet in the store.",
+)
+@click.option("--tracking-uri", default=None, metavar="URI", help="Override the store the sweep was run against.")
+def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) -> None:
+    """Log the results a sweep kept locally while the tracking store was unreachable.
+
+    Each result is logged once: one already in the store (found by its dinox.result_id tag) is not
+    written again. Exit code 0 when everything is in the store, 2 when the store is still unreachable.
+    """
+    from dinox.sync import pending_sweeps, sync_sweep
+
+    dirs = [Path(d) for d in sweep_dirs] or pending_sweeps(Path(workdir))
+    if not dirs:
+        click.echo(f"nothing to sync under {workdir}")
+        return
+    for d in dirs:
+        try:
+            sync_sweep(d, tracking_uri, click.echo)
+        except FileNotFoundError as e:
+            _fail(str(e))
+        except Exception as e:  # noqa: BLE001 - the store is still down: say so in one line
+            from dinox.result import one_line
+
+            _fail(f"sync {d}: tracking store unreachable or failing ({one_line(str(e), 200)}); nothing lost, "
+                  f"try again later")  # fmt: skip
 
 
 if __name__ == "__main__":

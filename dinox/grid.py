@@ -10,10 +10,10 @@ import copy
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from dinox.spec import FieldProblem, Problem, SpecDocument, SpecError, TrialSpec, check_trial
+from dinox.spec import Problem, SpecDocument, SpecError, TrialSpec, check_trial
 
 # Knobs that do not change what a trial measures, only how long it may take or how its figures are read,
 # so they do not change its id: a sweep resumed after raising its timeout, editing its budget or the
@@ -28,6 +28,8 @@ class Trial:
     overrides: dict[str, Any]  # the sweep values of this point, by dotted path
     spec: TrialSpec
     trial_id: str
+    # Where each override is written in the spec file, so later checks can point at its line.
+    locations: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -79,8 +81,20 @@ def set_path(mapping: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = copy.deepcopy(value)
 
 
-def expand(doc: SpecDocument) -> list[Trial]:
+def count(doc: SpecDocument) -> int:
+    """How many trials the sweep expands to, without expanding it."""
+    n = max(1, len(doc.sweep.cases))
+    for values in doc.sweep.grid.values():
+        n *= len(values)
+    return n
+
+
+def expand(doc: SpecDocument, max_trials: int | None = None) -> list[Trial]:
     """All trials of a spec, each validated as a full single-valued spec. Raises SpecError."""
+    n = count(doc)
+    if max_trials is not None and n > max_trials:
+        message = f"expands to {n} trials, more than the limit of {max_trials} (raise it with --max-trials)"
+        raise SpecError(doc.path, [Problem("sweep", message, doc.line_of(("sweep",)))])
     pts = points(doc)
     trials: list[Trial] = []
     # (path, message) -> (line, indices of trials it occurs in, overrides of the first)
@@ -91,12 +105,12 @@ def expand(doc: SpecDocument) -> list[Trial]:
             set_path(raw, dotted, value)
         checked = check_trial(raw)
         if isinstance(checked, TrialSpec):
-            trials.append(Trial(index, len(pts), overrides, checked, trial_id(checked)))
+            trials.append(Trial(index, len(pts), overrides, checked, trial_id(checked), where))
             continue
         for fp in checked:
             key = (".".join(fp.loc), fp.message)
             if key not in seen:
-                seen[key] = (_line(doc, fp, where), [], overrides)
+                seen[key] = (line_for(doc, fp.loc, where), [], overrides)
             seen[key][1].append(index)
     if seen:
         problems = []
@@ -110,10 +124,10 @@ def expand(doc: SpecDocument) -> list[Trial]:
     return trials
 
 
-def _line(doc: SpecDocument, fp: FieldProblem, where: dict[str, tuple[str, ...]]) -> int | None:
-    # A problem at (or under) a swept path is the sweep entry's fault: point at that line.
-    path = ".".join(fp.loc)
+def line_for(doc: SpecDocument, loc: tuple[str, ...], where: dict[str, tuple[str, ...]]) -> int | None:
+    """The line a problem at `loc` points at: a swept path's sweep entry, else the key in the base."""
+    path = ".".join(loc)
     for dotted, location in where.items():
         if path == dotted or path.startswith(dotted + ".") or dotted.startswith(path + "."):
             return doc.line_of(location)
-    return doc.line_of(fp.loc)
+    return doc.line_of(loc)

@@ -381,6 +381,7 @@ class SpecDocument:
 
 
 MAX_SPEC_BYTES = 1_000_000
+MAX_YAML_NODES = 100_000
 
 
 def load(path: str | Path) -> SpecDocument:
@@ -407,6 +408,9 @@ def load(path: str | Path) -> SpecDocument:
     if not isinstance(data, dict):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise SpecError(name, [Problem("", f"a spec is a YAML mapping of sections; this is {got}")])
+    if node is not None and _expanded_size(node, MAX_YAML_NODES) > MAX_YAML_NODES:
+        raise SpecError(name, [Problem("", f"the YAML expands to more than {MAX_YAML_NODES} values through "
+                                           "anchors and aliases; a spec needs far fewer")])  # fmt: skip
     lines: dict[tuple[str, ...], int] = {}
     duplicates: list[Problem] = []
     if node is not None:
@@ -423,6 +427,21 @@ def load(path: str | Path) -> SpecDocument:
     doc = SpecDocument(name, text, data, sweep, lines)
     _check_sweep_paths(doc)
     return doc
+
+
+def _expanded_size(node: yaml.Node, limit: int) -> int:
+    """Nodes visited with every alias expanded, stopping past `limit`: PyYAML shares aliased nodes, so a
+    "billion laughs" document is small in memory, but anything that walks it (validation) would not be."""
+    seen, stack = 0, [node]
+    while stack and seen <= limit:
+        n = stack.pop()
+        seen += 1
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack += (k, v)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+    return seen
 
 
 def _index_lines(

@@ -1,28 +1,34 @@
-"""Orchestrate one sweep: trials -> child processes -> results -> MLflow, plus a local copy of each result.
+"""Orchestrate one sweep: trials -> child processes -> results -> MLflow, with a local journal first.
 
-This module only sequences the others. Every result is appended to ``results.jsonl`` and ``results.csv``
-in the sweep's folder the moment it is known, so a failure later in the sweep never loses it.
+This module only sequences the others. Every result goes to the sweep's journal (results.jsonl) and
+results.csv the moment it is known; MLflow comes second. When the tracking store fails mid-sweep, the
+sweep goes on, says so, and ``dinox sync`` logs what is missing once the store is back. Trials the
+experiment already holds with a final status are skipped (resume), and larger batches of a configuration
+that ran out of memory are recorded as skipped without running (pruning).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from dinox import runner
 from dinox.grid import Trial
-from dinox.result import TrialResult
+from dinox.journal import Journal, new_result_id
+from dinox.prune import Pruner
+from dinox.result import TrialResult, one_line
 from dinox.spec import SpecDocument
 from dinox.tracking import SweepRecorder, result_summary
 
+FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
 CSV_LEAD = [
     "index", "trial_id", "run_id", "label", "status", "bound", "images_per_s", "step_s_p50", "step_s_p90",
     "data_s", "h2d_s", "compute_s", "peak_mem_allocated_gb", "peak_mem_reserved_gb", "device_mem_total_gb",
@@ -30,7 +36,9 @@ CSV_LEAD = [
 ]  # fmt: skip
 
 
-class Interrupted(Exception):
+class Interrupted(BaseException):
+    """SIGTERM / SIGINT. A BaseException, like KeyboardInterrupt, so no `except Exception` swallows it."""
+
     def __init__(self, signame: str):
         super().__init__(f"interrupted by {signame}")
         self.signame = signame
@@ -43,19 +51,22 @@ class SweepReport:
     sweep_dir: Path
     rows: list[dict[str, object]] = field(default_factory=list)
     results: list[TrialResult] = field(default_factory=list)
-    # Parent-side seconds per trial, from opening its run to closing it: the child's life plus recording.
+    resumed: list[tuple[Trial, str]] = field(default_factory=list)  # (trial, its recorded status)
+    store_failures: int = 0
+    # Parent-side seconds per measured trial, from opening its run to closing it.
     trial_loop_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
 
     def timeline(self) -> dict[str, float]:
         """Mean seconds per trial by phase; `overhead_s` is what is neither data setup, model build nor steps."""
-        n = len(self.results)
+        measured = [r for r in self.results if "trial_wall_s" in r.metrics]
+        n = len(measured)
         if not n:
             return {}
-        mean = {k: sum(r.metrics.get(k, 0.0) for r in self.results) / n
+        mean = {k: sum(r.metrics.get(k, 0.0) for r in measured) / n
                 for k in ("startup_s", "setup_s", "data_setup_s", "build_s", "measure_s", "teardown_s",
                           "trial_wall_s")}  # fmt: skip
-        loop = sum(self.trial_loop_s) / n
+        loop = sum(self.trial_loop_s) / len(self.trial_loop_s) if self.trial_loop_s else mean["trial_wall_s"]
         mean["recording_s"] = loop - mean["trial_wall_s"]
         mean["per_trial_s"] = loop
         mean["overhead_s"] = loop - mean["data_setup_s"] - mean["build_s"] - mean["measure_s"]
@@ -77,6 +88,30 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
+class _Store:
+    """MLflow, best effort: a failed call is reported once per outage and the sweep goes on."""
+
+    def __init__(self, recorder: SweepRecorder, journal: Journal, echo: Callable[[str], None], report: SweepReport):
+        self.recorder, self.journal, self.echo, self.report = recorder, journal, echo, report
+        self.down = False
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+        try:
+            value = fn(*args)
+        except Exception as e:  # noqa: BLE001 - any failure of the store: the result is in the journal
+            self.report.store_failures += 1
+            if not self.down:
+                self.echo(f"warning: tracking store {self.recorder.uri} failed ({one_line(str(e), 200)}); "
+                          f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` "
+                          f"once it is back")  # fmt: skip
+            self.down = True
+            return False, None
+        if self.down:
+            self.echo(f"note: tracking store {self.recorder.uri} answers again")
+        self.down = False
+        return True, value
+
+
 def _row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
     row: dict[str, object] = {
         "index": trial.index, "trial_id": trial.trial_id, "run_id": run_id, "label": trial.label,
@@ -87,7 +122,7 @@ def _row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
     return row
 
 
-def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
+def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     extra = sorted({k for row in rows for k in row} - set(CSV_LEAD))
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
@@ -116,12 +151,15 @@ def run_sweep(
     workdir: Path,
     echo: Callable[[str], None] = print,
     on_spawn: Callable[[Trial, int], None] | None = None,
+    force: bool = False,
+    prune: bool = True,
 ) -> SweepReport:
     t0 = time.time()
     name = trials[0].spec.name
-    parent = recorder.open_sweep(name, doc.path, len(trials))
+    parent = recorder.open_sweep(name, doc.path, len(trials))  # a store down at the start: TrackingError
     for note in recorder.notes:
         echo(f"note: {note}")
+    recorded = [] if force and not prune else recorder.recorded_trials()
     sweep_dir = workdir / "sweeps" / name / f"{time.strftime('%Y%m%d-%H%M%S')}-{parent[:8]}"
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "spec.yaml").write_text(doc.text)
@@ -130,45 +168,76 @@ def run_sweep(
         for t in trials
     ]
     (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
+    journal = Journal(sweep_dir)
+    journal.sweep(recorder.uri, recorder.experiment_id, parent, name)
     report = SweepReport(parent, recorder.experiment_id, sweep_dir)
-    csv_path, jsonl_path = sweep_dir / "results.csv", sweep_dir / "results.jsonl"
+    store = _Store(recorder, journal, echo, report)
+    csv_path = sweep_dir / "results.csv"
     plural = "s" if len(trials) != 1 else ""
     echo(
         f"dinox: {len(trials)} trial{plural} of {name!r} -> {recorder.uri} (experiment {recorder.experiment_id}, "
         f"parent run {parent}); local results in {sweep_dir}"
     )
 
-    run_id = ""
+    done = {} if force else {r.tags["dinox.trial_id"]: r for r in recorded if r.status in FINAL}
+    pruner = Pruner()
+    if prune:
+        for r in recorded:
+            pruner.observe(r.params, r.batch_size, r.status, r.run_id)
+
+    run_id: str | None = None
     try:
         with _signals_raise():
             for trial in trials:
+                if trial.trial_id in done:
+                    prior = done[trial.trial_id]
+                    report.resumed.append((trial, prior.status))
+                    echo(f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
+                         f"{prior.run_id}; --force measures it again")  # fmt: skip
+                    continue
                 t_trial = time.time()
-                run_id = recorder.open_trial(trial)
-                spawn = (lambda pid, t=trial: on_spawn(t, pid)) if on_spawn else None
-                outcome = runner.run_trial(trial, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}", spawn)
-                row = _row(trial, run_id, outcome.result)
-                with open(jsonl_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                report.rows.append(row)
-                report.results.append(outcome.result)
-                _write_csv(csv_path, report.rows)
-                recorder.close_trial(run_id, outcome)
-                run_id = ""
-                report.trial_loop_s.append(time.time() - t_trial)
-                echo(describe(trial, outcome.result))
+                result_id = new_result_id()
+                _ok, run_id = store.call(recorder.open_trial, trial, result_id)
+                reason = pruner.reason(trial.spec) if prune else None
+                log_path: Path | None = None
+                if reason:
+                    result = TrialResult("skipped", error=reason, marks={"result_written": time.time()})
+                else:
+                    spawn = (lambda pid, t=trial: on_spawn(t, pid)) if on_spawn else None
+                    outcome = runner.run_trial(trial, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}",
+                                               spawn)  # fmt: skip
+                    result, log_path = outcome.result, outcome.log_path
+                journal.result(result_id, trial, result, run_id, str(log_path or ""))
+                report.rows.append(_row(trial, run_id or "", result))
+                report.results.append(result)
+                write_csv(csv_path, report.rows)
+                if run_id is None:
+                    _ok, run_id = store.call(recorder.open_trial, trial, result_id)
+                if run_id is not None and store.call(recorder.close_trial, run_id, result, log_path)[0]:
+                    journal.logged(result_id, run_id)
+                pruner.observe(trial.spec.flat_params(), trial.spec.batch.size, result.status, run_id or "")
+                run_id = None
+                if not reason:
+                    report.trial_loop_s.append(time.time() - t_trial)
+                echo(describe(trial, result))
     except (KeyboardInterrupt, Interrupted) as e:
         # Ignore further signals until the store says KILLED: a second Ctrl-C must not leave runs RUNNING.
         old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             reason = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
+            journal.sweep_end("KILLED")
             if run_id:
-                recorder.kill_trial(run_id, reason)
-            recorder.close_sweep("KILLED", result_summary(report.results), [csv_path, sweep_dir / "spec.yaml"])
+                store.call(recorder.kill_trial, run_id, reason)
+            if store.call(recorder.close_sweep, "KILLED", result_summary(report.results),
+                          [csv_path, sweep_dir / "spec.yaml"])[0]:  # fmt: skip
+                journal.sweep_closed()
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
         raise
+    journal.sweep_end("FINISHED")
     artifacts = [csv_path, sweep_dir / "spec.yaml", sweep_dir / "spec.normalized.yaml"]
-    recorder.close_sweep("FINISHED", result_summary(report.results), artifacts)
+    if store.call(recorder.close_sweep, "FINISHED", result_summary(report.results), artifacts)[0]:
+        journal.sweep_closed()
     report.wall_s = time.time() - t0
     return report

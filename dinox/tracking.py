@@ -19,11 +19,17 @@ from mlflow.exceptions import MlflowException
 from dinox.grid import Trial
 from dinox.records import TrialRecord
 from dinox.result import TrialResult, one_line
-from dinox.runner import ChildOutcome
 
 for _name in ("mlflow", "alembic"):
     # The store's schema migrations log at INFO on first use; a sweep's terminal output is for trials.
     logging.getLogger(_name).setLevel(logging.WARNING)
+
+# MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) stall a sweep for minutes per call when a
+# tracking server is down. dinox keeps every result locally and syncs later, so it fails fast instead,
+# unless the user set these themselves.
+for _var, _value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                     ("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")):  # fmt: skip
+    os.environ.setdefault(_var, _value)
 
 # Final MLflow run status per dinox status: the precise cause always stays in the dinox.status tag.
 RUN_STATUS = {
@@ -129,7 +135,11 @@ class SweepRecorder:
 
     # --- trials ------------------------------------------------------------------------------------
 
-    def open_trial(self, trial: Trial) -> str:
+    def attach(self, experiment_id: str, parent_run_id: str) -> None:
+        """Continue a sweep opened earlier (dinox sync)."""
+        self.experiment_id, self.parent_run_id = experiment_id, parent_run_id
+
+    def open_trial(self, trial: Trial, result_id: str) -> str:
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"{trial.index + 1:03d} {trial.label}",
@@ -139,6 +149,8 @@ class SweepRecorder:
                 "dinox.trial_id": trial.trial_id,
                 "dinox.trial_index": str(trial.index),
                 "dinox.sweep_values": trial.label,
+                # Set before the trial runs, so the run can always be found again (dinox sync).
+                "dinox.result_id": result_id,
             },
         )
         params = [Param(k, v) for k, v in trial.spec.flat_params().items()]
@@ -146,10 +158,12 @@ class SweepRecorder:
             self.client.log_batch(run.info.run_id, params=params[i : i + _MAX_PARAMS_PER_CALL])
         return run.info.run_id
 
-    def close_trial(self, run_id: str, outcome: ChildOutcome) -> None:
-        r = outcome.result
-        ts = _now_ms()
-        tags = {**r.tags, "dinox.status": r.status}
+    def close_trial(self, run_id: str, r: TrialResult, log_path: str | Path | None) -> None:
+        """Log a result on its run. Safe to repeat: metric timestamps come from the result itself, so a
+        second write of the same metrics is a no-op, and dinox.status is written last, so a run without it
+        is a run whose result has not fully arrived."""
+        ts = int(r.marks.get("result_written", r.marks.get("start", 0.0)) * 1000) or _now_ms()
+        tags = dict(r.tags)
         if r.bound:
             tags["dinox.bound"] = r.bound
         if r.error:
@@ -159,10 +173,41 @@ class SweepRecorder:
         metrics += [Metric("step_s", float(v), ts, i) for i, v in enumerate(r.step_s)]
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[i : i + 1000])
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in sorted(tags.items())])
-        if outcome.log_path.exists() and outcome.log_path.stat().st_size:
-            self.client.log_artifact(run_id, str(outcome.log_path))
+        if tags:
+            self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in sorted(tags.items())])
+        if log_path is not None and Path(log_path).exists() and Path(log_path).stat().st_size:
+            self.client.log_artifact(run_id, str(log_path))  # same name again: overwritten, not doubled
+        self.client.set_tag(run_id, "dinox.status", r.status)
         self.client.set_terminated(run_id, RUN_STATUS[r.status])
+
+    def find_result(self, result_id: str):
+        """The run that carries a result id, or None."""
+        runs = self.client.search_runs([self.experiment_id], f"tags.`dinox.result_id` = '{result_id}'")
+        return runs[0] if runs else None
+
+    def run_exists(self, run_id: str) -> bool:
+        try:
+            self.client.get_run(run_id)
+        except MlflowException:
+            return False
+        return True
+
+    def ensure_terminated(self, run) -> None:
+        if run.info.status == "RUNNING":
+            self.client.set_terminated(run.info.run_id, RUN_STATUS.get(run.data.tags.get("dinox.status", ""), "FAILED"))
+
+    def recorded_trials(self) -> list[TrialRecord]:
+        """Every trial run of the experiment that has a final dinox.status (resume and pruning read these)."""
+        try:
+            runs = _search_all(self.client, [self.experiment_id], "tags.`dinox.role` = 'trial'")
+        except MlflowException as e:
+            raise TrackingError(f"tracking store {self.uri}: {one_line(e.message, 300)}") from None
+        out = []
+        for run in runs:
+            if run.data.tags.get("dinox.status"):
+                out.append(TrialRecord(run.info.run_id, run.info.experiment_id, run.info.run_name or "",
+                                       dict(run.data.params), dict(run.data.metrics), dict(run.data.tags)))  # fmt: skip
+        return out
 
     def kill_trial(self, run_id: str, reason: str) -> None:
         """The trial was interrupted: no measurement, MLflow status KILLED."""

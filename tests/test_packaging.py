@@ -14,7 +14,7 @@ import yaml
 from mlflow import MlflowClient
 
 from dinox import grid, spec
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, run_dinox
 
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 
@@ -96,6 +96,18 @@ def test_every_shipped_spec_validates_and_names_its_command(path):
     assert trials
     header = path.read_text().splitlines()[0]
     assert re.match(rf"# Run: dinox run specs/{path.name}$", header), header
+
+
+def test_every_shipped_spec_passes_dinox_validate_where_its_data_exists(tmp_path):
+    # The CT specs read data/processed/_index/index.csv relative to where dinox runs; give them one, so
+    # validate's preflight gets to check everything else, the timm model names included.
+    index = tmp_path / "data" / "processed" / "_index" / "index.csv"
+    index.parent.mkdir(parents=True)
+    index.write_text("png_path,series_dir,slice_index\na/00000.png,a,0\n")
+    for path in SPECS:
+        proc = run_dinox(["validate", str(path)], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"OK {path}: ")
 
 
 def test_parent_side_never_imports_torch_and_child_never_imports_mlflow():
