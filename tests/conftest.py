@@ -44,3 +44,59 @@ def run_dinox(args: list[str], cwd: Path, env: dict[str, str] | None = None, tim
         text=True,
         timeout=timeout,
     )
+
+
+class MlflowServer:
+    """A real `mlflow server` on loopback (SQLite backend, proxied artifacts) that tests can stop and start
+    again on the same port and store."""
+
+    def __init__(self, root: Path):
+        import socket
+
+        self.root = root
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 90) -> None:
+        import time
+        import urllib.request
+
+        log = open(self.root / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root / 'm.db'}",
+             "--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1", "--port",
+             str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.time() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/health", timeout=2)
+                return
+            except OSError:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    pytest.fail(f"mlflow server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.3)
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("server"))
+    server.start()
+    yield server
+    server.stop()

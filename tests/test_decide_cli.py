@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 from mlflow import MlflowClient
@@ -122,36 +118,8 @@ def test_errors_exit_2_with_one_line(sqlite_store, args, message):
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real `mlflow server` on loopback with a SQLite backend and proxied artifacts."""
-    root = tmp_path_factory.mktemp("server")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'm.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "wb"), start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.3)
-    yield url, root
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=30)
-
-
 def test_decide_against_a_real_tracking_server(mlflow_server, tmp_path):
-    url, _root = mlflow_server
+    url = mlflow_server.url
     client = MlflowClient(url)
     study.log(client, "served", study.study())
     proc = run_dinox(["decide", "--experiment", "served", *BUDGET, "--out", "out"], cwd=tmp_path,

@@ -1,0 +1,194 @@
+"""Nothing lost: signals mid-trial and resume, pruning on a real OOM, a tracking server that dies mid-sweep
+then `dinox sync`, and two sweeps writing to one server at once. Real processes, real signals, real
+servers; the store is checked run by run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from mlflow import MlflowClient
+
+from tests.conftest import TINY, MlflowServer, run_dinox
+
+
+def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    full = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    full.pop("MLFLOW_RUN_ID", None)
+    return subprocess.Popen([sys.executable, "-m", "dinox", *args], cwd=cwd, env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def trial_child(proc: subprocess.Popen, index: int, timeout: float = 120) -> psutil.Process:
+    """Wait until trial `index` of a running sweep has its own child process, and return it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if "dinox.trial" in " ".join(p.cmdline()) and f"/{index:03d}-" in " ".join(p.cmdline()):
+                    return p
+            except psutil.NoSuchProcess:
+                continue
+        if proc.poll() is not None:
+            raise AssertionError(f"sweep ended early: {proc.communicate()}")
+        time.sleep(0.05)
+    raise AssertionError(f"trial {index} never started")
+
+
+def runs_of(uri: str, experiment: str) -> list:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+THREE = TINY.format(name="resume") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n"
+
+
+def test_sigterm_then_sigint_mid_trial_then_resume(tmp_path):
+    (tmp_path / "s.yaml").write_text(THREE)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = dinox_popen(["run", "s.yaml"], tmp_path)
+    child = trial_child(proc, 1)  # trial 0 is done and logged; trial 1 is in flight
+    tree = [child]
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # a second signal during shutdown
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    _gone, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive
+    runs = runs_of(uri, "resume")
+    assert all(r.info.status != "RUNNING" for r in runs)
+    states = sorted((r.data.tags.get("dinox.role"), r.data.params.get("batch.size", ""), r.info.status,
+                     r.data.tags.get("dinox.status", "")) for r in runs)  # fmt: skip
+    assert states == [("sweep", "", "KILLED", ""), ("trial", "2", "FINISHED", "ok"), ("trial", "3", "KILLED", "")]
+
+    # Resume: the ok trial is not measured again; the killed one and the last one are.
+    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[1/3] recorded size=2 | ok in run" in proc.stdout
+    assert "2 ok; 1 already recorded" in proc.stdout
+    runs = runs_of(uri, "resume")
+    assert all(r.info.status != "RUNNING" for r in runs)
+    with_result = [r for r in runs if r.data.tags.get("dinox.status")]
+    # Each trial's result exactly once.
+    assert sorted(r.data.params["batch.size"] for r in with_result) == ["2", "3", "4"]
+    assert len({r.data.tags["dinox.trial_id"] for r in with_result}) == 3
+    assert sorted(r.info.status for r in runs if r.data.tags.get("dinox.role") == "sweep") == ["FINISHED", "KILLED"]
+
+    # --force measures everything again.
+    proc = run_dinox(["run", "s.yaml", "--force"], cwd=tmp_path)
+    assert proc.returncode == 0 and "3 ok" in proc.stdout
+
+
+OOM_GRID = """\
+name: prune
+model: {name: vit_tiny_patch16_224, img_size: 224, kwargs: {depth: 2}}
+objective: {num_classes: 10}
+hardware: {memory_limit_gb: 1.5}
+measure: {warmup_steps: 1, bench_steps: 1, timeout_s: 120}
+sweep:
+  grid:
+    batch.size: %s
+  cases:
+    - {model.kwargs: {depth: 2}}
+    - {model.kwargs: {depth: 2, num_heads: 5}}   # 192 is not divisible by 5: an error, never a prune
+"""
+
+
+def test_pruning_on_a_real_oom_and_from_the_store(tmp_path):
+    (tmp_path / "s.yaml").write_text(OOM_GRID % "[2, 512, 1024]")
+    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}", "prune")
+    by = {(r.data.params["model.kwargs.num_heads"] if "model.kwargs.num_heads" in r.data.params else "-",
+           r.data.params["batch.size"]): r for r in runs if r.data.tags.get("dinox.role") == "trial"}  # fmt: skip
+    assert {k: v.data.tags["dinox.status"] for k, v in by.items()} == {
+        ("-", "2"): "ok", ("-", "512"): "oom", ("-", "1024"): "skipped",
+        ("5", "2"): "error", ("5", "512"): "error", ("5", "1024"): "error",
+    }  # fmt: skip
+    skipped = by[("-", "1024")]
+    assert skipped.info.status == "FINISHED"
+    assert skipped.data.tags["dinox.error"].startswith("pruned: batch.size 1024 > 512, which ran out of memory")
+    assert "images_per_s" not in skipped.data.metrics  # nothing was run
+
+    # A new, larger batch is pruned from the OOM the store already holds; --no-prune runs it.
+    (tmp_path / "s.yaml").write_text(OOM_GRID % "[2, 512, 1024, 2048]")
+    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    lines = [ln for ln in proc.stdout.splitlines() if "size=2048" in ln]
+    assert lines[0].split()[1] == "skipped" and lines[1].split()[1] == "error", lines
+    # Only the batch the store's OOM prunes: without --no-prune it is skipped, with it, it runs (and OOMs).
+    (tmp_path / "one.yaml").write_text((OOM_GRID % "[1024]").split("  cases:")[0])
+    proc = run_dinox(["run", "one.yaml", "--force"], cwd=tmp_path)
+    assert "] skipped  size=1024 | pruned: batch.size 1024 > 512" in proc.stdout, proc.stdout
+    proc = run_dinox(["run", "one.yaml", "--force", "--no-prune"], cwd=tmp_path)
+    assert "] oom      size=1024 |" in proc.stdout, proc.stdout
+
+
+def test_tracking_server_dies_mid_sweep_then_sync(tmp_path):
+    server = MlflowServer(tmp_path / "server")
+    (tmp_path / "server").mkdir()
+    server.start()
+    try:
+        (tmp_path / "s.yaml").write_text(TINY.format(name="outage") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
+        proc = dinox_popen(["run", "s.yaml"], tmp_path, {"MLFLOW_TRACKING_URI": server.url})
+        trial_child(proc, 1)  # trial 0 is logged; trial 1's run is open
+        server.stop()  # the store goes away mid-sweep
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out + err
+        assert "warning: tracking store" in out and "dinox sync" in out
+        assert sum(1 for ln in out.splitlines() if ln.startswith("[") and ln.split()[1] == "ok") == 3, out
+        # While the store is still down, sync says so in one line and keeps everything.
+        proc = run_dinox(["sync"], cwd=tmp_path)
+        assert proc.returncode == 2 and "tracking store unreachable or failing" in proc.stderr, proc.stderr
+        assert "nothing lost" in proc.stderr and "Traceback" not in proc.stderr
+        server.start()
+        client = MlflowClient(server.url)
+        exp = client.get_experiment_by_name("outage")
+        before = client.search_runs([exp.experiment_id], "tags.`dinox.role` = 'trial'")
+        assert len([r for r in before if r.data.tags.get("dinox.status")]) == 1
+        proc = run_dinox(["sync"], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "2 result(s) logged, 0 already in the store, sweep closed as FINISHED" in proc.stdout
+        again = run_dinox(["sync"], cwd=tmp_path)
+        assert again.returncode == 0 and "nothing to sync" in again.stdout
+        runs = client.search_runs([exp.experiment_id])
+        trials = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
+        # Every result exactly once, each complete, nothing left RUNNING.
+        assert sorted(r.data.params["batch.size"] for r in trials) == ["2", "3", "4"]
+        assert all(r.data.tags["dinox.status"] == "ok" and "images_per_s" in r.data.metrics for r in trials)
+        assert all(len(client.get_metric_history(r.info.run_id, "step_s")) == 3 for r in trials)
+        assert [r.info.status for r in runs if r.data.tags.get("dinox.role") == "sweep"] == ["FINISHED"]
+        assert all(r.info.status != "RUNNING" for r in runs)
+    finally:
+        server.stop()
+
+
+def test_two_sweeps_at_once_against_one_server(mlflow_server, tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(TINY.format(name="shared") + "sweep:\n  grid:\n    batch.size: [2, 3]\n")
+    env = {"MLFLOW_TRACKING_URI": mlflow_server.url}
+    procs = [dinox_popen(["run", f"{n}.yaml", "--force", "--workdir", f".dinox-{n}"], tmp_path, env) for n in "ab"]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, out + err
+        assert "2 ok" in out and "warning" not in out
+    client = MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name("shared")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("dinox.role") == "sweep"]
+    trials = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
+    assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
+    assert len(trials) == 4
+    for p in parents:
+        mine = [t for t in trials if t.data.tags["mlflow.parentRunId"] == p.info.run_id]
+        assert sorted(t.data.params["batch.size"] for t in mine) == ["2", "3"]
+        assert all(t.data.tags["dinox.status"] == "ok" and t.info.status == "FINISHED" for t in mine)
+        assert {a.path for a in client.list_artifacts(p.info.run_id)} >= {"results.csv", "spec.yaml"}
