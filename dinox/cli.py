@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -369,6 +370,35 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
 
             _fail(f"sync {d}: tracking store unreachable or failing ({one_line(str(e), 200)}); nothing lost, "
                   f"try again later")  # fmt: skip
+
+
+@main.command()
+@click.option(
+    "--tracking-uri",
+    default=None,
+    metavar="URI",
+    help="The store to browse; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. The default keeps the UI on this machine; 0.0.0.0 exposes it to "
+    "every network the machine is on, without authentication.",
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+def ui(tracking_uri: str | None, host: str, port: int) -> None:
+    """Open the MLflow UI on the sweeps' store (`mlflow ui`), listening on 127.0.0.1 unless told otherwise."""
+    from dinox.tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        _fail(f"{uri} is a tracking server: open it in a browser, it serves its own UI")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: the UI listens on {host}, reachable by others, with no authentication", err=True)
+    click.echo(f"MLflow UI on http://{host}:{port} for {uri} (Ctrl-C to stop)")
+    os.execv(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
+                              "--port", str(port)])  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -51,6 +51,17 @@ def is_oom(exc: BaseException) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
 
+def describe_exception(exc: BaseException) -> str:
+    """One line for dinox.error. An exception re-raised from a DataLoader worker carries the worker's whole
+    traceback in its message; its last line (the original exception) is what says what went wrong."""
+    text = str(exc)
+    if "Original Traceback" in text:
+        head = text.splitlines()[0].removesuffix(".")  # "Caught DataError in DataLoader worker process 0"
+        last = [ln for ln in text.splitlines() if ln.strip()][-1].strip()
+        return one_line(f"{last} ({head.removeprefix('Caught ')})")
+    return one_line(f"{type(exc).__name__}: {text}")
+
+
 def resolve_device(kind: str) -> torch.device:
     if kind == "auto":
         if torch.cuda.is_available():
@@ -310,7 +321,7 @@ def run_child(trial_json: str, result_json: str) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
         status = "oom" if is_oom(exc) else "error"
-        message = one_line(f"{type(exc).__name__}: {exc}")
+        message = describe_exception(exc)
         with contextlib.suppress(Exception):
             device = torch.device(tags["dinox.device"]) if "dinox.device" in tags else None
             if device is not None:

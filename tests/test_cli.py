@@ -173,3 +173,33 @@ def test_sigterm_mid_trial_marks_killed_and_leaves_no_process(tmp_path):
     ]  # fmt: skip
     (trial,) = [r for r in runs if r.data.tags["dinox.role"] == "trial"]
     assert trial.data.tags["dinox.error"] == "interrupted by SIGTERM"
+
+
+def test_ui_listens_on_loopback_only(tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen([sys.executable, "-m", "dinox", "ui", "--port", str(port)], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        deadline, listening = time.time() + 90, []
+        while time.time() < deadline and not listening:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            listening = [c.laddr for p in tree for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN]
+            time.sleep(0.3)
+        assert listening, "the UI never listened"
+        assert all(addr.ip == "127.0.0.1" and addr.port == port for addr in listening), listening
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -116,3 +116,19 @@ def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_pat
     assert m["compile_s"] > 5 * m["step_s_p50"]
     assert m["window_s"] < m["first_step_s"]
     assert max(r.step_s) < m["compile_s"]
+
+
+def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tmp_path):
+    from dinox.data.dicom_preprocess import preprocess
+    from tests.test_dicom_preprocess import demo
+
+    demo.write_series(tmp_path / "dicom" / "P1", slices=3, rows=32, cols=32)
+    preprocess(tmp_path / "dicom", tmp_path / "png", progress=False)
+    victim = sorted((tmp_path / "png").rglob("00001.png"))[0]
+    victim.write_bytes(victim.read_bytes()[:50])
+    extra = (f"data: {{source: ct_png, index_csv: {tmp_path / 'png' / '_index' / 'index.csv'}}}\n"
+             "loader: {num_workers: 1}\nsweep: {cases: [{batch.size: 3}]}\n")  # fmt: skip
+    (trial,) = grid.expand(spec.load(write_spec(TINY.format(name="corrupt") + extra)))
+    r = runner.run_trial(trial, tmp_path / "t").result
+    assert r.status == "error"
+    assert f"cannot decode {victim}" in r.error  # raised in the loader worker, named in the trial's status

@@ -1,0 +1,99 @@
+# ruff: noqa: E501  (the corpus reads best as one entry per line)
+"""A corpus of malformed specs, each refused by `dinox run` before anything runs: exit 2, one message
+naming the file, the field path and (where YAML has one) the line, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from dinox.cli import main
+
+OK = "name: bad\nmodel: {name: resnet18}\n"
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+CORPUS: list[tuple[str, str | bytes, str]] = [
+    ("not_yaml", "name: [unclosed\n", "spec.yaml:2: not valid YAML"),
+    ("tab_indent", "name: bad\nmodel:\n\tname: resnet18\n", "spec.yaml:3: not valid YAML"),
+    ("python_object", 'name: bad\nmodel: !!python/object/apply:os.system ["id"]\n', "spec.yaml:2: not valid YAML"),
+    ("python_name", "name: !!python/name:os.system\nmodel: {name: r}\n", "spec.yaml:1: not valid YAML"),
+    ("billion_laughs", BILLION_LAUGHS, "expands to more than 100000 values through anchors and aliases"),
+    ("empty", "", "this is an empty file"),
+    ("top_list", "- name: bad\n", "this is a list"),
+    ("top_scalar", "just text\n", "this is a str"),
+    ("not_utf8", b"name: bad\nmodel: {name: \xff\xfe}\n", "spec is not UTF-8 text"),
+    ("too_big", "# " + "x" * 1_000_100 + "\n" + OK, "the limit is 1000000"),
+    ("duplicate_key", OK + "model: {name: resnet50}\n", "spec.yaml:3: model: duplicate key (first given on line 2)"),
+    ("unknown_section", OK + "optimiser: {lr: 0.1}\n", "spec.yaml:3: optimiser: unknown field (did you mean 'optimizer'?)"),
+    ("unknown_nested", OK + "loader: {num_wokers: 2}\n", "spec.yaml:3: loader.num_wokers: unknown field (did you mean 'num_workers'?)"),
+    ("missing_model", "name: bad\n", "spec.yaml: model: Field required"),
+    ("missing_model_name", "name: bad\nmodel: {img_size: 224}\n", "spec.yaml:2: model.name: Field required"),
+    ("missing_name", "model: {name: r}\n", "spec.yaml: name: Field required"),
+    ("bad_name", "name: my sweep\nmodel: {name: r}\n", "spec.yaml:1: name: String should match pattern"),
+    ("batch_zero", OK + "batch: {size: 0}\n", "spec.yaml:3: batch.size: Input should be greater than 0 (got 0)"),
+    ("batch_negative", OK + "batch: {size: -8}\n", "spec.yaml:3: batch.size: Input should be greater than 0 (got -8)"),
+    ("batch_text", OK + "batch: {size: big}\n", "spec.yaml:3: batch.size: Input should be a valid integer"),
+    ("accum_mismatch", OK + "batch: {size: 64, accumulation: 2, effective: 256}\n", "spec.yaml:3: batch.accumulation: 2 does not match"),
+    ("effective_not_multiple", OK + "batch: {size: 48, effective: 100}\n", "spec.yaml:3: batch.effective: 100 is not a multiple"),
+    ("prefetch_no_workers", OK + "loader: {prefetch_factor: 2}\n", "spec.yaml:3: loader.prefetch_factor: 2 needs loader.num_workers > 0"),
+    ("persistent_no_workers", OK + "loader: {persistent_workers: true}\n", "spec.yaml:3: loader.persistent_workers: true needs"),
+    ("workers_negative", OK + "loader: {num_workers: -1}\n", "spec.yaml:3: loader.num_workers: Input should be greater than or equal to 0"),
+    ("precision", OK + "precision: fp8\n", "spec.yaml:3: precision: Input should be 'fp32'"),
+    ("compile_mode", "name: bad\nmodel: {name: r, compile: turbo}\n", "spec.yaml:2: model.compile:"),
+    ("compile_no_warmup", "name: bad\nmodel: {name: r, compile: true}\nmeasure: {warmup_steps: 0}\n", "spec.yaml:3: measure.warmup_steps: 0 with model.compile on"),
+    ("reserved_kwarg", "name: bad\nmodel: {name: r, kwargs: {num_classes: 5}}\n", "spec.yaml:2: model.kwargs.num_classes: set objective.num_classes instead"),
+    ("optimizer_name", OK + "optimizer: {name: lamb}\n", "spec.yaml:3: optimizer.name: Input should be 'adamw' or 'sgd'"),
+    ("momentum_adamw", OK + "optimizer: {name: adamw, momentum: 0.9}\n", "spec.yaml:3: optimizer.momentum: applies to sgd only"),
+    ("lr_negative", OK + "optimizer: {lr: -0.1}\n", "spec.yaml:3: optimizer.lr: Input should be greater than 0"),
+    ("gpus", OK + "hardware: {gpus: 2}\n", "spec.yaml:3: hardware.gpus: 2: this version measures single-device trials only"),
+    ("device", OK + "hardware: {device: tpu}\n", "spec.yaml:3: hardware.device: Input should be 'auto', 'cuda', 'cpu' or 'mps'"),
+    ("memory_zero", OK + "hardware: {memory_limit_gb: 0}\n", "spec.yaml:3: hardware.memory_limit_gb: Input should be greater than 0"),
+    ("pin_on_cpu", OK + "hardware: {device: cpu}\nloader: {pin_memory: true}\n", "spec.yaml:4: loader.pin_memory: true has no effect"),
+    ("timeout_negative", OK + "measure: {timeout_s: -1}\n", "spec.yaml:3: measure.timeout_s: Input should be greater than 0"),
+    ("budget_incomplete", OK + "budget: {days: 15, epochs: 100}\n", "spec.yaml:3: budget: needs target_images, or dataset_size"),
+    ("budget_both", OK + "budget: {days: 1, target_images: 9, dataset_size: 3, epochs: 3}\n", "spec.yaml:3: budget: give target_images or"),
+    ("objective_kind", OK + "objective: {kind: simclr}\n", "spec.yaml:3: objective: 'simclr' is not one of classification, dino"),
+    ("data_source", OK + "data: {source: imagenet}\n", "spec.yaml:3: data: 'imagenet' is not one of synthetic, ct_png, webdataset"),
+    ("dino_one_view", OK + "objective: {kind: dino, global_crops: 1, local_crops: 0}\n", "spec.yaml:3: objective.local_crops: DINO compares views"),
+    ("window_reversed", OK + "data: {source: ct_png, index_csv: i.csv, window_level_min: 200}\n", "spec.yaml:3: data.window_level_min: 200.0 > window_level_max 100.0"),
+    ("sweep_unknown_path", OK + "sweep:\n  grid:\n    loader.workers: [0, 2]\n", "spec.yaml:5: sweep.grid['loader.workers']: no field 'workers' in loader"),
+    ("sweep_empty_list", OK + "sweep:\n  grid:\n    batch.size: []\n", "spec.yaml:5: sweep.grid.batch.size: List should have at least 1 item"),
+    ("sweep_twice", OK + "sweep:\n  grid: {batch.size: [1]}\n  cases: [{batch.size: 2}]\n", "spec.yaml:5: sweep.cases[0]: batch.size is also swept"),
+    ("sweep_bad_value", OK + "sweep:\n  grid:\n    batch.size: [8, -8]\n", "spec.yaml:5: batch.size: Input should be greater than 0 (got -8)"),
+    ("sweep_cases_not_list", OK + "sweep:\n  cases: {batch.size: 2}\n", "spec.yaml:4: sweep.cases: Input should be a valid list"),
+    ("sweep_name", OK + "sweep:\n  grid:\n    name: [a, b]\n", "spec.yaml:5: sweep.grid['name']: name cannot be swept"),
+    ("grid_too_large", OK + "sweep:\n  grid:\n    data.seed: [" + ", ".join(map(str, range(40))) + "]\n"
+     "    batch.size: [" + ", ".join(map(str, range(1, 41))) + "]\n", "spec.yaml:3: sweep: expands to 1600 trials, more than the limit of 1000"),
+    ("unknown_model", "name: bad\nmodel: {name: vit_tinny_patch16_224}\n", "spec.yaml:2: model.name: unknown timm model 'vit_tinny_patch16_224' (did you mean 'vit_tiny_patch16_224'"),
+    ("unknown_model_swept", OK + "sweep:\n  grid:\n    model.name: [resnet18, resnet5O]\n", "spec.yaml:5: model.name: unknown timm model 'resnet5O'"),
+    ("missing_index", OK + "data: {source: ct_png, index_csv: nowhere/index.csv}\n", "spec.yaml:3: data.index_csv: nowhere/index.csv: no such file"),
+    ("index_not_index", OK + "data: {source: ct_png, index_csv: other.csv}\n", "spec.yaml:3: data.index_csv: other.csv: not a dinox index.csv (missing columns png_path"),
+    ("index_unreadable", OK + "data: {source: ct_png, index_csv: binary.csv}\n", "spec.yaml:3: data.index_csv: binary.csv: unreadable (UnicodeDecodeError)"),
+    ("missing_root", OK + "data: {source: ct_png, index_csv: good.csv, root: nowhere}\n", "spec.yaml:3: data.root: nowhere: no such directory"),
+    ("missing_shards", OK + "data: {source: webdataset, shards: noshards}\n", "spec.yaml:3: data.shards: noshards: no .tar shards found"),
+]  # fmt: skip
+
+
+def test_the_corpus_is_large_and_names_are_unique():
+    assert len(CORPUS) >= 30
+    assert len({name for name, _t, _m in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), CORPUS, ids=[c[0] for c in CORPUS])
+def test_malformed_spec_is_refused_before_anything_runs(tmp_path, monkeypatch, name, text, expected):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00\x01" * 100)
+    (tmp_path / "good.csv").write_text("png_path,series_dir,slice_index\n")
+    (tmp_path / "noshards").mkdir()
+    spec = tmp_path / "spec.yaml"
+    spec.write_bytes(text if isinstance(text, bytes) else text.encode())
+    result = CliRunner().invoke(main, ["run", "spec.yaml"])
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr, result.stderr
+    assert result.stderr.count("\n") <= 3  # one line per problem, not a dump
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".dinox").exists()  # nothing written
