@@ -60,17 +60,25 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("spec_file", metavar="SPEC")
+@click.argument("spec_files", metavar="SPEC...", nargs=-1, required=True)
 @MAX_TRIALS
-def validate(spec_file: str, max_trials: int) -> None:
-    """Check SPEC and every trial its sweep expands to, without running anything: fields, contradictions,
-    timm model names, data files.
+def validate(spec_files: tuple[str, ...], max_trials: int) -> None:
+    """Check each SPEC and every trial its sweep expands to, without running anything: fields,
+    contradictions, timm model names, data files.
 
-    Prints a one-line OK, or one line per problem (file:line: field.path: message) and exits 2.
+    Prints a one-line OK per spec, or one line per problem (file:line: field.path: message) and exits 2.
     """
-    _doc, trials = _load(spec_file, max_trials, preflight=True)
-    click.echo(f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, "
-               f"experiment {trials[0].spec.name!r}")  # fmt: skip
+    failed = False
+    for spec_file in spec_files:
+        try:
+            _doc, trials = _load(spec_file, max_trials, preflight=True)
+        except SystemExit:
+            failed = True  # its problems are printed; check the other specs too
+            continue
+        click.echo(f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, "
+                   f"experiment {trials[0].spec.name!r}")  # fmt: skip
+    if failed:
+        sys.exit(EXIT_BAD_INPUT)
 
 
 @main.command()

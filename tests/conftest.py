@@ -94,7 +94,7 @@ class MlflowServer:
             self.proc = None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     server = MlflowServer(tmp_path_factory.mktemp("server"))
     server.start()
