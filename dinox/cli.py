@@ -119,7 +119,16 @@ def plan(spec_file: str, max_trials: int) -> None:
 @click.option("--force", is_flag=True, help="Measure every trial, also those the experiment already holds.")
 @click.option("--no-prune", is_flag=True, help="Run larger batches even after a smaller one ran out of memory.")
 @MAX_TRIALS
-def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_prune: bool, max_trials: int) -> None:
+@click.option(
+    "--isolation",
+    type=click.Choice(["fork", "spawn"]),
+    default="fork" if sys.platform == "linux" else "spawn",
+    show_default=True,
+    help="fork: each trial is forked from a process with torch and timm imported "
+    "(cheap); spawn: each trial is a fresh interpreter (python -m dinox.trial). Both: one process a trial.",
+)
+def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_prune: bool, max_trials: int,
+        isolation: str) -> None:  # fmt: skip
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
     \b
@@ -140,7 +149,7 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     try:
         recorder = SweepRecorder(uri)
         report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo, force=force,
-                           prune=not no_prune)  # fmt: skip
+                           prune=not no_prune, isolation=isolation)  # fmt: skip
     except TrackingError as e:
         _fail(str(e))
     except (KeyboardInterrupt, Interrupted) as e:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from dinox.forkserver import ForkedChild, ForkServer
 from dinox.grid import Trial
 from dinox.result import TrialResult, one_line
 
@@ -87,7 +88,7 @@ def _pss_bytes(proc: psutil.Process) -> int:
         return 0
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen | ForkedChild) -> None:
     """SIGTERM the child's process group, then SIGKILL whatever is left of it."""
     pgid = proc.pid  # the child leads its own session and group
     proc.poll()  # reap an exited child first: an unreaped zombie still counts as a group member
@@ -146,8 +147,12 @@ def run_trial(
     trial_dir: Path,
     on_spawn: Callable[[int], None] | None = None,
     poll_s: float = 0.05,
+    server: ForkServer | None = None,
 ) -> ChildOutcome:
-    """Run one trial in a child process and return what happened to it. Never raises for a bad trial."""
+    """Run one trial in a child process and return what happened to it. Never raises for a bad trial.
+
+    With a fork server the child is forked from a process that has imported torch and timm already;
+    without, it is a fresh interpreter (`python -m dinox.trial`). Either way it is a process of its own."""
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path = trial_dir / "trial.json"
     result_path = trial_dir / "result.json"
@@ -159,14 +164,18 @@ def run_trial(
 
     with open(log_path, "wb") as log:
         spawned_at = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dinox.trial", str(spec_path), str(result_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
+        proc: subprocess.Popen | ForkedChild
+        if server is not None:
+            proc = server.spawn(str(spec_path), str(result_path), str(log_path))
+        else:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dinox.trial", str(spec_path), str(result_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
         memory = TreeMemory(proc.pid)
         timed_out = False
         try:

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from dinox import runner
+from dinox.forkserver import ForkServer
 from dinox.grid import Trial
 from dinox.journal import Journal, new_result_id
 from dinox.prune import Pruner
@@ -153,8 +154,22 @@ def run_sweep(
     on_spawn: Callable[[Trial, int], None] | None = None,
     force: bool = False,
     prune: bool = True,
+    isolation: str = "fork",
 ) -> SweepReport:
     t0 = time.time()
+    server = ForkServer() if isolation == "fork" else None
+    if server is not None:
+        server.start()  # its imports overlap with opening the sweep in MLflow
+    try:
+        return _run_sweep(doc, trials, recorder, workdir, echo, on_spawn, force, prune, server, t0)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, workdir: Path,
+               echo: Callable[[str], None], on_spawn: Callable[[Trial, int], None] | None, force: bool, prune: bool,
+               server: ForkServer | None, t0: float) -> SweepReport:  # fmt: skip
     name = trials[0].spec.name
     parent = recorder.open_sweep(name, doc.path, len(trials))  # a store down at the start: TrackingError
     for note in recorder.notes:
@@ -205,7 +220,7 @@ def run_sweep(
                 else:
                     spawn = (lambda pid, t=trial: on_spawn(t, pid)) if on_spawn else None
                     outcome = runner.run_trial(trial, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}",
-                                               spawn)  # fmt: skip
+                                               spawn, server=server)  # fmt: skip
                     result, log_path = outcome.result, outcome.log_path
                 journal.result(result_id, trial, result, run_id, str(log_path or ""))
                 report.rows.append(_row(trial, run_id or "", result))

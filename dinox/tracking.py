@@ -27,8 +27,14 @@ for _name in ("mlflow", "alembic"):
 # MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) stall a sweep for minutes per call when a
 # tracking server is down. dinox keeps every result locally and syncs later, so it fails fast instead,
 # unless the user set these themselves.
-for _var, _value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-                     ("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")):  # fmt: skip
+# Against a tracking server MLflow prints a "View run at ..." link at every run end: a sweep prints its own.
+_QUIET_AND_QUICK = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
+for _var, _value in _QUIET_AND_QUICK.items():
     os.environ.setdefault(_var, _value)
 
 # Final MLflow run status per dinox status: the precise cause always stays in the dinox.status tag.

@@ -310,8 +310,10 @@ def _record_memory(device: torch.device, metrics: dict[str, float], tags: dict[s
         tags["dinox.mem_source"] = "process_peak_rss"
 
 
-def run_child(trial_json: str, result_json: str) -> int:
-    marks = {"start": _T_START, "imports_done": time.time()}
+def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
+    # Forked from the fork server, the imports were paid once, before the fork: this trial starts now.
+    now = time.time()
+    marks = {"start": now if forked else _T_START, "imports_done": now}
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
     spec = TrialSpec.model_validate_json(open(trial_json).read())

@@ -100,3 +100,18 @@ def mlflow_server(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+def trial_process(root_pid: int, index: int, need_worker: bool = False):
+    """The process running trial `index` of the sweep under root_pid, whichever the isolation: the one
+    holding that trial's log open (a forked trial shows the fork server's command line)."""
+    import psutil
+
+    for p in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if any(f"/trials/{index:03d}-" in f.path and f.path.endswith("child.log") for f in p.open_files()):
+                if not need_worker or p.children():
+                    return p
+        except psutil.Error:
+            continue
+    return None

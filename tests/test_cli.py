@@ -151,12 +151,12 @@ def test_sigterm_mid_trial_marks_killed_and_leaves_no_process(tmp_path):
     env.pop("MLFLOW_RUN_ID", None)
     proc = subprocess.Popen([sys.executable, "-m", "dinox", "run", "s.yaml"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    from tests.conftest import trial_process
+
     deadline = time.time() + 120
     child = None
     while time.time() < deadline and child is None:  # wait for the trial to be in its timed steps
-        for p in psutil.Process(proc.pid).children(recursive=True):
-            if "dinox.trial" in " ".join(p.cmdline()) and len(p.children()) >= 1:
-                child = p
+        child = trial_process(proc.pid, 0, need_worker=True)
         time.sleep(0.2)
     assert child is not None, "the trial never started its loader worker"
     tree = [child, *child.children(recursive=True)]

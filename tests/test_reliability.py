@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 from mlflow import MlflowClient
 
-from tests.conftest import TINY, MlflowServer, run_dinox
+from tests.conftest import TINY, MlflowServer, run_dinox, trial_process
 
 
 def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -25,15 +25,12 @@ def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -
 
 
 def trial_child(proc: subprocess.Popen, index: int, timeout: float = 120) -> psutil.Process:
-    """Wait until trial `index` of a running sweep has its own child process, and return it."""
+    """Wait until trial `index` of a running sweep has its own process, and return it."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        for p in psutil.Process(proc.pid).children(recursive=True):
-            try:
-                if "dinox.trial" in " ".join(p.cmdline()) and f"/{index:03d}-" in " ".join(p.cmdline()):
-                    return p
-            except psutil.NoSuchProcess:
-                continue
+        found = trial_process(proc.pid, index)
+        if found is not None:
+            return found
         if proc.poll() is not None:
             raise AssertionError(f"sweep ended early: {proc.communicate()}")
         time.sleep(0.05)
@@ -46,7 +43,9 @@ def runs_of(uri: str, experiment: str) -> list:
     return client.search_runs([exp.experiment_id]) if exp else []
 
 
-THREE = TINY.format(name="resume") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n"
+# Enough timed steps (about a second) that a signal sent when a trial starts lands inside it.
+LONGER = TINY.replace("bench_steps: 3", "bench_steps: 40")
+THREE = LONGER.format(name="resume") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n"
 
 
 def test_sigterm_then_sigint_mid_trial_then_resume(tmp_path):
@@ -132,7 +131,7 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path):
     (tmp_path / "server").mkdir()
     server.start()
     try:
-        (tmp_path / "s.yaml").write_text(TINY.format(name="outage") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
+        (tmp_path / "s.yaml").write_text(LONGER.format(name="outage") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
         # No HTTP retries: the store's failure is found the same way, only sooner.
         env = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
         proc = dinox_popen(["run", "s.yaml"], tmp_path, env)
@@ -161,7 +160,7 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path):
         # Every result exactly once, each complete, nothing left RUNNING.
         assert sorted(r.data.params["batch.size"] for r in trials) == ["2", "3", "4"]
         assert all(r.data.tags["dinox.status"] == "ok" and "images_per_s" in r.data.metrics for r in trials)
-        assert all(len(client.get_metric_history(r.info.run_id, "step_s")) == 3 for r in trials)
+        assert all(len(client.get_metric_history(r.info.run_id, "step_s")) == 40 for r in trials)
         assert [r.info.status for r in runs if r.data.tags.get("dinox.role") == "sweep"] == ["FINISHED"]
         assert all(r.info.status != "RUNNING" for r in runs)
     finally:

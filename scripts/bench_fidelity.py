@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Fidelity: dinox's measured throughput against a minimal hand-written PyTorch loop doing the same steps.
+
+Both run the same timm model, batch, accumulation, precision and DataLoader over the same synthetic data,
+each in a fresh process, alternating over several rounds in one run of this script; it prints the
+images/s of each and the ratio of their medians (target: at or above 0.98).
+
+    python scripts/bench_fidelity.py                        # ResNet-18 at 64 px, batch 32, CPU
+    python scripts/bench_fidelity.py --model vit_small_patch16_224 --img 224 --batch 64 --precision bf16-mixed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SPEC = """\
+name: fidelity
+model: {{name: {model}, img_size: {img}}}
+objective: {{num_classes: 100}}
+precision: {precision}
+batch: {{size: {batch}, accumulation: {accum}}}
+loader: {{num_workers: {workers}}}
+measure: {{warmup_steps: {warmup}, bench_steps: {steps}, timeout_s: 1800}}
+"""
+
+
+def hand_loop(a: argparse.Namespace) -> float:
+    """The loop a careful user writes by hand: nothing but the steps, timed at the edges."""
+    import timm
+    import torch
+    from torch.utils.data import DataLoader
+
+    from dinox.data.synthetic import SyntheticImages
+    from dinox.data.views import ViewPlan
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    try:
+        model = timm.create_model(a.model, pretrained=False, num_classes=100, img_size=a.img)
+    except TypeError:
+        model = timm.create_model(a.model, pretrained=False, num_classes=100)
+    model = model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05,
+                            **({"fused": True} if device.type == "cuda" else {}))  # fmt: skip
+    dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(a.precision)
+    scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+    n = (a.warmup + a.steps) * a.accum * a.batch
+    data = SyntheticImages(n, 3, ViewPlan(full_size=a.img), 100, 0)
+    loader = DataLoader(data, batch_size=a.batch, shuffle=True, num_workers=a.workers, drop_last=True,
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    it = iter(loader)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step() -> None:
+        for _ in range(a.accum):
+            x, y = next(it)
+            x, y = x.to(device), y.to(device)
+            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                loss = loss_fn(model(x), y) / a.accum
+            (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(a.warmup):
+        step()
+    sync()
+    t = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    sync()
+    return a.steps * a.accum * a.batch / (time.perf_counter() - t)
+
+
+def dinox_trial(a: argparse.Namespace, tmp: Path, i: int) -> float:
+    from dinox import grid, runner, spec
+
+    path = tmp / f"spec{i}.yaml"
+    path.write_text(SPEC.format(**vars(a)))
+    (trial,) = grid.expand(spec.load(path))
+    r = runner.run_trial(trial, tmp / f"t{i}").result
+    if r.status != "ok":
+        raise SystemExit(f"dinox trial {r.status}: {r.error}")
+    return r.metrics["images_per_s"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="resnet18")
+    p.add_argument("--img", type=int, default=64)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--hand-loop", action="store_true", help=argparse.SUPPRESS)  # the child's side
+    a = p.parse_args()
+    if a.hand_loop:
+        print(json.dumps({"images_per_s": hand_loop(a)}))
+        return
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("rounds", "hand_loop")]
+    dinox, hand = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.rounds):  # alternate, so both see the same drift of a shared machine
+            dinox.append(dinox_trial(a, Path(tmp), i))
+            out = subprocess.run([sys.executable, __file__, "--hand-loop", *args], capture_output=True, text=True,
+                                 check=True)  # fmt: skip
+            hand.append(json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"])
+    print(f"{a.model} at {a.img} px, batch {a.batch} x {a.accum}, {a.precision}, {a.workers} workers, "
+          f"{a.steps} timed steps, {a.rounds} rounds")  # fmt: skip
+    print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
+    print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
+    print(
+        f"fidelity_ratio {statistics.median(dinox) / statistics.median(hand):.3f}  (dinox / hand loop; target >= 0.98)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Trials forked from the fork server: still one process per trial, with the same fault handling as a
+fresh interpreter, and a trial's death never harms the next one or the server."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from dinox import grid, runner, spec
+from dinox.forkserver import ForkServer
+from tests.conftest import ROOT, TINY
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = ForkServer()
+    s.start()
+    yield s
+    s.close()
+
+
+def one_trial(write_spec, extra: str = "", name: str = "fork"):
+    (trial,) = grid.expand(spec.load(write_spec(TINY.format(name=name) + extra)))
+    return trial
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_forked_trial_measures_and_leaves_no_process(server, write_spec, tmp_path):
+    pids: list[int] = []
+    trial = one_trial(write_spec, "loader: {num_workers: 2}\n")
+    runner.run_trial(trial, tmp_path / "warm", server=server)  # the first one waits for the server's imports
+    r = runner.run_trial(trial, tmp_path / "t", pids.append, server=server).result
+    assert r.status == "ok", r.error
+    assert pids[0] != server.proc.pid and group_gone(pids[0])
+    assert r.metrics["startup_s"] < 1.0  # a fork, not an interpreter importing torch
+    assert r.metrics["teardown_s"] < 1.0
+
+
+@pytest.mark.parametrize("fault", ["abort", "hang"])
+def test_a_dying_or_hung_forked_trial_does_not_harm_the_next(server, write_spec, tmp_path, fault):
+    trial = one_trial(write_spec)
+    if fault == "hang":
+        s = trial.spec
+        trial = grid.Trial(0, 1, {}, s.model_copy(update={"measure": s.measure.model_copy(update={"timeout_s": 3.0})}),
+                           "x")  # fmt: skip
+    sig = signal.SIGABRT if fault == "abort" else signal.SIGSTOP
+
+    def on_spawn(pid: int) -> None:
+        threading.Timer(0.2, os.kill, args=(pid, sig)).start()
+
+    r = runner.run_trial(trial, tmp_path / "bad", on_spawn, server=server).result
+    assert r.status == ("crashed" if fault == "abort" else "timeout"), r.error
+    if fault == "abort":
+        assert "child killed by SIGABRT" in r.error and "Fatal Python error: Aborted" in r.error
+    assert server.proc.poll() is None  # the server lives on
+    after = runner.run_trial(one_trial(write_spec, name="after"), tmp_path / "good", server=server).result
+    assert after.status == "ok", after.error
+
+
+def test_a_dead_server_is_replaced(write_spec, tmp_path):
+    s = ForkServer()
+    s.start()
+    try:
+        os.killpg(s.proc.pid, signal.SIGKILL)
+        s.proc.wait()
+        r = runner.run_trial(one_trial(write_spec), tmp_path / "t", server=s).result
+        assert r.status == "ok", r.error
+    finally:
+        s.close()
+
+
+def test_bench_overhead_prints_its_figures(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_overhead.py"), "--trials", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert re.search(r"^per_trial_s\s+\d+\.\d{3}\s+\d+\.\d{3}$", out, re.M), out
+    assert re.search(r"^overhead_per_trial_s\[spawn\] \d+\.\d{3} ", out, re.M), out
+    assert re.search(r"^overhead_per_trial_s\[fork\] \d+\.\d{3} ", out, re.M), out
