@@ -4,17 +4,14 @@ fresh interpreter, and a trial's death never harms the next one or the server.""
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from dinox import grid, runner, spec
 from dinox.forkserver import ForkServer
-from tests.conftest import ROOT, TINY
+from tests.conftest import TINY
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +77,3 @@ def test_a_dead_server_is_replaced(write_spec, tmp_path):
         assert r.status == "ok", r.error
     finally:
         s.close()
-
-
-def test_bench_overhead_prints_its_figures(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_overhead.py"), "--trials", "2"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert re.search(r"^per_trial_s\s+\d+\.\d{3}\s+\d+\.\d{3}$", out, re.M), out
-    assert re.search(r"^overhead_per_trial_s\[spawn\] \d+\.\d{3} ", out, re.M), out
-    assert re.search(r"^overhead_per_trial_s\[fork\] \d+\.\d{3} ", out, re.M), out
