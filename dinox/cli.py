@@ -255,20 +255,8 @@ def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri:
             names = [trials[0].spec.name]
     if not names and not run_ids:
         _fail("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
-    if days is not None:
-        base["days"] = days
-    if target_images is not None:
-        base.update(target_images=target_images, dataset_size=None, epochs=None)
-    if dataset_size is not None or epochs is not None:
-        base["target_images"] = None
-        base.update({k: v for k, v in (("dataset_size", dataset_size), ("epochs", epochs)) if v is not None})
-    if "days" not in base or base["days"] is None:
-        _fail("no budget: give --days with --dataset-size and --epochs (or --target-images), or a --spec with one")
     try:
-        budget = decide_mod.Budget(
-            days=base["days"], dataset_size=base.get("dataset_size"), epochs=base.get("epochs"),
-            target_images=base.get("target_images"), utilization=utilization,
-        )  # fmt: skip
+        budget = decide_mod.merge_budget(base, days, dataset_size, epochs, target_images, utilization)
         policy = decide_mod.Policy(max_memory_share, effective_batch, knee_tolerance)
         uri = resolve_tracking_uri(tracking_uri)
         records, sources, home = fetch_trials(uri, names, list(run_ids))

@@ -78,6 +78,25 @@ class Budget:
         return f"{schedule} in {self.days:g} day{'' if self.days == 1 else 's'}{util}"
 
 
+def merge_budget(base: dict[str, Any], days: float | None, dataset_size: int | None, epochs: float | None,
+                 target_images: int | None, utilization: float) -> Budget:  # fmt: skip
+    """The spec's budget (`base`, possibly empty) overridden field by field by the options given; a
+    schedule given as images replaces one given as epochs, and the other way round."""
+    merged = dict(base)
+    if days is not None:
+        merged["days"] = days
+    if target_images is not None:
+        merged.update(target_images=target_images, dataset_size=None, epochs=None)
+    if dataset_size is not None or epochs is not None:
+        merged["target_images"] = None
+        merged.update({k: v for k, v in (("dataset_size", dataset_size), ("epochs", epochs)) if v is not None})
+    if merged.get("days") is None:
+        raise DecisionError("no budget: give --days with --dataset-size and --epochs (or --target-images), "
+                            "or a --spec with one")  # fmt: skip
+    return Budget(days=merged["days"], dataset_size=merged.get("dataset_size"), epochs=merged.get("epochs"),
+                  target_images=merged.get("target_images"), utilization=utilization)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Policy:
     max_memory_share: float = 0.90

@@ -71,9 +71,9 @@ class ForkServer:
             self.proc.stdin.write(msg.encode())
             self.proc.stdin.flush()
             reply = self._read(timeout=120.0, want="pid")  # the first spawn waits for the imports
-        except (BrokenPipeError, EOFError):
+        except (BrokenPipeError, EOFError, TimeoutError):
             self.close()
-            raise RuntimeError("the dinox fork server died; see the output above") from None
+            raise RuntimeError("the dinox fork server died or hung; see the output above") from None
         return ForkedChild(self, int(reply["pid"]))
 
     def exit_status(self, pid: int, timeout: float) -> int | None:

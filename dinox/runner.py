@@ -164,10 +164,18 @@ def run_trial(
 
     with open(log_path, "wb") as log:
         spawned_at = time.time()
-        proc: subprocess.Popen | ForkedChild
+        proc: subprocess.Popen | ForkedChild | None = None
+        isolation = "spawn"
         if server is not None:
-            proc = server.spawn(str(spec_path), str(result_path), str(log_path))
-        else:
+            try:
+                proc = server.spawn(str(spec_path), str(result_path), str(log_path))
+                isolation = "fork"
+            except RuntimeError as e:
+                # The server is gone (a broken environment, a kill): this trial gets a fresh interpreter
+                # instead, and the next one a new server.
+                log.write(f"dinox: {e}; running this trial in a fresh interpreter\n".encode())
+                log.flush()
+        if proc is None:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "dinox.trial", str(spec_path), str(result_path)],
                 stdin=subprocess.DEVNULL,
@@ -206,6 +214,7 @@ def run_trial(
             result = TrialResult("timeout", error=one_line(f"no result after measure.timeout_s={timeout:g}s; {tail}"))
         else:
             result = TrialResult("crashed", error=one_line(f"{_death(proc.returncode)}; {tail}"))
+    result.tags["dinox.isolation"] = isolation
     sampled = memory.peak_bytes / GIB
     result.metrics["host_peak_rss_gb"] = max(sampled, result.metrics.get("child_peak_rss_gb", 0.0))
     _add_timeline(result, spawned_at, ended_at)

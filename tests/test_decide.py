@@ -156,3 +156,14 @@ def test_json_has_the_contract_keys():
     assert {m["model"]: m["verdict"] for m in payload["models"]} == {
         "vit_giant_patch14_dinov2": "NO-GO", "vit_large_patch14_dinov2": "GO"
     }  # fmt: skip
+
+
+def test_options_override_the_spec_budget_field_by_field():
+    spec = {"days": 15.0, "dataset_size": 244527, "epochs": 100.0, "target_images": None}
+    assert decide.merge_budget(spec, None, None, None, None, 1.0) == decide.Budget(15, 244527, 100)
+    assert decide.merge_budget(spec, 12, None, None, None, 0.9) == decide.Budget(12, 244527, 100, utilization=0.9)
+    assert decide.merge_budget(spec, None, None, 50, None, 1.0).epochs == 50
+    images = decide.merge_budget(spec, None, None, None, 10**6, 1.0)
+    assert (images.target_images, images.dataset_size, images.epochs) == (10**6, None, None)
+    with pytest.raises(decide.DecisionError, match="no budget"):
+        decide.merge_budget({}, None, 1000, 10, None, 1.0)

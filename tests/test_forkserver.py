@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from dinox import grid, runner, spec
+from dinox import grid, runner
 from dinox.forkserver import ForkServer
-from tests.conftest import TINY
+from tests.test_runner import group_gone, one_trial
 
 
 @pytest.fixture(scope="module")
@@ -20,19 +20,6 @@ def server():
     s.start()
     yield s
     s.close()
-
-
-def one_trial(write_spec, extra: str = "", name: str = "fork"):
-    (trial,) = grid.expand(spec.load(write_spec(TINY.format(name=name) + extra)))
-    return trial
-
-
-def group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_forked_trial_measures_and_leaves_no_process(server, write_spec, tmp_path):
