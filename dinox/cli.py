@@ -36,6 +36,12 @@ def _load(path: str, max_trials: int | None = 1000, preflight: bool = False):
         _fail(e.render())
 
 
+TRACKING_URI = click.option(
+    "--tracking-uri",
+    default=None,
+    metavar="URI",
+    help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
+)
 MAX_TRIALS = click.option(
     "--max-trials",
     type=click.IntRange(min=1),
@@ -108,12 +114,7 @@ def plan(spec_file: str, max_trials: int) -> None:
 
 @main.command()
 @click.argument("spec_file", metavar="SPEC")
-@click.option(
-    "--tracking-uri",
-    default=None,
-    metavar="URI",
-    help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
-)
+@TRACKING_URI
 @click.option("--workdir", default=".dinox", show_default=True, type=click.Path(file_okay=False),
               help="Where each sweep keeps its local results, trial specs and child logs.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Measure every trial, also those the experiment already holds.")
@@ -182,12 +183,7 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
 @click.option(
     "--run-id", "run_ids", multiple=True, metavar="ID", help="A sweep's parent run: read its trial runs (repeatable)."
 )
-@click.option(
-    "--tracking-uri",
-    default=None,
-    metavar="URI",
-    help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
-)
+@TRACKING_URI
 @click.option(
     "--out",
     "out_dir",
@@ -378,12 +374,7 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
 
 
 @main.command()
-@click.option(
-    "--tracking-uri",
-    default=None,
-    metavar="URI",
-    help="The store to browse; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here.",
-)
+@TRACKING_URI
 @click.option(
     "--host",
     default="127.0.0.1",

@@ -15,13 +15,21 @@ class ModelBuildError(ValueError):
     pass
 
 
+def unknown_model(name: str) -> str | None:
+    """Why `name` is not a timm model, with the closest names, or None when it is one."""
+    if timm.is_model(name):
+        return None
+    close = difflib.get_close_matches(name, timm.list_models(), n=3)
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    return f"unknown timm model {name!r}{hint}"
+
+
 def build(spec: ModelSpec, num_classes: int, input_sizes: list[int] | None = None) -> nn.Module:
     """A timm model; num_classes=0 gives a backbone returning pooled features. `input_sizes` lists every
     resolution it will see (DINO's global and local crops); ViTs then get dynamic_img_size."""
-    if not timm.is_model(spec.name):
-        close = difflib.get_close_matches(spec.name, timm.list_models(), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ModelBuildError(f"model.name: unknown timm model {spec.name!r}{hint}")
+    problem = unknown_model(spec.name)
+    if problem:
+        raise ModelBuildError(f"model.name: {problem}")
     kwargs = dict(spec.kwargs)
     sizes = sorted(set(input_sizes or [spec.img_size]))
     # Only models that take these arguments get them: CNNs (resnet, convnext, ...) accept any input size

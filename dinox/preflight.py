@@ -5,7 +5,6 @@ when called: the spec and grid modules stay free of it."""
 from __future__ import annotations
 
 import csv
-import difflib
 from pathlib import Path
 
 from dinox.grid import Trial, line_for
@@ -43,15 +42,9 @@ def check(doc: SpecDocument, trials: list[Trial]) -> list[Problem]:
 
 
 def _unknown_models(names: set[str]) -> dict[str, str]:
-    import timm
+    from dinox.models import unknown_model
 
-    out = {}
-    for name in sorted(names):
-        if not timm.is_model(name):
-            close = difflib.get_close_matches(name, timm.list_models(), n=3)
-            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-            out[name] = f"unknown timm model {name!r}{hint}"
-    return out
+    return {name: problem for name in sorted(names) if (problem := unknown_model(name))}
 
 
 def _index_problems(index_csv: str) -> list[str]:
@@ -65,7 +58,9 @@ def _index_problems(index_csv: str) -> list[str]:
             header = next(csv.reader(f), [])
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         return [f"{index_csv}: unreadable ({getattr(e, 'strerror', None) or type(e).__name__})"]
-    missing = [c for c in ("png_path", "series_dir", "slice_index") if c not in header]
+    from dinox.data.ct_png import REQUIRED_COLUMNS
+
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         return [f"{index_csv}: not a dinox index.csv (missing columns {', '.join(missing)})"]
     return []

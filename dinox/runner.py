@@ -36,8 +36,6 @@ STDERR_TAIL_LINES = 8
 class ChildOutcome:
     result: TrialResult
     log_path: Path
-    spawned_at: float
-    ended_at: float
 
 
 class TreeMemory:
@@ -51,7 +49,6 @@ class TreeMemory:
     def __init__(self, pid: int):
         self.pid = pid
         self.peak_bytes = 0
-        self.samples = 0
         self._next = 0.0
         self._interval = 0.25
 
@@ -68,7 +65,6 @@ class TreeMemory:
         for proc in procs:
             total += _pss_bytes(proc)
         self.peak_bytes = max(self.peak_bytes, total)
-        self.samples += 1
         cost = time.perf_counter() - t
         self._interval = max(0.25, 20 * cost)
         self._next = now + self._interval
@@ -218,7 +214,7 @@ def run_trial(
     sampled = memory.peak_bytes / GIB
     result.metrics["host_peak_rss_gb"] = max(sampled, result.metrics.get("child_peak_rss_gb", 0.0))
     _add_timeline(result, spawned_at, ended_at)
-    return ChildOutcome(result, log_path, spawned_at, ended_at)
+    return ChildOutcome(result, log_path)
 
 
 def _read_result(path: Path) -> TrialResult | None:

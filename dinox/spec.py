@@ -398,9 +398,14 @@ def load(path: str | Path) -> SpecDocument:
     except UnicodeDecodeError as e:
         raise SpecError(name, [Problem("", f"spec is not UTF-8 text ({e.reason} at byte {e.start})")]) from None
     try:
-        # SafeLoader only: a spec can never construct python objects (no !!python tags).
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        # SafeLoader only: a spec can never construct python objects (no !!python tags). Composed once:
+        # the node tree gives the line numbers, and the same tree is constructed into the data.
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
@@ -503,23 +508,24 @@ def path_problem(dotted: str) -> str | None:
     return None
 
 
-def _model_fields(annotation: Any) -> dict[str, Any] | None:
-    """Field name -> annotation for a pydantic model (also inside Optional / Annotated), else None."""
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every pydantic model inside an annotation, through Optional, unions and Annotated wrappers."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
     origin = typing.get_origin(annotation)
     if origin is Annotated:
-        return _model_fields(typing.get_args(annotation)[0])
+        return models_in(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
-        merged: dict[str, Any] = {}
-        found = False
-        for arg in typing.get_args(annotation):
-            sub = _model_fields(arg)
-            if sub is not None:
-                found = True
-                merged.update(sub)
-        return merged if found else None
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return {k: f.annotation for k, f in annotation.model_fields.items()}
-    return None
+        return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+    return []
+
+
+def _model_fields(annotation: Any) -> dict[str, Any] | None:
+    """Field name -> annotation of the model(s) in an annotation (a union's members merged), else None."""
+    models = models_in(annotation)
+    if not models:
+        return None
+    return {k: f.annotation for m in models for k, f in m.model_fields.items()}
 
 
 def _did_you_mean(word: str, options: Any) -> str:
@@ -564,19 +570,17 @@ def _clean_loc(root: Any, loc: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _discriminator_values(annotation: Any) -> set[str]:
-    values: set[str] = set()
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _discriminator_values(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            if typing.get_origin(arg) is Annotated:
-                arg = typing.get_args(arg)[0]
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                for f in arg.model_fields.values():
-                    if typing.get_origin(f.annotation) is Literal:
-                        values.update(str(v) for v in typing.get_args(f.annotation))
-    return values
+    """The tags of a union of models: the values of their Literal fields (kind, source)."""
+    models = models_in(annotation)
+    if len(models) < 2:
+        return set()
+    return {
+        str(v)
+        for m in models
+        for f in m.model_fields.values()
+        if typing.get_origin(f.annotation) is Literal
+        for v in typing.get_args(f.annotation)
+    }
 
 
 def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:

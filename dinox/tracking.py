@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -73,7 +74,6 @@ class SweepRecorder:
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.experiment_id = ""
         self.parent_run_id = ""
-        self.adopted = False  # the parent run was started by `mlflow run`, not by us
         self.notes: list[str] = []
 
     # --- sweep -------------------------------------------------------------------------------------
@@ -87,7 +87,6 @@ class SweepRecorder:
                 run = self.client.get_run(adopt)
                 self.experiment_id = run.info.experiment_id
                 self.parent_run_id = adopt
-                self.adopted = True
                 exp_name = self.client.get_experiment(self.experiment_id).name
                 if exp_name != name:
                     self.notes.append(
@@ -208,12 +207,7 @@ class SweepRecorder:
             runs = _search_all(self.client, [self.experiment_id], "tags.`dinox.role` = 'trial'")
         except MlflowException as e:
             raise TrackingError(f"tracking store {self.uri}: {one_line(e.message, 300)}") from None
-        out = []
-        for run in runs:
-            if run.data.tags.get("dinox.status"):
-                out.append(TrialRecord(run.info.run_id, run.info.experiment_id, run.info.run_name or "",
-                                       dict(run.data.params), dict(run.data.metrics), dict(run.data.tags)))  # fmt: skip
-        return out
+        return [_record(run) for run in runs if run.data.tags.get("dinox.status")]
 
     def kill_trial(self, run_id: str, reason: str) -> None:
         """The trial was interrupted: no measurement, MLflow status KILLED."""
@@ -222,10 +216,12 @@ class SweepRecorder:
 
 
 def result_summary(results: list[TrialResult]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    return counts
+    return dict(Counter(r.status for r in results))
+
+
+def _record(run) -> TrialRecord:
+    return TrialRecord(run.info.run_id, run.info.experiment_id, run.info.run_name or "", dict(run.data.params),
+                       dict(run.data.metrics), dict(run.data.tags))  # fmt: skip
 
 
 # --- reading back, and the decision run ------------------------------------------------------------
@@ -280,14 +276,7 @@ def _keep(run, found: dict[str, TrialRecord]) -> None:
     # carry a dinox.role of their own and no status.
     if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision"):
         return
-    found[run.info.run_id] = TrialRecord(
-        run_id=run.info.run_id,
-        experiment_id=run.info.experiment_id,
-        run_name=run.info.run_name or "",
-        params=dict(run.data.params),
-        metrics=dict(run.data.metrics),
-        tags=dict(tags),
-    )
+    found[run.info.run_id] = _record(run)
 
 
 def log_decision(

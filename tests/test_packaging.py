@@ -55,30 +55,12 @@ def test_mlproject_main_entry_takes_a_spec():
 
 def _field_paths(model, prefix=""):
     for name, field in model.model_fields.items():
-        sub = spec._model_fields(field.annotation)
         path = f"{prefix}{name}"
-        if sub is None or name == "kwargs":
+        members = spec.models_in(field.annotation)
+        if not members or name == "kwargs":
             yield path
-        else:
-            for arg in _pydantic_models(field.annotation):
-                yield from _field_paths(arg, path + ".")
-
-
-def _pydantic_models(annotation):
-    """Every pydantic model inside an annotation, through Optional, unions and Annotated wrappers."""
-    import types
-    import typing
-
-    from pydantic import BaseModel
-
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _pydantic_models(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [m for arg in typing.get_args(annotation) for m in _pydantic_models(arg)]
-    return []
+        for member in members:
+            yield from _field_paths(member, path + ".")
 
 
 def test_readme_spec_reference_covers_every_field():

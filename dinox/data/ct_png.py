@@ -8,6 +8,7 @@ pick a fixed subset of slices and ``inflation`` repeats it without copying files
 from __future__ import annotations
 
 import csv
+import io
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -26,37 +27,29 @@ class DataError(ValueError):
     """A data input that cannot be used: names the file."""
 
 
-def decode_png16(path: str | Path, decoder: str) -> torch.Tensor:
-    """A 16-bit PNG as int32 [H, W] (the stored values, HU + 32768)."""
-    try:
-        if decoder == "torchvision":
-            from torchvision.io import ImageReadMode, decode_png, read_file
-
-            # torch.uint16 supports few ops: widen before anything else.
-            return decode_png(read_file(str(path)), mode=ImageReadMode.UNCHANGED)[0].to(torch.int32)
-        from PIL import Image
-
-        with Image.open(path) as im:
-            return torch.from_numpy(np.asarray(im, dtype=np.int32))
-    except Exception as e:  # noqa: BLE001 - a corrupt file fails the trial with its name, whatever raised
-        raise DataError(f"cannot decode {path}: {type(e).__name__}: {e}") from e
-
-
 def decode_png16_bytes(data: bytes, decoder: str, name: str) -> torch.Tensor:
+    """A 16-bit PNG's bytes as int32 [H, W] (the stored values, HU + 32768); `name` says where it came from."""
     try:
         if decoder == "torchvision":
             from torchvision.io import ImageReadMode, decode_png
 
             buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            # torch.uint16 supports few ops: widen before anything else.
             return decode_png(buf, mode=ImageReadMode.UNCHANGED)[0].to(torch.int32)
-        import io
-
         from PIL import Image
 
         with Image.open(io.BytesIO(data)) as im:
             return torch.from_numpy(np.asarray(im, dtype=np.int32))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a corrupt file fails the trial with its name, whatever raised
         raise DataError(f"cannot decode {name}: {type(e).__name__}: {e}") from e
+
+
+def decode_png16(path: str | Path, decoder: str) -> torch.Tensor:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot decode {path}: {type(e).__name__}: {e}") from e
+    return decode_png16_bytes(data, decoder, str(path))
 
 
 def read_index(index_csv: str | Path) -> list[dict[str, str]]:
