@@ -27,15 +27,34 @@ class StepSplit:
 
 @dataclass(frozen=True)
 class LoopStats:
-    steps: list[StepSplit]  # timed steps only
-    window_s: float  # wall time of the timed window, from its first fetch to the last step's sync
-    images: int  # images through the optimizer in the window
+    steps: list[StepSplit]  # timed steps only, all windows in order
+    windows_s: list[float]  # wall time of each timed window, from its first fetch to its last step's sync
+    images_per_window: int  # images through the optimizer in one window
     first_step_s: float  # the first warm-up step alone (compilation, autotuning, allocator growth)
     warmup_s: float  # all warm-up steps, the first included
+    loader_start_s: float = 0.0  # iter(loader): starting the workers (persistent ones: once per trial)
+
+    @property
+    def window_s(self) -> float:
+        return sum(self.windows_s)
+
+    @property
+    def images(self) -> int:
+        return self.images_per_window * len(self.windows_s)
 
     @property
     def images_per_s(self) -> float:
         return self.images / self.window_s
+
+    @property
+    def window_images_per_s(self) -> list[float]:
+        return [self.images_per_window / w for w in self.windows_s]
+
+    @property
+    def spread(self) -> float:
+        """(fastest - slowest) / median window throughput: 0 for one window."""
+        rates = self.window_images_per_s
+        return (max(rates) - min(rates)) / quantile(rates, 0.5)
 
     def mean(self, part: str) -> float:
         return statistics.fmean(getattr(s, part) for s in self.steps)
@@ -129,10 +148,14 @@ def run(
     batch_size: int,
     warmup_steps: int,
     bench_steps: int,
+    repeats: int = 1,
 ) -> LoopStats:
+    """Warm up, then time `repeats` back-to-back windows of `bench_steps` optimizer steps each."""
     clock = Clock(device, accumulation)
-    batches = _Batches(loader)
     perf = time.perf_counter
+    t_start = perf()
+    batches = _Batches(loader)
+    loader_start_s = perf() - t_start
 
     def step() -> StepSplit:
         t0 = perf()
@@ -155,7 +178,10 @@ def run(
         step()
     warmup_s = perf() - t_warm
 
-    t_window = perf()
-    steps = [step() for _ in range(bench_steps)]
-    window_s = perf() - t_window
-    return LoopStats(steps, window_s, bench_steps * accumulation * batch_size, first_step_s, warmup_s)
+    steps: list[StepSplit] = []
+    windows_s: list[float] = []
+    for _ in range(repeats):
+        t_window = perf()
+        steps.extend(step() for _ in range(bench_steps))
+        windows_s.append(perf() - t_window)
+    return LoopStats(steps, windows_s, bench_steps * accumulation * batch_size, first_step_s, warmup_s, loader_start_s)

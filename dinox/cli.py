@@ -90,26 +90,72 @@ def validate(spec_files: tuple[str, ...], max_trials: int) -> None:
 @main.command()
 @click.argument("spec_file", metavar="SPEC")
 @MAX_TRIALS
-def plan(spec_file: str, max_trials: int) -> None:
-    """Show the trials SPEC expands to, in the order `run` measures them (nothing is measured)."""
+@click.option("--no-estimate", is_flag=True, help="Only the table of trials: no memory or FLOPs estimate.")
+def plan(spec_file: str, max_trials: int, no_estimate: bool) -> None:
+    """Show the trials SPEC expands to, in the order `run` measures them, with what each will cost.
+
+    \b
+    Nothing is measured. Unless --no-estimate, a child process runs one training step of each model on
+    torch's meta device (no memory, no compute) and the table gains: training GFLOPs per image (forward +
+    backward, no recomputation); predicted device memory (weights, gradients, optimizer state, the tensors
+    saved for backward at the trial's batch, checkpointing and precision; on the CPU also the process
+    itself); the loader's host RAM (workers x prefetch x batch bytes, plus a pinned copy); and OOM? for
+    trials predicted to exceed 95% of the device (or hardware.memory_limit_gb) or of host memory. `dinox run
+    --skip-predicted-oom` skips those.
+    """
     _doc, trials = _load(spec_file, max_trials)
+    estimates = None
+    if not no_estimate:
+        import tempfile
+
+        from dinox import runner
+        from dinox.footprint import Estimates
+
+        with tempfile.TemporaryDirectory(prefix="dinox-plan-") as tmp:
+            data, failure = runner.run_estimate(Estimates.request([t.spec for t in trials]), Path(tmp))
+        estimates = Estimates.parse(data, failure)
     swept = list(dict.fromkeys(k for t in trials for k in t.overrides))
     header = ["#", "trial_id", *swept, "model", "img", "batch", "accum", "effective", "precision", "workers"]
+    if estimates is not None:
+        header += ["GFLOP/img", "device GB", "loader GB", "OOM?"]
     rows = []
     for t in trials:
         s = t.spec
-        rows.append([
-            str(t.index + 1), t.trial_id[:8], *(str(t.overrides.get(k, "")) for k in swept), s.model.name,
-            str(s.model.img_size), str(s.batch.size), str(s.accumulation), str(s.effective_batch), s.precision,
-            str(s.loader.num_workers),
-        ])  # fmt: skip
+        if s.batch.auto:  # what the batch search leaves open
+            accum, effective = str(s.batch.accumulation or "auto"), str(s.batch.effective or "auto")
+        else:
+            accum, effective = str(s.accumulation), str(s.effective_batch)
+        row = [str(t.index + 1), t.trial_id[:8], *(str(t.overrides.get(k, "")) for k in swept), s.model.name,
+               str(s.model.img_size), str(s.batch.size), accum, effective, s.precision,
+               str(s.loader.num_workers)]  # fmt: skip
+        if estimates is not None:
+            cost = estimates.cost(s)
+            mem = None if s.batch.auto else estimates.memory(s)
+            row += [f"{cost.flops_per_image / 1e9:.1f}" if cost else "-",
+                    f"{mem.device_gb:.2f}" if mem else "-", f"{mem.loader_host_gb:.2f}" if mem else "-",
+                    "OOM" if mem and mem.over else ""]  # fmt: skip
+        rows.append(row)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     budget = trials[0].spec.measure
-    click.echo(f"{len(trials)} trials; each: {budget.warmup_steps} warm-up + {budget.bench_steps} timed "
-               f"optimizer steps, timeout {budget.timeout_s:g}s")  # fmt: skip
+    click.echo(f"{len(trials)} trials; each: {budget.warmup_steps} warm-up + {budget.repeats} x "
+               f"{budget.bench_steps} timed optimizer steps, timeout {budget.timeout_s:g}s")  # fmt: skip
+    if estimates is None:
+        return
+    m = estimates.machine
+    if m is None:
+        click.echo(f"no memory plan: {estimates.why_missing(trials[0].spec) or 'no estimate'}")
+    else:
+        limit = f"{m.device_total_gb:.1f} GB" if m.device_total_gb is not None else "unknown memory"
+        click.echo(f"estimated for {m.device} ({m.device_name}, {limit}; host {m.host_total_gb:.1f} GB)")
+    for t in trials:
+        mem = None if t.spec.batch.auto else estimates.memory(t.spec)
+        if mem is not None and mem.over:
+            click.echo(f"  #{t.index + 1} predicted OOM: {mem.over}")
+        elif estimates.cost(t.spec) is None:
+            click.echo(f"  #{t.index + 1} no estimate: {estimates.why_missing(t.spec) or 'unknown'}")
 
 
 @main.command()
@@ -128,8 +174,10 @@ def plan(spec_file: str, max_trials: int) -> None:
     help="fork: each trial is forked from a process with torch and timm imported "
     "(cheap); spawn: each trial is a fresh interpreter (python -m dinox.trial). Both: one process a trial.",
 )
+@click.option("--skip-predicted-oom", is_flag=True,
+              help="Record trials that `dinox plan` predicts to run out of memory as skipped, unmeasured.")  # fmt: skip
 def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_prune: bool, max_trials: int,
-        isolation: str) -> None:  # fmt: skip
+        isolation: str, skip_predicted_oom: bool) -> None:  # fmt: skip
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
     \b
@@ -150,7 +198,8 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     try:
         recorder = SweepRecorder(uri)
         report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo, force=force,
-                           prune=not no_prune, isolation=isolation)  # fmt: skip
+                           prune=not no_prune, isolation=isolation,
+                           skip_predicted_oom=skip_predicted_oom)  # fmt: skip
     except TrackingError as e:
         _fail(str(e))
     except (KeyboardInterrupt, Interrupted) as e:
@@ -224,11 +273,14 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     show_default=True,
     help="The worker knee: fewest workers within this share of the best throughput.",
 )
+@click.option("--exclude-unstable", is_flag=True,
+              help="Do not recommend trials tagged unstable (timed windows that disagree); by default they are "
+                   "only flagged.")  # fmt: skip
 @click.option("--no-log", is_flag=True, help="Do not record the decision as an MLflow run.")
 def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri: str | None, out_dir: str,
            spec_file: str | None, days: float | None, dataset_size: int | None, epochs: float | None,
            target_images: int | None, utilization: float, effective_batch: int | None, max_memory_share: float,
-           knee_tolerance: float, no_log: bool) -> None:  # fmt: skip
+           knee_tolerance: float, exclude_unstable: bool, no_log: bool) -> None:  # fmt: skip
     """GO / NO-GO: can the schedule finish inside the budget, on the trials recorded in MLflow?
 
     \b
@@ -253,7 +305,7 @@ def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri:
         _fail("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
     try:
         budget = decide_mod.merge_budget(base, days, dataset_size, epochs, target_images, utilization)
-        policy = decide_mod.Policy(max_memory_share, effective_batch, knee_tolerance)
+        policy = decide_mod.Policy(max_memory_share, effective_batch, knee_tolerance, exclude_unstable)
         uri = resolve_tracking_uri(tracking_uri)
         records, sources, home = fetch_trials(uri, names, list(run_ids))
         if not records:

@@ -31,7 +31,8 @@ CONFIG_KEYS = (
 )  # fmt: skip
 # Params that do not describe the workload: never part of a grouping key.
 _NOT_CONFIG = {"name", "spec.name", "sweep.trials", "measure.timeout_s", "measure.bound_threshold",
-               "hardware.peak_tflops", "measure.warmup_steps", "measure.bench_steps"}  # fmt: skip
+               "hardware.peak_tflops", "measure.warmup_steps", "measure.bench_steps", "measure.repeats",
+               "measure.unstable_threshold"}  # fmt: skip
 # What can change peak memory: trials that share these share an OOM boundary over batch size.
 _MEMORY_KEYS = ("precision", "model.img_size", "model.grad_checkpointing", "model.compile", "model.channels_last",
                 "hardware.memory_limit_gb", "objective.kind")  # fmt: skip
@@ -102,6 +103,7 @@ class Policy:
     max_memory_share: float = 0.90
     effective_batch: int | None = None
     knee_tolerance: float = 0.05
+    exclude_unstable: bool = False  # True: a trial whose timed windows disagree is not recommended
 
 
 @dataclass
@@ -119,6 +121,10 @@ class Candidate:
     bound: str
     days: float
     excluded: str = ""  # why the policy does not recommend it; "" when it qualifies
+    mfu: float | None = None  # model FLOPs utilisation over the timed windows
+    tflops: float | None = None
+    spread: float | None = None  # (fastest - slowest) / median window throughput
+    unstable: bool = False
 
 
 @dataclass
@@ -192,6 +198,23 @@ class LoaderFindings:
 
 
 @dataclass
+class MemoryCheck:
+    """A trial's predicted device memory (dinox plan) beside what it measured."""
+
+    run: str
+    model: str
+    batch: int | None
+    predicted_gb: float
+    measured_gb: float | None  # peak allocated (CUDA) or the process's peak resident set (CPU)
+    status: str
+    predicted_oom: bool
+
+    @property
+    def ratio(self) -> float | None:
+        return self.measured_gb / self.predicted_gb if self.measured_gb and self.predicted_gb else None
+
+
+@dataclass
 class Decision:
     verdict: str  # "GO" or "NO-GO"
     budget: Budget
@@ -203,6 +226,7 @@ class Decision:
     needed_ips: float  # the conservative throughput the schedule needs
     sources: list[str] = field(default_factory=list)  # experiments / runs the records came from
     notes: list[str] = field(default_factory=list)
+    memory: list[MemoryCheck] = field(default_factory=list)
 
 
 # --- the policy ------------------------------------------------------------------------------------
@@ -248,6 +272,10 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         excluded = f"effective batch {effective} != {policy.effective_batch}"
     elif share is not None and share > policy.max_memory_share:
         excluded = f"peak reserved memory {share:.0%} of the device > {policy.max_memory_share:.0%}"
+    unstable = r.tags.get("dinox.unstable") == "true"
+    spread = m.get("window_spread")
+    if not excluded and unstable and policy.exclude_unstable:
+        excluded = f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
     return Candidate(
         run_id=r.run_id,
         run_name=r.run_name,
@@ -260,6 +288,10 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         bound=r.tags.get("dinox.bound", ""),
         days=budget.days_for(conservative),
         excluded=excluded,
+        mfu=m.get("mfu"),
+        tflops=m.get("tflops"),
+        spread=spread,
+        unstable=unstable,
     )
 
 
@@ -353,6 +385,18 @@ def _telling(keys: list[tuple]) -> list[dict[str, str]]:
     return [{k: v for k, v in key if k in differing} for key in keys]
 
 
+def _memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
+    out = []
+    for r in records:
+        predicted = r.metrics.get("predicted_device_mem_gb")
+        if predicted is None or r.status not in ("ok", "oom"):
+            continue
+        measured = r.metrics.get("peak_mem_allocated_gb") if r.status == "ok" else None
+        out.append(MemoryCheck(r.run_name or r.run_id, model_key(r)[0], r.batch_size, predicted, measured, r.status,
+                               "dinox.predicted_oom" in r.tags))  # fmt: skip
+    return sorted(out, key=lambda c: (c.model, c.batch or 0, c.run))
+
+
 def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
     policy = policy or Policy()
     if not records:
@@ -395,6 +439,7 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         loader=_loader_findings(records, policy.knee_tolerance),
         reason=reason,
         needed_ips=needed,
+        memory=_memory_checks(records),
     )
 
 
@@ -427,6 +472,7 @@ def to_json(d: Decision) -> dict[str, Any]:
             "configuration": rec.best.configuration,
             "images_per_s_p90": rec.best.conservative_ips,
             "images_per_s_p50": rec.best.median_ips,
+            "mfu": rec.best.mfu,
             "days": rec.best.days,
         }
     models = []
@@ -458,6 +504,7 @@ def to_json(d: Decision) -> dict[str, Any]:
             },
             "sources": d.sources,
             "notes": d.notes,
+            "memory_predictions": [asdict(c) | {"ratio": c.ratio} for c in d.memory],
         }
     )
 
@@ -481,14 +528,17 @@ def _fmt_settings(settings: dict[str, str]) -> str:
 def render_terminal(d: Decision) -> str:
     lines = [f"{d.verdict}: {d.reason}", ""]
     width = max(5, *(len(mv.label) for mv in d.models))
-    header = f"{'model':<{width}} {'params M':>9} {'img/s p90':>10} {'p50':>8} {'days':>7}  {'verdict':<6} trials"
+    header = (f"{'model':<{width}} {'params M':>9} {'img/s p90':>10} {'p50':>8} {'MFU':>6} {'days':>7}  "
+              f"{'verdict':<6} trials")  # fmt: skip
     lines.append(header)
     for mv in d.models:
         b = mv.best
         statuses = " ".join(f"{k}={v}" for k, v in sorted(mv.statuses.items()))
+        mfu = f"{b.mfu:>6.1%}" if b is not None and b.mfu is not None else f"{'-':>6}"
         lines.append(
             f"{mv.label:<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
-            f"{_num(b and b.median_ips, 8, 1)} {_num(b and b.days, 7, 1)}  {'GO' if mv.go else 'NO-GO':<6} {statuses}"
+            f"{_num(b and b.median_ips, 8, 1)} {mfu} {_num(b and b.days, 7, 1)}  {'GO' if mv.go else 'NO-GO':<6} "
+            f"{statuses}"
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} img/s (p90)")
     return "\n".join(lines)
@@ -518,7 +568,8 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         out += ["## Decision", "", f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
         out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
         out += [
-            f"- Throughput: {rec.best.conservative_ips:.1f} img/s (p90), {rec.best.median_ips:.1f} img/s (median)",
+            f"- Throughput: {rec.best.conservative_ips:.1f} img/s (p90), {rec.best.median_ips:.1f} img/s (median)"
+            + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
             f"- Schedule: {fmt_days(rec.best.days)} days of the {b.days:g}-day budget "
             f"({fmt_days(rec.margin_days or 0.0)} days to spare); about "
             f"{rec.best.conservative_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
@@ -539,6 +590,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     for mv in d.models:
         out += _model_section(mv, b)
     out += _loader_section(d.loader, d.policy.knee_tolerance)
+    out += _memory_section(d.memory)
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     if d.notes:
@@ -584,13 +636,18 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
         common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in keys_varying}
         if common:
             out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-        out.append("| " + " | ".join([*keys_varying, "img/s p90", "img/s p50", "days", "mem", "bound", "note"]) + " |")
-        out.append("|" + "---|" * (len(keys_varying) + 6))
+        out.append("| " + " | ".join([*keys_varying, "img/s p90", "img/s p50", "MFU", "days", "mem", "bound", "note"])
+                   + " |")  # fmt: skip
+        out.append("|" + "---|" * (len(keys_varying) + 7))
         for c in mv.candidates:
             mem = f"{c.memory_share:.0%}" if c.memory_share is not None else "-"
-            note = c.excluded or ("**best**" if c is mv.best else "")
+            notes = [c.excluded or ("**best**" if c is mv.best else "")]
+            if c.unstable and not c.excluded:
+                notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
+            mfu = f"{c.mfu:.1%}" if c.mfu is not None else "-"
             cells = [c.configuration.get(k, "") for k in keys_varying]
-            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", fmt_days(c.days), mem, c.bound, note]
+            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", mfu, fmt_days(c.days), mem, c.bound,
+                      "; ".join(n for n in notes if n)]  # fmt: skip
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     for ob in mv.oom:
@@ -598,6 +655,25 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
         out.append(f"- OOM boundary ({_fmt_settings(ob.settings)}): {fit}; smallest that did not: {ob.smallest_oom}")
     if mv.oom:
         out.append("")
+    return out
+
+
+def _memory_section(checks: list[MemoryCheck]) -> list[str]:
+    if not checks:
+        return []
+    out = ["## Memory: predicted before the sweep, measured in it", ""]
+    out += ["Predicted device memory (`dinox plan`: weights, gradients, optimizer state, saved activations, the "
+            "batch; on the CPU the process too) beside the measured peak (CUDA: peak allocated; CPU: the trial "
+            "process's peak resident set).", ""]  # fmt: skip
+    out += ["| trial | model | batch | predicted GB | measured GB | measured / predicted | status | predicted OOM |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for c in checks:
+        measured = f"{c.measured_gb:.2f}" if c.measured_gb is not None else "-"
+        ratio = f"{c.ratio:.2f}" if c.ratio is not None else "-"
+        out.append(f"| {c.run} | {c.model} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
+                   f"{measured} | {ratio} | {c.status} | {'yes' if c.predicted_oom else 'no'} |")  # fmt: skip
+    hits = sum(c.predicted_oom == (c.status == "oom") for c in checks)
+    out += ["", f"The OOM prediction matched the outcome in {hits} of {len(checks)} trials.", ""]
     return out
 
 

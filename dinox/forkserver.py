@@ -7,8 +7,9 @@ importing torch and timm (about 2 s here). The zygote itself runs no trial, neve
 initialises CUDA (a child initialises its own after the fork), so a trial that crashes, hangs or poisons its
 GPU context takes nothing with it. If the zygote dies, the next trial starts a new one.
 
-Protocol, one JSON object per line: the parent writes ``{"trial": ..., "result": ..., "log": ...}``; the
-zygote answers ``{"pid": N}`` once the child exists and ``{"exit": N, "pid": N}`` once it is reaped.
+Protocol, one JSON object per line: the parent writes ``{"module": ..., "trial": ..., "result": ..., "log":
+...}`` (module: dinox.trial, or dinox.estimate for the meta-device estimates); the zygote answers
+``{"pid": N}`` once the child exists and ``{"exit": N, "pid": N}`` once it is reaped.
 """
 
 from __future__ import annotations
@@ -63,10 +64,10 @@ class ForkServer:
         )
         self._buffer = b""
 
-    def spawn(self, trial_json: str, result_json: str, log_path: str) -> ForkedChild:
+    def spawn(self, trial_json: str, result_json: str, log_path: str, module: str = "dinox.trial") -> ForkedChild:
         self.start()
         assert self.proc is not None and self.proc.stdin is not None
-        msg = json.dumps({"trial": trial_json, "result": result_json, "log": log_path}) + "\n"
+        msg = json.dumps({"module": module, "trial": trial_json, "result": result_json, "log": log_path}) + "\n"
         try:
             self.proc.stdin.write(msg.encode())
             self.proc.stdin.flush()
@@ -124,7 +125,9 @@ class ForkServer:
 
 def _zygote() -> None:
     # Everything a trial imports, imported once, here. Nothing touches a device.
-    from dinox import trial as trial_module
+    from dinox import estimate, trial
+
+    entries = {"dinox.trial": trial.run_child, "dinox.estimate": estimate.run_child}
 
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -143,7 +146,7 @@ def _zygote() -> None:
                 os.dup2(log, 1)
                 os.dup2(log, 2)
                 os.close(log)
-                code = trial_module.run_child(request["trial"], request["result"], forked=True)
+                code = entries[request["module"]](request["trial"], request["result"], forked=True)
             except BaseException:  # noqa: BLE001 - whatever happens, this process ends here, never returns
                 import traceback
 

@@ -18,7 +18,13 @@ from dinox.spec import Problem, SpecDocument, SpecError, TrialSpec, check_trial
 # Knobs that do not change what a trial measures, only how long it may take or how its figures are read,
 # so they do not change its id: a sweep resumed after raising its timeout, editing its budget or the
 # bound threshold still recognises the trials already measured. (The budget is not in the params at all.)
-_ID_EXCLUDED = {"name", "measure.timeout_s", "measure.bound_threshold", "hardware.peak_tflops"}
+_ID_EXCLUDED = {
+    "name",
+    "measure.timeout_s",
+    "measure.bound_threshold",
+    "measure.unstable_threshold",
+    "hardware.peak_tflops",
+}
 
 
 @dataclass(frozen=True)

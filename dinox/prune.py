@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from dinox.spec import TrialSpec
 
-_FREE = {"name", "batch.size", "batch.accumulation", "batch.effective"}
+_FREE = {
+    "name",
+    "batch.size",
+    "batch.accumulation",
+    "batch.effective",
+    "batch.auto_min",
+    "batch.auto_max",
+    "batch.auto_margin",
+}
 
 
 def memory_key(params: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -30,10 +38,12 @@ class Pruner:
 
     def reason(self, spec: TrialSpec) -> str | None:
         """Why this trial would run out of memory without running it, or None."""
+        if spec.batch.auto:
+            return None  # the batch search finds its own boundary
         seen = self._oom.get(memory_key(spec.flat_params()))
-        if seen is None or spec.batch.size <= seen[0]:
+        if seen is None or spec.size <= seen[0]:
             return None
         size, run_id = seen
         where = f" (run {run_id})" if run_id else ""
-        return (f"pruned: batch.size {spec.batch.size} > {size}, which ran out of memory with the same "
+        return (f"pruned: batch.size {spec.size} > {size}, which ran out of memory with the same "
                 f"configuration{where}; --no-prune runs it")  # fmt: skip

@@ -9,6 +9,7 @@ MLflow is never imported here: this module returns TrialResults; tracking record
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import psutil
 
@@ -156,30 +158,10 @@ def run_trial(
     spec_path.write_text(trial.spec.model_dump_json(indent=2))
     result_path.unlink(missing_ok=True)
     timeout = trial.spec.measure.timeout_s
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
 
     with open(log_path, "wb") as log:
         spawned_at = time.time()
-        proc: subprocess.Popen | ForkedChild | None = None
-        isolation = "spawn"
-        if server is not None:
-            try:
-                proc = server.spawn(str(spec_path), str(result_path), str(log_path))
-                isolation = "fork"
-            except RuntimeError as e:
-                # The server is gone (a broken environment, a kill): this trial gets a fresh interpreter
-                # instead, and the next one a new server.
-                log.write(f"dinox: {e}; running this trial in a fresh interpreter\n".encode())
-                log.flush()
-        if proc is None:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dinox.trial", str(spec_path), str(result_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-            )
+        proc, isolation = _launch("dinox.trial", spec_path, result_path, log, log_path, server)
         memory = TreeMemory(proc.pid)
         timed_out = False
         try:
@@ -215,6 +197,50 @@ def run_trial(
     result.metrics["host_peak_rss_gb"] = max(sampled, result.metrics.get("child_peak_rss_gb", 0.0))
     _add_timeline(result, spawned_at, ended_at)
     return ChildOutcome(result, log_path)
+
+
+def _launch(module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path: Path,
+            server: ForkServer | None) -> tuple[subprocess.Popen | ForkedChild, str]:  # fmt: skip
+    """A child running `module` on in_path -> out_path: forked from the server, else a fresh interpreter."""
+    if server is not None:
+        try:
+            return server.spawn(str(in_path), str(out_path), str(log_path), module=module), "fork"
+        except RuntimeError as e:
+            # The server is gone (a broken environment, a kill): this child gets a fresh interpreter
+            # instead, and the next one a new server.
+            log.write(f"dinox: {e}; running this child in a fresh interpreter\n".encode())
+            log.flush()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, str(in_path), str(out_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    return proc, "spawn"
+
+
+def run_estimate(request: dict[str, Any], work_dir: Path, server: ForkServer | None = None,
+                 timeout: float = 600.0) -> tuple[dict[str, Any] | None, str]:  # fmt: skip
+    """Run the meta-device estimate child on `request`; (its result, "") or (None, why not). Never raises."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    in_path, out_path, log_path = work_dir / "request.json", work_dir / "estimate.json", work_dir / "estimate.log"
+    in_path.write_text(json.dumps(request))
+    out_path.unlink(missing_ok=True)
+    with open(log_path, "wb") as log:
+        proc, _isolation = _launch("dinox.estimate", in_path, out_path, log, log_path, server)
+        deadline = time.time() + timeout
+        try:
+            while proc.poll() is None and time.time() < deadline:
+                time.sleep(0.02)
+        finally:
+            kill_group(proc)
+            proc.wait()
+    try:
+        return json.loads(out_path.read_text()), ""
+    except (OSError, ValueError):
+        return None, one_line(f"{_death(proc.returncode) if proc.returncode else 'no result'}; {_tail(log_path)}")
 
 
 def _read_result(path: Path) -> TrialResult | None:

@@ -24,11 +24,13 @@ from pydantic import (
     JsonValue,
     NonNegativeFloat,
     NonNegativeInt,
+    PlainValidator,
     PositiveFloat,
     PositiveInt,
     Tag,
     ValidationError,
 )
+from pydantic_core import PydanticCustomError
 
 Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -103,12 +105,36 @@ Objective = Annotated[
 ]
 
 
+def _batch_size(value: Any) -> int | str:
+    # One message for the two forms, instead of pydantic's one error per union member.
+    if value == "auto":
+        return "auto"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticCustomError("int_type", "Input should be a valid integer or 'auto'")
+    if value <= 0:
+        raise PydanticCustomError("greater_than", "Input should be greater than 0")
+    return value
+
+
 class BatchSpec(_Section):
-    size: PositiveInt = Field(32, description="physical batch per device and micro-step")
+    size: Annotated[int | Literal["auto"], PlainValidator(_batch_size)] = Field(
+        32, description="physical batch per device and micro-step; auto: the largest that fits, less auto_margin"
+    )
     accumulation: PositiveInt | None = Field(None, description="micro-batches per optimizer step")
     effective: PositiveInt | None = Field(
         None, description="images per optimizer step (size x accumulation x gpus); derives accumulation"
     )
+    auto_min: PositiveInt = Field(1, description="size auto: the first batch probed (then doubled)")
+    auto_max: PositiveInt = Field(1024, description="size auto: the largest batch probed")
+    auto_margin: float = Field(
+        0.10, ge=0.0, lt=1.0, description="size auto: the share of the largest fitting batch left unused"
+    )
+
+    @property
+    def auto(self) -> bool:
+        return self.size == "auto"
 
 
 class OptimizerSpec(_Section):
@@ -184,7 +210,11 @@ class HardwareSpec(_Section):
 
 class MeasureSpec(_Section):
     warmup_steps: NonNegativeInt = 5
-    bench_steps: PositiveInt = 20
+    bench_steps: PositiveInt = Field(20, description="timed optimizer steps per window")
+    repeats: PositiveInt = Field(3, description="timed windows, back to back; their spread measures stability")
+    unstable_threshold: PositiveFloat = Field(
+        0.10, description="(fastest - slowest) / median window throughput above which a trial is tagged unstable"
+    )
     timeout_s: PositiveFloat = Field(1800.0, description="hard limit on the whole child process")
     bound_threshold: float = Field(
         0.10,
@@ -227,22 +257,38 @@ class TrialSpec(_Section):
     budget: BudgetSpec | None = None
 
     @property
+    def size(self) -> int:
+        """The physical batch; a trial with batch.size auto has none until the sweep has probed for it."""
+        if self.batch.size == "auto":
+            raise ValueError("batch.size is auto: resolve it first (dinox.autobatch)")
+        return self.batch.size
+
+    @property
     def accumulation(self) -> int:
         if self.batch.accumulation is not None:
             return self.batch.accumulation
         if self.batch.effective is not None:
-            return self.batch.effective // (self.batch.size * self.hardware.gpus)
+            return self.batch.effective // (self.size * self.hardware.gpus)
         return 1
 
     @property
     def effective_batch(self) -> int:
-        return self.batch.size * self.accumulation * self.hardware.gpus
+        return self.size * self.accumulation * self.hardware.gpus
+
+    def with_batch(self, size: int) -> TrialSpec:
+        """This trial at a concrete physical batch; batch.effective, when given, sets the accumulation."""
+        return self.model_copy(update={"batch": self.batch.model_copy(update={"size": size})})
 
     def flat_params(self) -> dict[str, str]:
         """The trial as dotted names -> strings: the MLflow params, and the input of the trial id."""
         data = self.model_dump(mode="json", exclude={"budget"})
-        data["batch"]["accumulation"] = self.accumulation
-        data["batch"]["effective"] = self.effective_batch
+        if not self.batch.auto:
+            data["batch"]["accumulation"] = self.accumulation
+            data["batch"]["effective"] = self.effective_batch
+        # The search bounds mean nothing for a fixed batch: they would only make equal trials look different.
+        for key in ("auto_min", "auto_max", "auto_margin"):
+            if not self.batch.auto:
+                del data["batch"][key]
         flat: dict[str, str] = {}
         _flatten(data, "", flat)
         return flat
@@ -263,7 +309,17 @@ def consistency_problems(t: TrialSpec) -> list[tuple[str, str]]:
     """Contradictions inside one valid-shaped trial, as (field path, message)."""
     problems: list[tuple[str, str]] = []
     b, lo, hw = t.batch, t.loader, t.hardware
-    if b.effective is not None:
+    if b.auto:
+        if b.accumulation is not None and b.effective is not None:
+            problems.append(("batch.accumulation", "with batch.size auto give batch.accumulation (the effective "
+                                                   "batch follows from the batch found) or batch.effective (the "
+                                                   "accumulation follows), not both"))  # fmt: skip
+        if b.auto_min > b.auto_max:
+            problems.append(("batch.auto_min", f"{b.auto_min} > batch.auto_max {b.auto_max}"))
+        elif b.effective is not None and b.auto_min * hw.gpus > b.effective:
+            problems.append(("batch.auto_min", f"{b.auto_min} x hardware.gpus {hw.gpus} > batch.effective "
+                                               f"{b.effective}"))  # fmt: skip
+    elif b.effective is not None:
         per_step = b.size * hw.gpus
         if b.effective % per_step:
             problems.append(

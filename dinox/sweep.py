@@ -14,15 +14,17 @@ import csv
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from dinox import runner
+from dinox import footprint, runner
+from dinox.autobatch import BatchSearch
+from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
-from dinox.grid import Trial
+from dinox.grid import Trial, trial_id
 from dinox.journal import Journal, new_result_id
 from dinox.prune import Pruner
 from dinox.result import TrialResult, one_line
@@ -123,6 +125,33 @@ def _row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
     return row
 
 
+def _search_batch(trial: Trial, sweep_dir: Path, store: _Store, recorder: SweepRecorder, pruner: Pruner,
+                  server: ForkServer | None, echo: Callable[[str], None],
+                  ) -> tuple[BatchSearch, TrialResult | None]:  # fmt: skip
+    """Probe batch sizes for a batch.size auto trial, each probe a process and a run of its own. Returns the
+    search and, when a probe ended other than ok or oom, the result the trial gets instead of a measurement."""
+    search = BatchSearch.for_spec(trial.spec)
+    while (size := search.next_size()) is not None:
+        spec = _probe_spec(trial.spec, size)
+        probe = Trial(trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec),
+                      trial.locations)  # fmt: skip
+        _ok, run_id = store.call(recorder.open_trial, probe, new_result_id(), "probe")
+        outcome = runner.run_trial(probe, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}-probe{size}",
+                                   server=server)  # fmt: skip
+        r = outcome.result
+        if run_id is not None:
+            store.call(recorder.close_trial, run_id, r, outcome.log_path)
+        pruner.observe(spec.flat_params(), size, r.status, run_id or "")
+        echo(f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"
+             + (f" | {r.error[:160]}" if r.status not in ("ok", "oom") else ""))  # fmt: skip
+        if r.status not in ("ok", "oom"):
+            failure = TrialResult(r.status, error=one_line(f"batch.size auto: the probe at batch {size} ended "
+                                                           f"{r.status}: {r.error}"))  # fmt: skip
+            return search, failure
+        search.record(size, r.status == "ok")
+    return search, None
+
+
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     extra = sorted({k for row in rows for k in row} - set(CSV_LEAD))
     tmp = path.with_suffix(".tmp")
@@ -136,6 +165,8 @@ def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
 def describe(trial: Trial, r: TrialResult) -> str:
     m = r.metrics
     head = f"[{trial.index + 1:>{len(str(trial.total))}}/{trial.total}] {r.status:<8} {trial.label}"
+    if "batch_auto_fit" in m and not trial.spec.batch.auto:
+        head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
     if r.status == "ok":
         return (
             f"{head} | {m['images_per_s']:.1f} img/s, step p50 {m['step_s_p50']:.3f}s p90 {m['step_s_p90']:.3f}s,"
@@ -155,21 +186,55 @@ def run_sweep(
     force: bool = False,
     prune: bool = True,
     isolation: str = "fork",
+    skip_predicted_oom: bool = False,
 ) -> SweepReport:
     t0 = time.time()
     server = ForkServer() if isolation == "fork" else None
     if server is not None:
         server.start()  # its imports overlap with opening the sweep in MLflow
+    options = _Options(force, prune, skip_predicted_oom)
     try:
-        return _run_sweep(doc, trials, recorder, workdir, echo, on_spawn, force, prune, server, t0)
+        return _run_sweep(doc, trials, recorder, workdir, echo, on_spawn, options, server, t0)
     finally:
         if server is not None:
             server.close()
 
 
+@dataclass(frozen=True)
+class _Options:
+    force: bool
+    prune: bool
+    skip_predicted_oom: bool
+
+
+def _annotate(result: TrialResult, spec: Any, estimates: Estimates) -> None:
+    """The memory plan next to the measured peaks, and TFLOPs / MFU from the model's FLOPs per image."""
+    plan = estimates.memory(spec) if not spec.batch.auto else None
+    if plan is not None:
+        result.metrics.update(plan.metrics())
+        if plan.over:
+            result.tags["dinox.predicted_oom"] = plan.over
+    cost = estimates.cost(spec)
+    if cost is not None and result.status == "ok" and "images_per_s" in result.metrics:
+        metrics, tags = footprint.compute_metrics(cost, result.metrics["images_per_s"],
+                                                  result.tags.get("dinox.device_name", ""), spec.precision,
+                                                  spec.hardware.peak_tflops)  # fmt: skip
+        result.metrics.update(metrics)
+        result.tags.update(tags)
+
+
+def _probe_spec(spec: Any, size: int) -> Any:
+    """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
+    optimizer state and fresh gradients at once: the steady-state peak)."""
+    batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
+    measure = spec.measure.model_copy(update={"warmup_steps": 1, "bench_steps": 1, "repeats": 1})
+    return spec.model_copy(update={"batch": batch, "measure": measure})
+
+
 def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, workdir: Path,
-               echo: Callable[[str], None], on_spawn: Callable[[Trial, int], None] | None, force: bool, prune: bool,
+               echo: Callable[[str], None], on_spawn: Callable[[Trial, int], None] | None, options: _Options,
                server: ForkServer | None, t0: float) -> SweepReport:  # fmt: skip
+    force, prune = options.force, options.prune
     name = trials[0].spec.name
     parent = recorder.open_sweep(name, doc.path, len(trials))  # a store down at the start: TrackingError
     for note in recorder.notes:
@@ -194,6 +259,12 @@ def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, 
         f"parent run {parent}); local results in {sweep_dir}"
     )
 
+    # Parameters, FLOPs and memory of every model, on the meta device, in a child of its own.
+    data, failure = runner.run_estimate(Estimates.request([t.spec for t in trials]), sweep_dir / "estimate", server)
+    estimates = Estimates.parse(data, failure)
+    if estimates.machine is None:
+        echo(f"warning: no memory or FLOPs estimates ({estimates.why_missing(trials[0].spec)}); measuring anyway")
+
     done = {} if force else {r.tags["dinox.trial_id"]: r for r in recorded if r.status in FINAL}
     pruner = Pruner()
     if prune:
@@ -210,18 +281,38 @@ def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, 
                     echo(f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
                          f"{prior.run_id}; --force measures it again")  # fmt: skip
                     continue
-                t_trial = time.time()
+                search_failure: TrialResult | None = None
+                search: BatchSearch | None = None
+                if trial.spec.batch.auto:
+                    search, search_failure = _search_batch(trial, sweep_dir, store, recorder, pruner, server, echo)
+                    size = search.chosen()
+                    if size is not None and search_failure is None:
+                        trial = replace(trial, spec=trial.spec.with_batch(size))
+                t_trial = time.time()  # after any batch search: its probes are trials' time of their own
                 result_id = new_result_id()
                 _ok, run_id = store.call(recorder.open_trial, trial, result_id)
                 reason = pruner.reason(trial.spec) if prune else None
+                plan = None if trial.spec.batch.auto else estimates.memory(trial.spec)
+                if reason is None and options.skip_predicted_oom and plan is not None and plan.over:
+                    reason = f"predicted out of memory: {plan.over}; run without --skip-predicted-oom to measure it"
                 log_path: Path | None = None
-                if reason:
+                if search is not None and trial.spec.batch.auto:
+                    result = search_failure or TrialResult(
+                        "oom", error=f"batch.size auto: not even batch.auto_min={search.low} fits "
+                                     f"(probes {search.describe()})")  # fmt: skip
+                elif reason:
                     result = TrialResult("skipped", error=reason, marks={"result_written": time.time()})
                 else:
                     spawn = (lambda pid, t=trial: on_spawn(t, pid)) if on_spawn else None
                     outcome = runner.run_trial(trial, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}",
                                                spawn, server=server)  # fmt: skip
                     result, log_path = outcome.result, outcome.log_path
+                if search is not None:
+                    result.tags["dinox.batch_auto_probes"] = search.describe()
+                    result.metrics["batch_auto_probes"] = float(len(search.probes))
+                    if search.fit is not None:
+                        result.metrics["batch_auto_fit"] = float(search.fit)
+                _annotate(result, trial.spec, estimates)
                 journal.result(result_id, trial, result, run_id, str(log_path or ""))
                 report.rows.append(_row(trial, run_id or "", result))
                 report.results.append(result)
@@ -230,7 +321,8 @@ def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, 
                     _ok, run_id = store.call(recorder.open_trial, trial, result_id)
                 if run_id is not None and store.call(recorder.close_trial, run_id, result, log_path)[0]:
                     journal.logged(result_id, run_id)
-                pruner.observe(trial.spec.flat_params(), trial.spec.batch.size, result.status, run_id or "")
+                if not trial.spec.batch.auto:
+                    pruner.observe(trial.spec.flat_params(), trial.spec.size, result.status, run_id or "")
                 run_id = None
                 if not reason:
                     report.trial_loop_s.append(time.time() - t_trial)

@@ -144,13 +144,16 @@ class SweepRecorder:
         """Continue a sweep opened earlier (dinox sync)."""
         self.experiment_id, self.parent_run_id = experiment_id, parent_run_id
 
-    def open_trial(self, trial: Trial, result_id: str) -> str:
+    def open_trial(self, trial: Trial, result_id: str, role: str = "trial") -> str:
+        """A run for a trial (role trial) or for one probe of a batch.size auto search (role probe: kept
+        apart from trials by resume and decide, there to show how the batch was found)."""
+        prefix = f"probe batch={trial.spec.batch.size} " if role == "probe" else ""
         run = self.client.create_run(
             self.experiment_id,
-            run_name=f"{trial.index + 1:03d} {trial.label}",
+            run_name=f"{trial.index + 1:03d} {prefix}{trial.label}",
             tags={
                 "mlflow.parentRunId": self.parent_run_id,
-                "dinox.role": "trial",
+                "dinox.role": role,
                 "dinox.trial_id": trial.trial_id,
                 "dinox.trial_index": str(trial.index),
                 "dinox.sweep_values": trial.label,
@@ -273,8 +276,8 @@ def fetch_trials(
 def _keep(run, found: dict[str, TrialRecord]) -> None:
     tags = run.data.tags
     # The record's own key: a trial is a run with a dinox.status, whoever logged it; sweeps and decisions
-    # carry a dinox.role of their own and no status.
-    if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision"):
+    # carry a dinox.role of their own and no status; batch-search probes are two-step runs, not measurements.
+    if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision", "probe"):
         return
     found[run.info.run_id] = _record(run)
 

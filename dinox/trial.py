@@ -191,14 +191,14 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
     num_classes = 0 if dino else spec.objective.num_classes  # type: ignore[union-attr]
     plan = view_plan(spec)
     t = time.time()
-    samples = (m.warmup_steps + m.bench_steps) * accumulation * spec.batch.size
+    samples = (m.warmup_steps + m.bench_steps * m.repeats) * accumulation * spec.size
     dataset = build_dataset(spec, models.in_chans(spec.model), max(num_classes, 1), samples, plan)
     pin = spec.loader.pin_memory and device.type == "cuda"
     tags["dinox.pin_memory_applied"] = str(pin)
     iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
     loader = DataLoader(
         dataset,
-        batch_size=spec.batch.size,
+        batch_size=spec.size,
         shuffle=not iterable,
         generator=None if iterable else torch.Generator().manual_seed(getattr(spec.data, "seed", 0)),
         num_workers=spec.loader.num_workers,
@@ -263,9 +263,10 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
         optimizer_step=optimizer_step,
         device=device,
         accumulation=accumulation,
-        batch_size=spec.batch.size,
+        batch_size=spec.size,
         warmup_steps=m.warmup_steps,
         bench_steps=m.bench_steps,
+        repeats=m.repeats,
     )
     marks["measured"] = time.time()
 
@@ -279,11 +280,17 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
             "h2d_s": stats.mean("h2d_s"),
             "compute_s": stats.mean("compute_s"),
             "window_s": stats.window_s,
+            "images_per_s_min": min(stats.window_images_per_s),
+            "images_per_s_max": max(stats.window_images_per_s),
+            "window_spread": stats.spread,
             "warmup_s": stats.warmup_s,
+            "loader_start_s": stats.loader_start_s,
             "first_step_s": stats.first_step_s,
             "loss": float(last_loss[0].float() * accumulation) if last_loss else float("nan"),
         }
     )
+    # One window cannot disagree with itself: only repeated windows can call a trial unstable.
+    tags["dinox.unstable"] = str(m.repeats > 1 and stats.spread > m.unstable_threshold).lower()
     if spec.model.compile is not False:
         metrics["compile_s"] = max(0.0, stats.first_step_s - step_p50)
     _record_memory(device, metrics, tags)

@@ -18,7 +18,7 @@ name: {name}
 model: {{name: vit_tiny_patch16_224, img_size: 32, kwargs: {{patch_size: 8}}}}
 objective: {{num_classes: 10}}
 batch: {{size: 4}}
-measure: {{warmup_steps: 1, bench_steps: 3, timeout_s: 120}}
+measure: {{warmup_steps: 1, bench_steps: 3, repeats: 1, timeout_s: 120}}
 """
 
 

@@ -91,3 +91,23 @@ def test_quantile_interpolates_like_numpy():
     assert bench.quantile(values, 0.5) == 2.5
     assert bench.quantile(values, 0.9) == pytest.approx(3.7)
     assert bench.quantile([7.0], 0.9) == 7.0
+
+
+def test_repeated_windows_report_their_spread():
+    calls = [0]
+
+    def micro(batch):
+        calls[0] += 1
+        # Warm-up (1 step x 2 micro) and the first window (3 x 2) at 5 ms, the second and third at 10 ms.
+        time.sleep(0.005 if calls[0] <= 8 else 0.010)
+
+    stats = bench.run(DataLoader(Images(400), batch_size=4), to_device=lambda b: b, micro_step=micro,
+                      optimizer_step=lambda: None, device=torch.device("cpu"), accumulation=2, batch_size=4,
+                      warmup_steps=1, bench_steps=3, repeats=3)  # fmt: skip
+    assert len(stats.windows_s) == 3 and len(stats.steps) == 9
+    assert stats.images == 3 * 3 * 2 * 4 and stats.window_s == sum(stats.windows_s)
+    fast, slow1, slow2 = stats.window_images_per_s
+    assert fast > 1.5 * slow1 and slow1 == pytest.approx(slow2, rel=0.3)
+    assert stats.spread == pytest.approx((fast - min(slow1, slow2)) / sorted([fast, slow1, slow2])[1])
+    assert stats.spread > 0.5
+    assert stats.loader_start_s >= 0

@@ -167,3 +167,38 @@ def test_options_override_the_spec_budget_field_by_field():
     assert (images.target_images, images.dataset_size, images.epochs) == (10**6, None, None)
     with pytest.raises(decide.DecisionError, match="no budget"):
         decide.merge_budget({}, None, 1000, 10, None, 1.0)
+
+
+def test_unstable_trials_are_flagged_and_excluded_on_request():
+    rows = study.study()
+    large = [r for r in rows if r["params"]["model.name"] == "vit_large_patch14_dinov2"]
+    best = max((r for r in large if r["tags"]["dinox.status"] == "ok"), key=lambda r: r["metrics"]["images_per_s"])
+    best["tags"]["dinox.unstable"] = "true"
+    best["metrics"]["window_spread"] = 0.23
+    flagged = decide.decide(study.records(rows), BUDGET)
+    assert by_name(flagged, "vit_large_patch14_dinov2").best.run_id == best["run_id"]  # flagged, still counted
+    assert "unstable (windows differ by 23%)" in decide.render_markdown(flagged, [])
+    strict = decide.decide(study.records(rows), BUDGET, decide.Policy(exclude_unstable=True))
+    large_mv = by_name(strict, "vit_large_patch14_dinov2")
+    assert large_mv.best is not None and large_mv.best.run_id != best["run_id"]
+    (excluded,) = [c for c in large_mv.candidates if c.run_id == best["run_id"]]
+    assert excluded.excluded == "unstable: its timed windows differ by 23%"
+
+
+def test_mfu_and_memory_predictions_reach_the_report():
+    rows = study.study()
+    ok = [r for r in rows if r["tags"]["dinox.status"] == "ok"]
+    for r in ok:
+        r["metrics"].update(mfu=0.41, tflops=405.0, predicted_device_mem_gb=60.0)
+    oom = next(r for r in rows if r["tags"]["dinox.status"] == "oom")
+    oom["metrics"]["predicted_device_mem_gb"] = 95.0
+    oom["tags"]["dinox.predicted_oom"] = "device 95.0 GB > 95% of device memory (79.1 GB)"
+    d = decide.decide(study.records(rows), BUDGET)
+    assert d.recommended is not None and d.recommended.best.mfu == 0.41
+    assert "MFU 41.0%" in decide.render_markdown(d, []) and " 41.0% " in decide.render_terminal(d)
+    assert len(d.memory) == len(ok) + sum(r["tags"]["dinox.status"] == "oom" for r in rows)
+    measured = next(c for c in d.memory if c.status == "ok")
+    assert measured.ratio == pytest.approx(measured.measured_gb / 60.0)
+    text = decide.render_markdown(d, [])
+    assert "## Memory: predicted before the sweep, measured in it" in text
+    assert decide.to_json(d)["memory_predictions"][0]["predicted_gb"] in (60.0, 95.0)

@@ -91,7 +91,7 @@ name: prune
 model: {name: vit_tiny_patch16_224, img_size: 224, kwargs: {depth: 2}}
 objective: {num_classes: 10}
 hardware: {memory_limit_gb: 1.5}
-measure: {warmup_steps: 1, bench_steps: 1, timeout_s: 120}
+measure: {warmup_steps: 1, bench_steps: 1, repeats: 1, timeout_s: 120}
 sweep:
   grid:
     batch.size: %s

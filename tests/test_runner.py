@@ -50,7 +50,9 @@ def test_ok_trial_with_workers_measures_and_leaves_no_process(write_spec, tmp_pa
     assert m["step_s_p50"] <= m["step_s_p90"]
     assert m["data_s"] + m["h2d_s"] + m["compute_s"] == pytest.approx(sum(r.step_s) / 3, rel=1e-6)
     # The child's phases, timed by its own clock, fit inside the life the parent saw.
-    assert m["measure_s"] == pytest.approx(m["warmup_s"] + m["window_s"], abs=0.05)
+    # (Starting the loader's workers is its own figure: under load it can take longer than the steps.)
+    assert m["measure_s"] == pytest.approx(m["loader_start_s"] + m["warmup_s"] + m["window_s"], abs=0.05)
+    assert r.tags["dinox.unstable"] == "false"  # one window cannot disagree with itself
     assert m["startup_s"] + m["setup_s"] + m["measure_s"] < m["trial_wall_s"]
     assert 0 < m["params_m"] < 10
     assert m["host_peak_rss_gb"] >= m["child_peak_rss_gb"] > 0.1

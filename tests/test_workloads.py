@@ -14,7 +14,7 @@ from tests.test_cli import RECORD_METRICS, RECORD_PARAMS, RECORD_TAGS
 from tests.test_dicom_preprocess import demo
 
 TINY_VIT = {"embed_dim": 48, "depth": 2, "num_heads": 2}
-SMALL_STEPS = {"warmup_steps": 1, "bench_steps": 2, "timeout_s": 300}
+SMALL_STEPS = {"warmup_steps": 1, "bench_steps": 2, "repeats": 1, "timeout_s": 300}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,74 @@
+"""`batch.size: auto`: the search for the largest physical batch that fits. No torch, no processes here.
+
+The search only proposes sizes and reads verdicts; the sweep runs each probe as a trial of its own (its own
+process, recorded as a run). Doubling from auto_min finds a batch that does not fit, bisection then narrows
+the boundary until it is known to within half the safety margin, and the probe budget is a hard cap:
+ceil(log2(auto_max / auto_min)) + 2 probes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dinox.spec import TrialSpec
+
+
+@dataclass
+class BatchSearch:
+    low: int  # auto_min
+    high: int  # auto_max
+    margin: float  # auto_margin
+    divides: int | None = None  # the chosen size must divide this (batch.effective / gpus)
+    probes: list[tuple[int, bool]] = field(default_factory=list)  # (size, fitted), in probe order
+
+    @classmethod
+    def for_spec(cls, spec: TrialSpec) -> BatchSearch:
+        b = spec.batch
+        divides = b.effective // spec.hardware.gpus if b.effective is not None else None
+        high = min(b.auto_max, divides) if divides is not None else b.auto_max
+        return cls(b.auto_min, max(high, b.auto_min), b.auto_margin, divides)
+
+    @property
+    def budget(self) -> int:
+        return math.ceil(math.log2(self.high / self.low)) + 2
+
+    @property
+    def fit(self) -> int | None:
+        """The largest probed size that fitted."""
+        return max((s for s, ok in self.probes if ok), default=None)
+
+    @property
+    def failed(self) -> int | None:
+        """The smallest probed size that did not fit."""
+        return min((s for s, ok in self.probes if not ok), default=None)
+
+    def next_size(self) -> int | None:
+        """The next size to probe, or None when the search is over."""
+        if len(self.probes) >= self.budget:
+            return None
+        fit, failed = self.fit, self.failed
+        if fit is None:
+            return self.low if failed is None else None  # auto_min itself did not fit: nothing does
+        if failed is None:
+            return None if fit >= self.high else min(2 * fit, self.high)
+        if failed - fit <= max(1, fit * self.margin / 2):
+            return None  # known to within half the margin: more probes would not change the choice much
+        return (fit + failed) // 2
+
+    def record(self, size: int, fitted: bool) -> None:
+        self.probes.append((size, fitted))
+
+    def chosen(self) -> int | None:
+        """The size to measure: the largest fit less the margin, a multiple of 8 from 16 up (tensor-core
+        shapes), and a divisor of batch.effective when that is fixed. None when nothing fitted."""
+        fit = self.fit
+        if fit is None:
+            return None
+        size = max(1, math.floor(fit * (1 - self.margin)))
+        if self.divides is not None:
+            return max(d for d in range(1, size + 1) if self.divides % d == 0)
+        return size - size % 8 if size >= 16 else size
+
+    def describe(self) -> str:
+        return " ".join(f"{s}:{'ok' if ok else 'oom'}" for s, ok in self.probes)

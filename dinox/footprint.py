@@ -1,0 +1,163 @@
+"""What a trial will cost before it runs: FLOPs per image, device memory, loader host RAM. No torch here.
+
+The model-dependent figures (parameters, FLOPs, tensors saved for backward) come from ``dinox.estimate``, a
+child process that runs one training step on the meta device; this module turns them into a memory plan
+for a trial and a verdict against the memory it will have, and turns throughput into TFLOPs and MFU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from dinox import peaks
+from dinox.spec import TrialSpec
+
+GB = 2**30
+# Under autocast the tensors saved for backward are mostly 16-bit (matmul and attention inputs) but not all
+# (LayerNorm inputs, softmax statistics, the loss stay fp32): about this share of the fp32 figure.
+MIXED_ACTIVATION_SHARE = 0.6
+# Optimizer state per trainable parameter, bytes (fp32): AdamW keeps two moments, SGD one momentum buffer.
+OPTIMIZER_BYTES = {"adamw": 8, "sgd": 4}
+# The share of a device's (or capped) memory a plan may use before it calls a trial a predicted OOM: the
+# estimate leaves out allocator fragmentation, cuDNN/cuBLAS workspaces and temporaries.
+HEADROOM = 0.95
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """Measured once per model on the meta device (no memory, no compute)."""
+
+    params: int  # the backbone's parameters ("the model's size")
+    trainable_params: int  # what the optimizer updates (a DINO head included)
+    frozen_params: int  # weights without gradients (a DINO teacher)
+    flops_per_image: float  # one training step (forward + backward), no recomputation, per sample
+    saved_bytes_per_image: float  # fp32 tensors saved for backward per sample, at the trial's checkpointing
+    sample_bytes: int  # one sample as the loader hands it over (all views, float32, and its label)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the estimate process saw of the machine the sweep runs on."""
+
+    device: str  # cpu / cuda / mps
+    device_name: str
+    device_total_gb: float | None  # None: unknown (mps)
+    host_total_gb: float
+    runtime_gb: float  # a process with torch and timm imported, before any model (what the CPU adds)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    weights_gb: float
+    grads_gb: float
+    optimizer_gb: float
+    activations_gb: float
+    batch_gb: float
+    runtime_gb: float  # on the CPU only: the process itself counts against host memory
+    loader_host_gb: float  # batches in flight in the loader (workers x prefetch) and pinned copies
+    device_limit_gb: float | None
+    host_limit_gb: float
+    over: str  # "" or why it is predicted not to fit
+
+    @property
+    def device_gb(self) -> float:
+        return (self.weights_gb + self.grads_gb + self.optimizer_gb + self.activations_gb + self.batch_gb
+                + self.runtime_gb)  # fmt: skip
+
+    def metrics(self) -> dict[str, float]:
+        return {"predicted_device_mem_gb": self.device_gb, "predicted_activations_gb": self.activations_gb,
+                "predicted_loader_host_gb": self.loader_host_gb}  # fmt: skip
+
+
+def estimate_key(spec: TrialSpec) -> str:
+    """Trials with the same key share a ModelCost: what changes the model, its inputs and its saved tensors."""
+    model = spec.model.model_dump(mode="json", exclude={"compile", "channels_last"})
+    return json.dumps({"model": model, "objective": spec.objective.model_dump(mode="json")}, sort_keys=True)
+
+
+def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPlan:
+    mixed = spec.precision in ("bf16-mixed", "fp16-mixed")
+    b = spec.size
+    all_params = cost.trainable_params + cost.frozen_params
+    weights = (4 + (2 if mixed else 0)) * all_params  # fp32 weights, and autocast's 16-bit copies
+    grads = 4 * cost.trainable_params
+    optimizer = OPTIMIZER_BYTES[spec.optimizer.name] * cost.trainable_params
+    activations = cost.saved_bytes_per_image * b * (MIXED_ACTIVATION_SHARE if mixed else 1.0)
+    batch = cost.sample_bytes * b
+    workers = spec.loader.num_workers
+    in_flight = workers * (spec.loader.prefetch_factor or 2) if workers else 1
+    pinned = 1 if spec.loader.pin_memory and machine.device == "cuda" else 0
+    loader_host = (in_flight + pinned) * batch
+    on_cpu = machine.device == "cpu"
+    limit = spec.hardware.memory_limit_gb
+    device_limit = machine.host_total_gb if on_cpu else machine.device_total_gb
+    if limit is not None:
+        device_limit = min(limit, device_limit) if device_limit is not None else limit
+    plan = MemoryPlan(
+        weights_gb=weights / GB,
+        grads_gb=grads / GB,
+        optimizer_gb=optimizer / GB,
+        activations_gb=activations / GB,
+        batch_gb=batch / GB,
+        runtime_gb=machine.runtime_gb if on_cpu else 0.0,
+        loader_host_gb=loader_host / GB,
+        device_limit_gb=device_limit,
+        host_limit_gb=machine.host_total_gb,
+        over="",
+    )
+    reasons = []
+    if device_limit is not None and plan.device_gb > HEADROOM * device_limit:
+        where = "host memory" if on_cpu and limit is None else "the memory limit" if limit else "device memory"
+        reasons.append(f"device {plan.device_gb:.1f} GB > {HEADROOM:.0%} of {where} ({device_limit:.1f} GB)")
+    host_use = plan.loader_host_gb + (plan.device_gb if on_cpu else 0.0)
+    if host_use > HEADROOM * machine.host_total_gb:
+        reasons.append(f"host {host_use:.1f} GB (loader {plan.loader_host_gb:.1f} GB) > {HEADROOM:.0%} of "
+                       f"{machine.host_total_gb:.1f} GB")  # fmt: skip
+    return MemoryPlan(**{**asdict(plan), "over": "; ".join(reasons)})
+
+
+def compute_metrics(cost: ModelCost, images_per_s: float, device_name: str, precision: str,
+                    override: float | None) -> tuple[dict[str, float], dict[str, str]]:  # fmt: skip
+    """TFLOPs achieved and MFU against the device's peak (metrics), and where the peak came from (tags)."""
+    achieved = cost.flops_per_image * images_per_s / 1e12
+    metrics = {"flops_per_image": cost.flops_per_image, "tflops": achieved}
+    tags: dict[str, str] = {}
+    peak = peaks.peak_for(device_name, precision, override)
+    if peak is not None:
+        metrics["peak_tflops"] = peak[0]
+        metrics["mfu"] = achieved / peak[0]
+        tags["dinox.peak_source"] = peak[1]
+    return metrics, tags
+
+
+@dataclass
+class Estimates:
+    """The estimate child's answer for a set of trials; empty when it could not run."""
+
+    machine: Machine | None
+    costs: dict[str, ModelCost]
+    errors: dict[str, str]  # estimate key (or "machine") -> why there is no figure
+
+    @staticmethod
+    def request(specs: list[TrialSpec]) -> dict[str, dict]:
+        """What the estimate child needs: one spec per distinct estimate key."""
+        return {"specs": {estimate_key(s): s.model_dump(mode="json") for s in specs}}
+
+    @classmethod
+    def parse(cls, data: dict | None, failure: str = "") -> Estimates:
+        if data is None:
+            return cls(None, {}, {"machine": failure or "the estimate process gave no result"})
+        machine = Machine(**data["machine"]) if "machine" in data else None
+        costs = {k: ModelCost(**v) for k, v in data.get("costs", {}).items()}
+        return cls(machine, costs, dict(data.get("errors", {})))
+
+    def cost(self, spec: TrialSpec) -> ModelCost | None:
+        return self.costs.get(estimate_key(spec))
+
+    def memory(self, spec: TrialSpec) -> MemoryPlan | None:
+        cost = self.cost(spec)
+        return plan_memory(spec, cost, self.machine) if cost is not None and self.machine is not None else None
+
+    def why_missing(self, spec: TrialSpec) -> str:
+        return self.errors.get(estimate_key(spec)) or self.errors.get("machine", "")

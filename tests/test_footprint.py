@@ -1,0 +1,104 @@
+"""Memory plans, TFLOPs and MFU from a model's cost (pure arithmetic), and the peak table."""
+
+from __future__ import annotations
+
+import pytest
+
+from dinox import footprint, peaks
+from dinox.footprint import GB, Estimates, Machine, ModelCost
+from dinox.spec import TrialSpec
+
+COST = ModelCost(params=100_000_000, trainable_params=100_000_000, frozen_params=0, flops_per_image=3e10,
+                 saved_bytes_per_image=50 * 2**20, sample_bytes=3 * 224 * 224 * 4 + 8)  # fmt: skip
+H100 = Machine("cuda", "NVIDIA H100 80GB HBM3", 79.1, 251.0, 0.6)
+CPU = Machine("cpu", "AMD EPYC (2 cpus)", 23.5, 23.5, 0.7)
+
+
+def spec(**over) -> TrialSpec:
+    raw = {"name": "x", "model": {"name": "vit_base_patch16_224"}, "batch": {"size": 64}}
+    raw.update(over)
+    return TrialSpec.model_validate(raw)
+
+
+def test_device_memory_adds_up_the_training_state_and_activations():
+    plan = footprint.plan_memory(spec(), COST, H100)
+    assert plan.weights_gb == pytest.approx(4e8 / GB)
+    assert plan.grads_gb == pytest.approx(4e8 / GB)
+    assert plan.optimizer_gb == pytest.approx(8e8 / GB)  # AdamW: two fp32 moments
+    assert plan.activations_gb == pytest.approx(64 * 50 / 1024)
+    assert plan.runtime_gb == 0.0  # a GPU's memory does not hold the Python process
+    assert plan.device_gb == pytest.approx(1.6e9 / GB + 3.125 + 64 * COST.sample_bytes / GB)
+    assert plan.over == ""
+    sgd = footprint.plan_memory(spec(optimizer={"name": "sgd"}), COST, H100)
+    assert sgd.optimizer_gb == pytest.approx(4e8 / GB)
+
+
+def test_mixed_precision_keeps_16_bit_weight_copies_and_smaller_activations():
+    fp32 = footprint.plan_memory(spec(), COST, H100)
+    bf16 = footprint.plan_memory(spec(precision="bf16-mixed"), COST, H100)
+    assert bf16.weights_gb == pytest.approx(fp32.weights_gb * 1.5)
+    assert bf16.activations_gb == pytest.approx(fp32.activations_gb * footprint.MIXED_ACTIVATION_SHARE)
+
+
+def test_loader_host_memory_is_workers_times_prefetch_times_batch_bytes():
+    batch_bytes = 64 * COST.sample_bytes
+    plan = footprint.plan_memory(spec(loader={"num_workers": 8, "prefetch_factor": 4}), COST, H100)
+    assert plan.loader_host_gb == pytest.approx(8 * 4 * batch_bytes / GB)
+    pinned = footprint.plan_memory(spec(loader={"num_workers": 8, "pin_memory": True}), COST, H100)
+    assert pinned.loader_host_gb == pytest.approx((8 * 2 + 1) * batch_bytes / GB)  # torch's prefetch 2, + pinned
+    assert footprint.plan_memory(spec(), COST, H100).loader_host_gb == pytest.approx(batch_bytes / GB)
+
+
+def test_a_trial_over_the_device_or_the_cap_is_flagged():
+    big = footprint.plan_memory(spec(batch={"size": 2048}), COST, H100)
+    assert big.device_gb > 79.1 and big.over.startswith("device ") and "device memory (79.1 GB)" in big.over
+    capped = footprint.plan_memory(spec(hardware={"memory_limit_gb": 4}), COST, H100)
+    assert "the memory limit (4.0 GB)" in capped.over
+    # On the CPU the device is host memory, and the process itself counts.
+    on_cpu = footprint.plan_memory(spec(batch={"size": 512}, hardware={"device": "cpu"}), COST, CPU)
+    assert on_cpu.runtime_gb == 0.7 and "host memory (23.5 GB)" in on_cpu.over and "host " in on_cpu.over
+    loader = footprint.plan_memory(spec(batch={"size": 128}, loader={"num_workers": 64, "prefetch_factor": 64}),
+                                   COST, H100)  # fmt: skip
+    assert loader.device_gb < 79 and "loader" in loader.over  # 4096 batches of 128 in flight: host RAM, not the GPU
+
+
+def test_tflops_and_mfu_against_the_table_or_the_override():
+    metrics, tags = footprint.compute_metrics(COST, 1000.0, "NVIDIA H100 80GB HBM3", "bf16-mixed", None)
+    assert metrics["tflops"] == pytest.approx(30.0)
+    assert metrics["peak_tflops"] == 989.4 and metrics["mfu"] == pytest.approx(30.0 / 989.4)
+    assert tags["dinox.peak_source"] == "NVIDIA H100 SXM bf16 dense peak"
+    metrics, tags = footprint.compute_metrics(COST, 10.0, "AMD EPYC (2 cpus)", "fp32", None)
+    assert "mfu" not in metrics and metrics["tflops"] == pytest.approx(0.3) and not tags
+    metrics, tags = footprint.compute_metrics(COST, 10.0, "AMD EPYC (2 cpus)", "fp32", 1.5)
+    assert metrics["mfu"] == pytest.approx(0.2) and tags["dinox.peak_source"] == "hardware.peak_tflops"
+
+
+@pytest.mark.parametrize(
+    "name,precision,peak",
+    [
+        ("NVIDIA H100 PCIe", "bf16-mixed", 756.0),
+        ("NVIDIA H100 80GB HBM3", "tf32", 494.7),
+        ("NVIDIA H200", "fp16-mixed", 989.4),
+        ("NVIDIA A100-SXM4-80GB", "fp32", 19.5),
+        ("NVIDIA GeForce RTX 4090", "bf16-mixed", 165.2),
+        ("NVIDIA GeForce RTX 5090", "bf16-mixed", 209.5),
+        ("AMD Instinct MI300X", "bf16-mixed", 1307.4),
+        ("AMD Radeon Graphics (gfx1151)", "bf16-mixed", 59.4),
+    ],
+)
+def test_peak_table(name, precision, peak):
+    found = peaks.lookup(name, precision)
+    assert found is not None and found[0] == peak
+
+
+def test_estimates_key_trials_by_what_changes_the_model():
+    a, b = spec(), spec(batch={"size": 8}, model={"name": "vit_base_patch16_224", "compile": True})
+    c = spec(model={"name": "vit_base_patch16_224", "grad_checkpointing": True})
+    assert footprint.estimate_key(a) == footprint.estimate_key(b) != footprint.estimate_key(c)
+    assert len(Estimates.request([a, b, c])["specs"]) == 2
+    est = Estimates.parse({"machine": vars(H100), "costs": {footprint.estimate_key(a): vars(COST)},
+                           "errors": {footprint.estimate_key(c): "ValueError: x"}})  # fmt: skip
+    assert est.cost(b) == COST and est.memory(b) is not None and est.cost(c) is None
+    assert est.why_missing(c) == "ValueError: x"
+    down = Estimates.parse(None, "child killed by SIGKILL")
+    assert down.memory(a) is None and down.why_missing(a) == "child killed by SIGKILL"
