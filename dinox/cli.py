@@ -174,10 +174,13 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool) -> None:
     help="fork: each trial is forked from a process with torch and timm imported "
     "(cheap); spawn: each trial is a fresh interpreter (python -m dinox.trial). Both: one process a trial.",
 )
+@click.option("--shard", default=None, metavar="I/N",
+              help="Run only the I-th of N disjoint slices of the sweep (1/N ... N/N), e.g. one per host against "
+                   "one tracking server; resume makes a re-run of a shard measure only what is missing.")  # fmt: skip
 @click.option("--skip-predicted-oom", is_flag=True,
               help="Record trials that `dinox plan` predicts to run out of memory as skipped, unmeasured.")  # fmt: skip
 def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_prune: bool, max_trials: int,
-        isolation: str, skip_predicted_oom: bool) -> None:  # fmt: skip
+        isolation: str, shard: str | None, skip_predicted_oom: bool) -> None:  # fmt: skip
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
     \b
@@ -191,6 +194,16 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     unusable tracking store, 130 when interrupted.
     """
     doc, trials = _load(spec_file, max_trials, preflight=True)
+    if shard is not None:
+        from dinox.grid import shard as shard_of
+
+        try:
+            trials = shard_of(trials, shard)
+        except ValueError as e:
+            _fail(f"--shard {e}")
+        if not trials:
+            click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
+            return
     from dinox.sweep import Interrupted, run_sweep
     from dinox.tracking import SweepRecorder, TrackingError, resolve_tracking_uri, result_summary
 
@@ -199,7 +212,7 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
         recorder = SweepRecorder(uri)
         report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo, force=force,
                            prune=not no_prune, isolation=isolation,
-                           skip_predicted_oom=skip_predicted_oom)  # fmt: skip
+                           skip_predicted_oom=skip_predicted_oom, shard=shard or "")  # fmt: skip
     except TrackingError as e:
         _fail(str(e))
     except (KeyboardInterrupt, Interrupted) as e:

@@ -198,6 +198,21 @@ class LoaderFindings:
 
 
 @dataclass
+class ScalingRow:
+    """A multi-device trial against the single-device trial of the same configuration."""
+
+    run: str
+    model: str
+    gpus: int
+    images_per_s: float  # global
+    single_images_per_s: float
+
+    @property
+    def efficiency(self) -> float:
+        return self.images_per_s / (self.gpus * self.single_images_per_s)
+
+
+@dataclass
 class MemoryCheck:
     """A trial's predicted device memory (dinox plan) beside what it measured."""
 
@@ -227,6 +242,7 @@ class Decision:
     sources: list[str] = field(default_factory=list)  # experiments / runs the records came from
     notes: list[str] = field(default_factory=list)
     memory: list[MemoryCheck] = field(default_factory=list)
+    scaling: list[ScalingRow] = field(default_factory=list)
 
 
 # --- the policy ------------------------------------------------------------------------------------
@@ -397,6 +413,25 @@ def _memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
     return sorted(out, key=lambda c: (c.model, c.batch or 0, c.run))
 
 
+def _scaling(records: list[TrialRecord]) -> list[ScalingRow]:
+    """Scaling efficiency = global images/s / (N x images/s of the same configuration on one device). The
+    effective batch grows with the devices, so it is not part of "the same configuration"."""
+    free = {"hardware.gpus", "batch.effective"} | _NOT_CONFIG
+    single: dict[tuple, float] = {}
+    multi: list[tuple[tuple, TrialRecord, int]] = []
+    for r in records:
+        if r.status != "ok" or "images_per_s" not in r.metrics:
+            continue
+        key = tuple(sorted((k, v) for k, v in r.params.items() if k not in free))
+        gpus = r.param_int("hardware.gpus") or 1
+        if gpus == 1:
+            single[key] = max(single.get(key, 0.0), r.metrics["images_per_s"])
+        else:
+            multi.append((key, r, gpus))
+    return [ScalingRow(r.run_name or r.run_id, model_key(r)[0], gpus, r.metrics["images_per_s"], single[key])
+            for key, r, gpus in multi if key in single]  # fmt: skip
+
+
 def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
     policy = policy or Policy()
     if not records:
@@ -440,6 +475,7 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         reason=reason,
         needed_ips=needed,
         memory=_memory_checks(records),
+        scaling=_scaling(records),
     )
 
 
@@ -505,6 +541,7 @@ def to_json(d: Decision) -> dict[str, Any]:
             "sources": d.sources,
             "notes": d.notes,
             "memory_predictions": [asdict(c) | {"ratio": c.ratio} for c in d.memory],
+            "scaling": [asdict(row) | {"efficiency": row.efficiency} for row in d.scaling],
         }
     )
 
@@ -591,6 +628,13 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         out += _model_section(mv, b)
     out += _loader_section(d.loader, d.policy.knee_tolerance)
     out += _memory_section(d.memory)
+    if d.scaling:
+        out += ["## Scaling", "", "Global images/s of each multi-device trial against N x the same configuration on "
+                "one device.", "", "| trial | model | devices | img/s | one device | efficiency |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        out += [f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
+                f"{row.efficiency:.0%} |" for row in d.scaling]  # fmt: skip
+        out.append("")
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     if d.notes:

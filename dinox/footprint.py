@@ -110,7 +110,8 @@ def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPla
     if device_limit is not None and plan.device_gb > HEADROOM * device_limit:
         where = "host memory" if on_cpu and limit is None else "the memory limit" if limit else "device memory"
         reasons.append(f"device {plan.device_gb:.1f} GB > {HEADROOM:.0%} of {where} ({device_limit:.1f} GB)")
-    host_use = plan.loader_host_gb + (plan.device_gb if on_cpu else 0.0)
+    ranks = spec.hardware.gpus  # each rank: its own loader, and on the CPU its own copy of everything
+    host_use = ranks * (plan.loader_host_gb + (plan.device_gb if on_cpu else 0.0))
     if host_use > HEADROOM * machine.host_total_gb:
         reasons.append(f"host {host_use:.1f} GB (loader {plan.loader_host_gb:.1f} GB) > {HEADROOM:.0%} of "
                        f"{machine.host_total_gb:.1f} GB")  # fmt: skip
@@ -118,15 +119,16 @@ def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPla
 
 
 def compute_metrics(cost: ModelCost, images_per_s: float, device_name: str, precision: str,
-                    override: float | None) -> tuple[dict[str, float], dict[str, str]]:  # fmt: skip
-    """TFLOPs achieved and MFU against the device's peak (metrics), and where the peak came from (tags)."""
+                    override: float | None, devices: int = 1) -> tuple[dict[str, float], dict[str, str]]:  # fmt: skip
+    """TFLOPs achieved and MFU against the devices' peak (metrics), and where the peak came from (tags).
+    With several devices, images_per_s is the global throughput and the peak is per device x devices."""
     achieved = cost.flops_per_image * images_per_s / 1e12
     metrics = {"flops_per_image": cost.flops_per_image, "tflops": achieved}
     tags: dict[str, str] = {}
     peak = peaks.peak_for(device_name, precision, override)
     if peak is not None:
         metrics["peak_tflops"] = peak[0]
-        metrics["mfu"] = achieved / peak[0]
+        metrics["mfu"] = achieved / (peak[0] * devices)
         tags["dinox.peak_source"] = peak[1]
     return metrics, tags
 

@@ -130,6 +130,18 @@ def expand(doc: SpecDocument, max_trials: int | None = None) -> list[Trial]:
     return trials
 
 
+def shard(trials: list[Trial], spec: str) -> list[Trial]:
+    """The i-th of N disjoint slices of a sweep ("i/N", 1 <= i <= N): every N-th trial from the i-th, so heavy
+    and light grid points spread over the hosts. Trials keep their index and total. Raises ValueError."""
+    try:
+        i, n = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"{spec!r} is not i/N (e.g. 1/4)") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"{spec!r}: i must be 1..N, the shards of N hosts are 1/N ... N/N")
+    return [t for t in trials if t.index % n == i - 1]
+
+
 def line_for(doc: SpecDocument, loc: tuple[str, ...], where: dict[str, tuple[str, ...]]) -> int | None:
     """The line a problem at `loc` points at: a swept path's sweep entry, else the key in the base."""
     path = ".".join(loc)

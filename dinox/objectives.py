@@ -29,6 +29,11 @@ class Classification:
     def compile(self, compile_fn) -> None:
         self.model = compile_fn(self.model)
 
+    def distribute(self, wrap) -> nn.Module:
+        """Wrap what trains in DistributedDataParallel; returns the wrapper (for no_sync)."""
+        self.model = wrap(self.model)
+        return self.model
+
     def loss(self, batch: Any) -> torch.Tensor:
         images, labels = batch
         return self.loss_fn(self.model(images), labels)
@@ -100,6 +105,12 @@ class Dino:
     def compile(self, compile_fn) -> None:
         self.student.backbone = compile_fn(self.student.backbone)
         self.teacher.backbone = compile_fn(self.teacher.backbone)
+
+    def distribute(self, wrap) -> nn.Module:
+        """The student (backbone and head) under DistributedDataParallel; the teacher needs no gradients,
+        and its EMA reads the same parameter tensors, which DDP does not copy."""
+        self.student = wrap(self.student)
+        return self.student
 
     def loss(self, batch: Any) -> torch.Tensor:
         views, _ = batch

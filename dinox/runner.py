@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 import psutil
 
+from dinox import ranks
 from dinox.forkserver import ForkedChild, ForkServer
 from dinox.grid import Trial
 from dinox.result import TrialResult, one_line
@@ -44,15 +45,17 @@ class TreeMemory:
     """Peak memory of a process and its descendants, as the sum of PSS (proportional set size).
 
     PSS counts a page shared by the trial and its forked loader workers once in total rather than once
-    per process, which summed RSS would do. Reading it costs ~10 ms per process here, so the sampling
-    interval adapts to keep the sampler under ~5% of one core.
+    per process, which summed RSS would do. Reading it costs ~10 ms per process here, and a sampler that
+    takes CPU from a trial that uses every core slows it (at 5% of a core: 4% fewer images/s of ResNet-18
+    on 2 cores, scripts/bench_fidelity.py), so the interval adapts to keep it under ~1% of one core. The
+    trial process's own peak comes exactly from its getrusage; sampling adds its loader workers.
     """
 
     def __init__(self, pid: int):
         self.pid = pid
         self.peak_bytes = 0
         self._next = 0.0
-        self._interval = 0.25
+        self._interval = 1.0
 
     def maybe_sample(self, now: float) -> None:
         if now < self._next:
@@ -68,7 +71,7 @@ class TreeMemory:
             total += _pss_bytes(proc)
         self.peak_bytes = max(self.peak_bytes, total)
         cost = time.perf_counter() - t
-        self._interval = max(0.25, 20 * cost)
+        self._interval = max(1.0, 100 * cost)
         self._next = now + self._interval
 
 
@@ -87,21 +90,41 @@ def _pss_bytes(proc: psutil.Process) -> int:
 
 
 def kill_group(proc: subprocess.Popen | ForkedChild) -> None:
-    """SIGTERM the child's process group, then SIGKILL whatever is left of it."""
-    pgid = proc.pid  # the child leads its own session and group
+    """SIGTERM the child's process group, and the groups of its descendants (torchrun starts each rank in
+    a session of its own), then SIGKILL whatever is left of them."""
     proc.poll()  # reap an exited child first: an unreaped zombie still counts as a group member
-    if not _group_alive(pgid):
+    groups = {proc.pid} | _descendant_groups(proc.pid)  # gathered first: a killed parent orphans them
+    alive = {g for g in groups if _group_alive(g)}
+    if not alive:
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
+    for pgid in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
     deadline = time.time() + TERM_GRACE_S
     while time.time() < deadline:
         proc.poll()
-        if not _group_alive(pgid):
+        alive = {g for g in alive if _group_alive(g)}
+        if not alive:
             return
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    for pgid in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _descendant_groups(pid: int) -> set[int]:
+    own = os.getpgrp()
+    groups = set()
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return groups
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            pgid = os.getpgid(child.pid)
+            if pgid != own:
+                groups.add(pgid)
+    return groups
 
 
 def _group_alive(pgid: int) -> bool:
@@ -158,10 +181,17 @@ def run_trial(
     spec_path.write_text(trial.spec.model_dump_json(indent=2))
     result_path.unlink(missing_ok=True)
     timeout = trial.spec.measure.timeout_s
+    world = trial.spec.hardware.gpus
+    rank_paths = [Path(ranks.result_name(str(result_path), r)) for r in range(world)] if world > 1 else []
+    for path in rank_paths:
+        path.unlink(missing_ok=True)
 
     with open(log_path, "wb") as log:
         spawned_at = time.time()
-        proc, isolation = _launch("dinox.trial", spec_path, result_path, log, log_path, server)
+        if world > 1:
+            proc, isolation = _launch_ranks(world, spec_path, result_path, log), "torchrun"
+        else:
+            proc, isolation = _launch("dinox.trial", spec_path, result_path, log, log_path, server)
         memory = TreeMemory(proc.pid)
         timed_out = False
         try:
@@ -171,7 +201,7 @@ def run_trial(
             while proc.poll() is None:
                 now = time.time()
                 memory.maybe_sample(now)
-                if result_seen_at is None and result_path.exists():
+                if result_seen_at is None and all(p.exists() for p in rank_paths or [result_path]):
                     result_seen_at = now
                 if result_seen_at is not None and now - result_seen_at > EXIT_GRACE_S:
                     break
@@ -185,7 +215,14 @@ def run_trial(
             proc.wait()
         ended_at = time.time()
 
-    result = _read_result(result_path)
+    if world > 1:
+        missing = "timeout" if timed_out else "crashed"
+        why = f"no result after measure.timeout_s={timeout:g}s" if timed_out else _death(proc.returncode or 0)
+        by_rank = {r: _read_result(p) for r, p in enumerate(rank_paths)}
+        exits = ranks.exit_codes(log_path.read_text(errors="replace")[-65536:])
+        result = ranks.merge(by_rank, world, missing, one_line(f"{why}; {_tail(log_path)}"), exits)
+    else:
+        result = _read_result(result_path)
     if result is None:
         tail = _tail(log_path)
         if timed_out:
@@ -219,6 +256,15 @@ def _launch(module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path:
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     return proc, "spawn"
+
+
+def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO) -> subprocess.Popen:
+    """torchrun with `world` ranks of `python -m dinox.trial` on this host; no restarts: a failed rank is
+    a result, not something to retry."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+               "--max-restarts=0", "-m", "dinox.trial", str(in_path), str(out_path)]  # fmt: skip
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
 
 
 def run_estimate(request: dict[str, Any], work_dir: Path, server: ForkServer | None = None,

@@ -201,7 +201,7 @@ DataSource = Annotated[
 
 class HardwareSpec(_Section):
     device: DeviceKind = "auto"
-    gpus: PositiveInt = 1
+    gpus: PositiveInt = Field(1, description="ranks per trial: > 1 launches torchrun with DDP (NCCL; gloo on cpu)")
     memory_limit_gb: PositiveFloat | None = Field(
         None, description="cap per trial: CUDA memory fraction, or a data-segment limit on CPU"
     )
@@ -359,8 +359,8 @@ def consistency_problems(t: TrialSpec) -> list[tuple[str, str]]:
             problems.append((f"model.kwargs.{key}", why))
     if t.optimizer.momentum is not None and t.optimizer.name != "sgd":
         problems.append(("optimizer.momentum", f"applies to sgd only, not {t.optimizer.name}"))
-    if hw.gpus > 1:
-        problems.append(("hardware.gpus", f"{hw.gpus}: this version measures single-device trials only"))
+    if hw.gpus > 1 and hw.device == "mps":
+        problems.append(("hardware.gpus", f"{hw.gpus}: MPS has one device; multi-device trials need cuda or cpu"))
     if hw.device == "cpu" and lo.pin_memory:
         problems.append(("loader.pin_memory", "true has no effect with hardware.device cpu"))
     if isinstance(t.data, (CtPngData, WebDatasetData)):

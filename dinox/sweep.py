@@ -187,12 +187,13 @@ def run_sweep(
     prune: bool = True,
     isolation: str = "fork",
     skip_predicted_oom: bool = False,
+    shard: str = "",
 ) -> SweepReport:
     t0 = time.time()
     server = ForkServer() if isolation == "fork" else None
     if server is not None:
         server.start()  # its imports overlap with opening the sweep in MLflow
-    options = _Options(force, prune, skip_predicted_oom)
+    options = _Options(force, prune, skip_predicted_oom, shard)
     try:
         return _run_sweep(doc, trials, recorder, workdir, echo, on_spawn, options, server, t0)
     finally:
@@ -205,6 +206,7 @@ class _Options:
     force: bool
     prune: bool
     skip_predicted_oom: bool
+    shard: str  # "i/N" when this process runs one slice of the sweep
 
 
 def _annotate(result: TrialResult, spec: Any, estimates: Estimates) -> None:
@@ -218,7 +220,7 @@ def _annotate(result: TrialResult, spec: Any, estimates: Estimates) -> None:
     if cost is not None and result.status == "ok" and "images_per_s" in result.metrics:
         metrics, tags = footprint.compute_metrics(cost, result.metrics["images_per_s"],
                                                   result.tags.get("dinox.device_name", ""), spec.precision,
-                                                  spec.hardware.peak_tflops)  # fmt: skip
+                                                  spec.hardware.peak_tflops, spec.hardware.gpus)  # fmt: skip
         result.metrics.update(metrics)
         result.tags.update(tags)
 
@@ -236,7 +238,7 @@ def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, 
                server: ForkServer | None, t0: float) -> SweepReport:  # fmt: skip
     force, prune = options.force, options.prune
     name = trials[0].spec.name
-    parent = recorder.open_sweep(name, doc.path, len(trials))  # a store down at the start: TrackingError
+    parent = recorder.open_sweep(name, doc.path, len(trials), options.shard)  # a store down at the start: TrackingError
     for note in recorder.notes:
         echo(f"note: {note}")
     recorded = [] if force and not prune else recorder.recorded_trials()

@@ -78,7 +78,7 @@ class SweepRecorder:
 
     # --- sweep -------------------------------------------------------------------------------------
 
-    def open_sweep(self, name: str, spec_path: str, n_trials: int) -> str:
+    def open_sweep(self, name: str, spec_path: str, n_trials: int, shard: str = "") -> str:
         adopt = os.environ.get("MLFLOW_RUN_ID")
         try:
             if adopt:
@@ -95,8 +95,9 @@ class SweepRecorder:
                     )
             else:
                 self.experiment_id = self._experiment(name)
+                suffix = f" shard {shard}" if shard else ""
                 run = self.client.create_run(
-                    self.experiment_id, run_name=f"{name} sweep {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                    self.experiment_id, run_name=f"{name} sweep{suffix} {time.strftime('%Y-%m-%d %H:%M:%S')}"
                 )
                 self.parent_run_id = run.info.run_id
             self.client.log_batch(
@@ -106,6 +107,7 @@ class SweepRecorder:
                     RunTag("dinox.role", "sweep"),
                     RunTag("dinox.spec_path", spec_path),
                     RunTag("dinox.spec_name", name),
+                    *([RunTag("dinox.shard", shard)] if shard else []),
                 ],
             )
         except MlflowException as e:
@@ -243,10 +245,12 @@ def _search_all(client: MlflowClient, experiment_ids: list[str], filter_string: 
 def fetch_trials(
     tracking_uri: str, experiments: list[str], run_ids: list[str]
 ) -> tuple[list[TrialRecord], list[str], str]:
-    """Trial records of the named experiments and/or sweep parent runs; also the sources read and the
-    experiment id a decision run should go to. Raises TrackingError for what does not exist."""
+    """Trial records of the named experiments and/or sweep parent runs, read as one sweep however many
+    parents (shards, hosts, resumed runs) they came from: a trial measured more than once (the same
+    dinox.trial_id) counts once, by its latest run. Also the sources read and the experiment id a decision
+    run should go to. Raises TrackingError for what does not exist."""
     client = MlflowClient(tracking_uri=tracking_uri)
-    found: dict[str, TrialRecord] = {}
+    found: dict[str, tuple[int, TrialRecord]] = {}
     sources: list[str] = []
     home = ""
     try:
@@ -270,16 +274,24 @@ def fetch_trials(
                 _keep(run, found)
     except MlflowException as e:
         raise TrackingError(f"tracking store {tracking_uri}: {one_line(e.message, 300)}") from None
-    return list(found.values()), sources, home
+    latest: dict[str, tuple[int, TrialRecord]] = {}
+    for start, record in found.values():
+        key = record.tags.get("dinox.trial_id") or record.run_id
+        if key not in latest or start > latest[key][0]:
+            latest[key] = (start, record)
+    superseded = len(found) - len(latest)
+    if superseded:
+        sources.append(f"{superseded} earlier measurement(s) of the same trials superseded by their latest run")
+    return [record for _start, record in latest.values()], sources, home
 
 
-def _keep(run, found: dict[str, TrialRecord]) -> None:
+def _keep(run, found: dict[str, tuple[int, TrialRecord]]) -> None:
     tags = run.data.tags
     # The record's own key: a trial is a run with a dinox.status, whoever logged it; sweeps and decisions
     # carry a dinox.role of their own and no status; batch-search probes are two-step runs, not measurements.
     if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision", "probe"):
         return
-    found[run.info.run_id] = _record(run)
+    found[run.info.run_id] = (run.info.start_time or 0, _record(run))
 
 
 def log_decision(

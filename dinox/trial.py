@@ -28,7 +28,7 @@ import timm  # noqa: E402  (imported here so start-up time, not setup time, carr
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
-from dinox import bench, models, objectives  # noqa: E402
+from dinox import bench, models, objectives, ranks  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
 from dinox.result import TrialResult, one_line  # noqa: E402
@@ -177,8 +177,36 @@ def _build_optimizer(spec: TrialSpec, params: list, device: torch.device, tags: 
     )
 
 
+def rank_of_world() -> tuple[int, int, int] | None:
+    """(rank, local rank, world size) when torchrun started this process as one of several ranks."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), world
+
+
+def _join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> torch.device:
+    """Join torchrun's process group: NCCL on CUDA (one GPU per local rank), gloo on the CPU."""
+    import datetime
+
+    import torch.distributed as dist
+
+    rank, local_rank, world = rank_of_world()  # type: ignore[misc]
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # A rank that dies leaves the others in a collective: torchrun stops them, and this bounds the wait.
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=spec.measure.timeout_s))
+    tags.update({"dinox.rank": str(rank), "dinox.world_size": str(world), "dinox.dist_backend": backend})
+    return device
+
+
 def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float], tags: dict[str, str]) -> TrialResult:
     device = resolve_device(spec.hardware.device)
+    distributed = rank_of_world()
+    if distributed is not None:
+        device = _join_world(spec, device, tags)
     tags.update(environment_tags(device))
     total_bytes = apply_memory_limit(device, spec.hardware.memory_limit_gb, tags)
     metrics["device_mem_total_gb"] = total_bytes / GIB
@@ -191,16 +219,26 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
     num_classes = 0 if dino else spec.objective.num_classes  # type: ignore[union-attr]
     plan = view_plan(spec)
     t = time.time()
-    samples = (m.warmup_steps + m.bench_steps * m.repeats) * accumulation * spec.size
+    world = distributed[2] if distributed else 1
+    samples = (m.warmup_steps + m.bench_steps * m.repeats) * accumulation * spec.size * world
     dataset = build_dataset(spec, models.in_chans(spec.model), max(num_classes, 1), samples, plan)
     pin = spec.loader.pin_memory and device.type == "cuda"
     tags["dinox.pin_memory_applied"] = str(pin)
     iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
+    seed = getattr(spec.data, "seed", 0)
+    sampler = None
+    if distributed is not None and not iterable:
+        from torch.utils.data.distributed import DistributedSampler
+
+        # Each rank its own shard of the data (webdataset splits its shards by rank itself).
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=distributed[0], shuffle=True, seed=seed,
+                                     drop_last=True)  # fmt: skip
     loader = DataLoader(
         dataset,
         batch_size=spec.size,
-        shuffle=not iterable,
-        generator=None if iterable else torch.Generator().manual_seed(getattr(spec.data, "seed", 0)),
+        shuffle=not iterable and sampler is None,
+        sampler=sampler,
+        generator=None if iterable or sampler is not None else torch.Generator().manual_seed(seed),
         num_workers=spec.loader.num_workers,
         pin_memory=pin,
         prefetch_factor=spec.loader.prefetch_factor,
@@ -222,6 +260,12 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
     if spec.model.compile is not False:
         # torch.compile is lazy: the graph is built in the first warm-up step, timed apart as compile_s.
         objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
+    ddp: Any = None
+    if distributed is not None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device.type == "cuda" else None
+        ddp = objective.distribute(lambda mod: DistributedDataParallel(mod, device_ids=ids))
     metrics["build_s"] = time.time() - t
 
     non_blocking = pin  # async copies only from pinned memory; otherwise they are synchronous anyway
@@ -238,10 +282,18 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
 
     last_loss: list[torch.Tensor] = []
 
+    micro_count = [0]
+
     def micro_step(batch: Any) -> None:
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            loss = objective.loss(batch) / accumulation
-        (scaler.scale(loss) if scaler is not None else loss).backward()
+        micro_count[0] += 1
+        # Under DDP, gradients are all-reduced on the last micro-batch of a step only, as Lightning does.
+        last = micro_count[0] % accumulation == 0
+        sync = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
+        with sync:
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
+                                enabled=autocast_dtype is not None):  # fmt: skip
+                loss = objective.loss(batch) / accumulation
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         last_loss[:] = [loss.detach()]  # no .item(): that would synchronise inside the step
 
     def optimizer_step() -> None:
@@ -318,6 +370,10 @@ def _record_memory(device: torch.device, metrics: dict[str, float], tags: dict[s
 
 
 def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
+    """Measure, write the result; 0, or under torchrun 1 for a failed rank, so torchrun stops the others."""
+    distributed = rank_of_world()
+    if distributed is not None:
+        result_json = ranks.result_name(result_json, distributed[0])
     # Forked from the fork server, the imports were paid once, before the fork: this trial starts now.
     now = time.time()
     marks = {"start": now if forked else _T_START, "imports_done": now}
@@ -341,7 +397,7 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
     result.write_atomic(result_json)
     sys.stdout.flush()
     sys.stderr.flush()
-    return 0
+    return 1 if distributed is not None and result.status != "ok" else 0
 
 
 if __name__ == "__main__":

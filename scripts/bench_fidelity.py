@@ -27,7 +27,7 @@ objective: {{num_classes: 100}}
 precision: {precision}
 batch: {{size: {batch}, accumulation: {accum}}}
 loader: {{num_workers: {workers}}}
-measure: {{warmup_steps: {warmup}, bench_steps: {steps}, timeout_s: 1800}}
+measure: {{warmup_steps: {warmup}, bench_steps: {steps}, repeats: 1, timeout_s: 1800}}
 """
 
 

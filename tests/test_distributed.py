@@ -1,0 +1,139 @@
+"""Multi-device trials under torchrun (2 gloo ranks on the CPU) and sweeps shared by shard processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+from mlflow import MlflowClient
+
+from dinox import grid, runner, spec
+from tests.conftest import TINY, run_dinox
+
+TWO_RANKS = (
+    TINY.format(name="ddp").replace("batch: {size: 4}", "batch: {size: 4, accumulation: 2}")
+    + """\
+hardware: {device: cpu}
+sweep:
+  grid:
+    hardware.gpus: [1, 2]
+"""
+)
+
+
+def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
+    (tmp_path / "s.yaml").write_text(TWO_RANKS)
+    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    by_gpus = {r.data.params["hardware.gpus"]: r for r in runs}
+    one, two = by_gpus["1"], by_gpus["2"]
+    assert one.data.tags["dinox.status"] == two.data.tags["dinox.status"] == "ok", two.data.tags.get("dinox.error")
+    t, m = two.data.tags, two.data.metrics
+    assert t["dinox.isolation"] == "torchrun" and t["dinox.world_size"] == "2" and t["dinox.dist_backend"] == "gloo"
+    assert two.data.params["batch.effective"] == "16"  # 4 x 2 micro-batches x 2 ranks
+    # Global: every rank's images over the slowest rank's window, and each rank's own figure beside it.
+    assert m["rank0_images_per_s"] > 0 and m["rank1_images_per_s"] > 0
+    slowest = max(m["rank0_images_per_s"], m["rank1_images_per_s"])
+    assert slowest < m["images_per_s"] <= m["rank0_images_per_s"] + m["rank1_images_per_s"] + 1e-6
+    assert m["peak_mem_allocated_gb"] == max(m["rank0_peak_mem_allocated_gb"], m["rank1_peak_mem_allocated_gb"])
+    assert m["host_peak_rss_gb"] > m["rank0_child_peak_rss_gb"]  # the node: both ranks and torchrun
+    # decide sets the 2-rank trial against the 1-rank one: scaling efficiency.
+    proc = run_dinox(["decide", "--experiment", "ddp", "--days", "1", "--target-images", "1000", "--no-log"],
+                     cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = (tmp_path / "decision" / "report.md").read_text()
+    efficiency = m["images_per_s"] / (2 * one.data.metrics["images_per_s"])
+    assert "## Scaling" in report and f"| {efficiency:.0%} |" in report
+
+
+def ranks_of(root: int) -> dict[int, psutil.Process]:
+    found = {}
+    for p in psutil.Process(root).children(recursive=True):
+        try:
+            if "dinox.trial" in p.cmdline():
+                found[int(p.environ().get("RANK", "-1"))] = p
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_one_rank_killed_is_a_crashed_trial_with_no_rank_left(write_spec, tmp_path):
+    text = TINY.format(name="ddp_kill").replace("bench_steps: 3", "bench_steps: 100000")
+    (trial,) = grid.expand(spec.load(write_spec(text + "hardware: {device: cpu, gpus: 2}\n")))
+    seen: dict[int, psutil.Process] = {}
+
+    def kill_rank_one(root: int) -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(seen) < 2:
+            seen.update(ranks_of(root))
+            time.sleep(0.2)
+        time.sleep(4)  # both ranks in their steps: the process group is up, the loop is running
+        os.kill(seen[1].pid, signal.SIGKILL)
+
+    root: list[int] = []
+
+    def on_spawn(pid: int) -> None:
+        root.append(pid)
+        threading.Thread(target=kill_rank_one, args=(pid,), daemon=True).start()
+
+    r = runner.run_trial(trial, tmp_path / "t", on_spawn=on_spawn).result
+    assert r.status == "crashed", r.error
+    assert r.error.startswith("rank 1 killed by SIGKILL"), r.error
+    assert len(seen) == 2
+    for p in [*seen.values()]:
+        assert not psutil.pid_exists(p.pid) or p.status() == psutil.STATUS_ZOMBIE
+    assert not psutil.pid_exists(root[0])
+
+
+SHARDED = (
+    TINY.format(name="sharded")
+    + """\
+sweep:
+  grid:
+    batch.size: [2, 4]
+    loader.num_workers: [0, 1]
+"""
+)
+
+
+def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlflow_server):
+    (tmp_path / "s.yaml").write_text(SHARDED)
+    env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_server.url)
+    env.pop("MLFLOW_RUN_ID", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "dinox", "run", "s.yaml", "--shard", f"{i}/2"], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in (1, 2)]  # fmt: skip
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    client = MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name("sharded")
+    runs = client.search_runs([exp.experiment_id])
+    trials = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
+    expected = {t.trial_id for t in grid.expand(spec.load(str(tmp_path / "s.yaml")))}
+    assert sorted(r.data.tags["dinox.trial_id"] for r in trials) == sorted(expected)  # each once, all of them
+    assert {r.data.tags["dinox.status"] for r in trials} == {"ok"}
+    parents = {r.data.tags.get("dinox.shard") for r in runs if r.data.tags.get("dinox.role") == "sweep"}
+    assert parents == {"1/2", "2/2"}
+    # Shard 1 again: resume finds its trials recorded and measures nothing.
+    again = run_dinox(["run", "s.yaml", "--shard", "1/2"], cwd=tmp_path, env={"MLFLOW_TRACKING_URI": mlflow_server.url})
+    assert again.returncode == 0 and "2 already recorded" in again.stdout, again.stdout + again.stderr
+    # decide reads the three parents as one sweep of four trials.
+    proc = run_dinox(["decide", "--experiment", "sharded", "--days", "1", "--target-images", "1000", "--no-log"],
+                     cwd=tmp_path, env={"MLFLOW_TRACKING_URI": mlflow_server.url})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 trials (4 ok)" in (tmp_path / "decision" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("bad", ["0/2", "3/2", "1", "a/b"])
+def test_a_bad_shard_is_refused(tmp_path, bad):
+    (tmp_path / "s.yaml").write_text(SHARDED)
+    proc = run_dinox(["run", "s.yaml", "--shard", bad], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --shard ") and "Traceback" not in proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()

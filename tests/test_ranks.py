@@ -1,0 +1,82 @@
+"""Merging the results of a trial's ranks: global throughput, the slowest rank's pace, status rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from dinox import ranks
+from dinox.result import TrialResult
+
+
+def rank(ips: float, window: float, peak: float, status: str = "ok", error: str = "", unstable: bool = False):
+    metrics = {"images_per_s": ips, "window_s": window, "peak_mem_allocated_gb": peak, "step_s_p50": window / 10,
+               "step_s_p90": window / 8, "data_s": 0.01, "images_per_s_min": ips * 0.9,
+               "images_per_s_max": ips}  # fmt: skip
+    tags = {"dinox.device": "cpu", "dinox.unstable": str(unstable).lower()}
+    return TrialResult(status, error=error, bound="compute_bound" if status == "ok" else "", metrics=metrics,
+                       tags=tags, step_s=[window / 10] * 10)  # fmt: skip
+
+
+def test_global_throughput_is_all_images_over_the_slowest_window():
+    merged = ranks.merge({0: rank(100.0, 1.0, 2.0), 1: rank(80.0, 1.25, 3.0, unstable=True)}, 2, "crashed", "")
+    m = merged.metrics
+    assert merged.status == "ok"
+    assert m["images_per_s"] == pytest.approx((100 * 1.0 + 80 * 1.25) / 1.25)  # 200 images in 1.25 s
+    assert m["window_s"] == 1.25 and m["step_s_p50"] == 0.125  # the slowest rank's pace
+    assert m["peak_mem_allocated_gb"] == 3.0  # the largest rank
+    assert (m["rank0_images_per_s"], m["rank1_images_per_s"]) == (100.0, 80.0)
+    assert (m["rank0_peak_mem_allocated_gb"], m["rank1_peak_mem_allocated_gb"]) == (2.0, 3.0)
+    assert merged.tags["dinox.world_size"] == "2" and merged.tags["dinox.unstable"] == "true"
+
+
+def test_one_rank_oom_makes_the_trial_oom_even_when_another_left_nothing():
+    merged = ranks.merge({0: None, 1: rank(0, 1, 1, "oom", "CUDA out of memory")}, 2, "crashed", "exit 1")
+    assert merged.status == "oom"
+    assert merged.error == "rank 1: CUDA out of memory; rank(s) 0 stopped by torchrun"
+
+
+def test_an_error_outranks_nothing_but_an_oom():
+    merged = ranks.merge({0: rank(1, 1, 1, "error", "ValueError: x"), 1: rank(1, 1, 1, "oom", "oom")}, 2, "crashed", "")
+    assert merged.status == "oom"
+    merged = ranks.merge({0: rank(1, 1, 1), 1: rank(1, 1, 1, "error", "ValueError: x")}, 2, "crashed", "")
+    assert (merged.status, merged.error) == ("error", "rank 1: ValueError: x")
+
+
+@pytest.mark.parametrize("status", ["crashed", "timeout"])
+def test_a_rank_without_a_result_is_the_runner_s_status(status):
+    merged = ranks.merge({0: rank(1, 1, 1), 1: None}, 2, status, "rank 1 killed by SIGKILL")
+    assert merged.status == status
+    assert merged.error == "rank(s) 1 left no result: rank 1 killed by SIGKILL"
+
+
+TORCHRUN_REPORT = """\
+Failures:
+[1]:
+  time      : 2026-11-21_16:55:36
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 5147)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 5147
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_16:55:36
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 5146)
+"""
+
+
+def test_a_rank_killed_by_a_signal_is_the_cause_not_its_peer_s_connection_error():
+    # torchrun's own report, as it printed it when rank 1 was SIGKILLed mid-step: it names rank 0 the root
+    # cause, because rank 0's collective failed first as seen from the agent.
+    exits = ranks.exit_codes(TORCHRUN_REPORT)
+    assert exits == {1: -9, 0: 1}
+    peer = rank(0, 1, 1, "error", "RuntimeError: [gloo] Read error: Connection reset by peer")
+    merged = ranks.merge({0: peer, 1: None}, 2, "crashed", "exit 1", exits)
+    assert merged.status == "crashed"
+    assert merged.error == "rank 1 killed by SIGKILL; rank 0: RuntimeError: [gloo] Read error: Connection reset by peer"
+    # Ranks torchrun itself stopped (SIGTERM) after a real error are not a cause.
+    merged = ranks.merge({0: rank(1, 1, 1, "error", "ValueError: x"), 1: None}, 2, "crashed", "", {0: 1, 1: -15})
+    assert merged.status == "error"
