@@ -28,7 +28,7 @@ from dinox.grid import Trial, trial_id
 from dinox.journal import Journal, new_result_id
 from dinox.prune import Pruner
 from dinox.result import TrialResult, one_line
-from dinox.spec import SpecDocument
+from dinox.spec import SpecDocument, TrialSpec
 from dinox.tracking import SweepRecorder, result_summary
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
@@ -136,8 +136,13 @@ def _search_batch(trial: Trial, sweep_dir: Path, store: _Store, recorder: SweepR
         probe = Trial(trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec),
                       trial.locations)  # fmt: skip
         _ok, run_id = store.call(recorder.open_trial, probe, new_result_id(), "probe")
-        outcome = runner.run_trial(probe, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}-probe{size}",
-                                   server=server)  # fmt: skip
+        try:
+            outcome = runner.run_trial(probe, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}-probe"
+                                       f"{size}", server=server)  # fmt: skip
+        except (KeyboardInterrupt, Interrupted) as e:
+            if run_id is not None:  # the probe's run must not stay RUNNING
+                store.call(recorder.kill_trial, run_id, str(e) or "interrupted by SIGINT")
+            raise
         r = outcome.result
         if run_id is not None:
             store.call(recorder.close_trial, run_id, r, outcome.log_path)
@@ -209,7 +214,7 @@ class _Options:
     shard: str  # "i/N" when this process runs one slice of the sweep
 
 
-def _annotate(result: TrialResult, spec: Any, estimates: Estimates) -> None:
+def _annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates) -> None:
     """The memory plan next to the measured peaks, and TFLOPs / MFU from the model's FLOPs per image."""
     plan = estimates.memory(spec) if not spec.batch.auto else None
     if plan is not None:
@@ -225,7 +230,7 @@ def _annotate(result: TrialResult, spec: Any, estimates: Estimates) -> None:
         result.tags.update(tags)
 
 
-def _probe_spec(spec: Any, size: int) -> Any:
+def _probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
     """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
     optimizer state and fresh gradients at once: the steady-state peak)."""
     batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
