@@ -285,9 +285,9 @@ class TrialSpec(_Section):
         if not self.batch.auto:
             data["batch"]["accumulation"] = self.accumulation
             data["batch"]["effective"] = self.effective_batch
-        # The search bounds mean nothing for a fixed batch: they would only make equal trials look different.
-        for key in ("auto_min", "auto_max", "auto_margin"):
-            if not self.batch.auto:
+        if not self.batch.auto:
+            # The search bounds mean nothing for a fixed batch: they would only make equal trials look different.
+            for key in ("auto_min", "auto_max", "auto_margin"):
                 del data["batch"][key]
         flat: dict[str, str] = {}
         _flatten(data, "", flat)
@@ -316,6 +316,8 @@ def consistency_problems(t: TrialSpec) -> list[tuple[str, str]]:
                                                    "accumulation follows), not both"))  # fmt: skip
         if b.auto_min > b.auto_max:
             problems.append(("batch.auto_min", f"{b.auto_min} > batch.auto_max {b.auto_max}"))
+        elif b.effective is not None and b.effective % hw.gpus:
+            problems.append(("batch.effective", f"{b.effective} is not a multiple of hardware.gpus {hw.gpus}"))
         elif b.effective is not None and b.auto_min * hw.gpus > b.effective:
             problems.append(("batch.auto_min", f"{b.auto_min} x hardware.gpus {hw.gpus} > batch.effective "
                                                f"{b.effective}"))  # fmt: skip
