@@ -8,7 +8,7 @@ for a trial and a verdict against the memory it will have, and turns throughput 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 from dinox import peaks
 from dinox.spec import TrialSpec
@@ -115,7 +115,7 @@ def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPla
     if host_use > HEADROOM * machine.host_total_gb:
         reasons.append(f"host {host_use:.1f} GB (loader {plan.loader_host_gb:.1f} GB) > {HEADROOM:.0%} of "
                        f"{machine.host_total_gb:.1f} GB")  # fmt: skip
-    return MemoryPlan(**{**asdict(plan), "over": "; ".join(reasons)})
+    return replace(plan, over="; ".join(reasons))
 
 
 def compute_metrics(cost: ModelCost, images_per_s: float, device_name: str, precision: str,

@@ -214,9 +214,8 @@ class _Options:
     shard: str  # "i/N" when this process runs one slice of the sweep
 
 
-def _annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates) -> None:
+def _annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: footprint.MemoryPlan | None) -> None:
     """The memory plan next to the measured peaks, and TFLOPs / MFU from the model's FLOPs per image."""
-    plan = estimates.memory(spec) if not spec.batch.auto else None
     if plan is not None:
         result.metrics.update(plan.metrics())
         if plan.over:
@@ -319,7 +318,7 @@ def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, 
                     result.metrics["batch_auto_probes"] = float(len(search.probes))
                     if search.fit is not None:
                         result.metrics["batch_auto_fit"] = float(search.fit)
-                _annotate(result, trial.spec, estimates)
+                _annotate(result, trial.spec, estimates, plan)
                 journal.result(result_id, trial, result, run_id, str(log_path or ""))
                 report.rows.append(_row(trial, run_id or "", result))
                 report.results.append(result)
