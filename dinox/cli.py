@@ -204,6 +204,7 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
         if not trials:
             click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
             return
+    from dinox.journal import WorkdirError
     from dinox.sweep import Interrupted, run_sweep
     from dinox.tracking import SweepRecorder, TrackingError, resolve_tracking_uri, result_summary
 
@@ -215,6 +216,9 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
                            skip_predicted_oom=skip_predicted_oom, shard=shard or "")  # fmt: skip
     except TrackingError as e:
         _fail(str(e))
+    except WorkdirError as e:
+        _fail(f"{e.strerror}; the sweep stopped, the trial in flight is marked KILLED; free space in --workdir "
+              f"{workdir} and run it again (what was measured is kept; a resumed sweep measures the rest)")
     except (KeyboardInterrupt, Interrupted) as e:
         click.echo(f"dinox: {e or 'interrupted'}; the trial in flight and the sweep are marked KILLED", err=True)
         sys.exit(130)
@@ -370,12 +374,15 @@ def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> 
     Incremental: a series already converted is re-indexed, not converted again (--force rebuilds).
     Unreadable, non-DICOM, non-CT, truncated or compressed-without-decoder input is skipped and reported.
     """
+    from dinox.data.dicom_preprocess import PreprocessError, render_summary
     from dinox.data.dicom_preprocess import preprocess as run_preprocess
-    from dinox.data.dicom_preprocess import render_summary
 
     if not Path(dicom_root).is_dir():
         _fail(f"--dicom-root {dicom_root}: no such directory")
-    summary = run_preprocess(dicom_root, out_root, force=force, min_slices=min_slices)
+    try:
+        summary = run_preprocess(dicom_root, out_root, force=force, min_slices=min_slices)
+    except PreprocessError as e:
+        _fail(str(e))
     click.echo(render_summary(summary))
     if not summary.slices_indexed:
         _fail(f"no CT series with at least {min_slices} readable slices under {dicom_root}")
@@ -420,22 +427,26 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
     Each result is logged once: one already in the store (found by its dinox.result_id tag) is not
     written again. Exit code 0 when everything is in the store, 2 when the store is still unreachable.
     """
-    from dinox.sync import pending_sweeps, sync_sweep
+    from dinox.sync import SyncError, pending_sweeps, sync_sweep
+    from dinox.tracking import TrackingError
 
     dirs = [Path(d) for d in sweep_dirs] or pending_sweeps(Path(workdir))
     if not dirs:
         click.echo(f"nothing to sync under {workdir}")
         return
-    for d in dirs:
+    failed = 0
+    for d in dirs:  # one sweep's problem never keeps the others from syncing
         try:
             sync_sweep(d, tracking_uri, click.echo)
-        except FileNotFoundError as e:
-            _fail(str(e))
-        except Exception as e:  # noqa: BLE001 - the store is still down: say so in one line
-            from dinox.result import one_line
-
-            _fail(f"sync {d}: tracking store unreachable or failing ({one_line(str(e), 200)}); nothing lost, "
-                  f"try again later")  # fmt: skip
+        except SyncError as e:
+            failed += 1
+            click.echo(f"error: sync {e}", err=True)
+        except TrackingError as e:
+            failed += 1
+            click.echo(f"error: sync {d}: tracking store unreachable or failing ({e}); nothing lost, try again "
+                       f"later", err=True)  # fmt: skip
+    if failed:
+        sys.exit(EXIT_BAD_INPUT)
 
 
 @main.command()

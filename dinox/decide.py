@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dinox.records import TrialRecord
+from dinox.records import TrialRecord, record_problem
 
 SECONDS_PER_DAY = 86400.0
 
@@ -94,8 +94,28 @@ def merge_budget(base: dict[str, Any], days: float | None, dataset_size: int | N
     if merged.get("days") is None:
         raise DecisionError("no budget: give --days with --dataset-size and --epochs (or --target-images), "
                             "or a --spec with one")  # fmt: skip
+    _check_budget(merged, utilization)
     return Budget(days=merged["days"], dataset_size=merged.get("dataset_size"), epochs=merged.get("epochs"),
                   target_images=merged.get("target_images"), utilization=utilization)  # fmt: skip
+
+
+_OPTION = {"days": "--days", "dataset_size": "--dataset-size", "epochs": "--epochs", "target_images": "--target-images"}
+
+
+def _check_budget(merged: dict[str, Any], utilization: float) -> None:
+    """The budget as the spec's own rules see it (finite, positive, bounded), each problem naming its option."""
+    from pydantic import ValidationError
+
+    from dinox.spec import BudgetSpec, field_problems
+
+    try:
+        BudgetSpec.model_validate({k: v for k, v in merged.items() if v is not None})
+    except ValidationError as e:
+        problems = [f"{_OPTION.get(p.loc[0], p.loc[0]) if p.loc else 'budget'}: {p.message}"
+                    for p in field_problems(e, BudgetSpec)]  # fmt: skip
+        raise DecisionError("; ".join(problems)) from None
+    if not (math.isfinite(utilization) and 0 < utilization <= 1):
+        raise DecisionError(f"--utilization: must be in (0, 1], got {utilization}")
 
 
 @dataclass(frozen=True)
@@ -104,6 +124,14 @@ class Policy:
     effective_batch: int | None = None
     knee_tolerance: float = 0.05
     exclude_unstable: bool = False  # True: a trial whose timed windows disagree is not recommended
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.max_memory_share) and 0 < self.max_memory_share <= 1):
+            raise DecisionError(f"--max-memory-share: must be in (0, 1], got {self.max_memory_share}")
+        if not (math.isfinite(self.knee_tolerance) and 0 <= self.knee_tolerance < 1):
+            raise DecisionError(f"--knee-tolerance: must be in [0, 1), got {self.knee_tolerance}")
+        if self.effective_batch is not None and self.effective_batch <= 0:
+            raise DecisionError(f"--effective-batch: must be a positive integer, got {self.effective_batch}")
 
 
 @dataclass
@@ -243,6 +271,7 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     memory: list[MemoryCheck] = field(default_factory=list)
     scaling: list[ScalingRow] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (run, why): records that cannot be trusted
 
 
 # --- the policy ------------------------------------------------------------------------------------
@@ -436,6 +465,11 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
     policy = policy or Policy()
     if not records:
         raise DecisionError("no trial runs to decide on")
+    left_out = [(r.run_name or r.run_id, why) for r in records if (why := record_problem(r))]
+    records = [r for r in records if not record_problem(r)]
+    if not records:
+        raise DecisionError(f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: "
+                            f"{left_out[0][1]}")  # fmt: skip
     by_model: dict[str, list[TrialRecord]] = defaultdict(list)
     names: dict[str, tuple[str, dict[str, str]]] = {}
     for r in records:
@@ -476,6 +510,7 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         needed_ips=needed,
         memory=_memory_checks(records),
         scaling=_scaling(records),
+        left_out=left_out,
     )
 
 
@@ -542,6 +577,7 @@ def to_json(d: Decision) -> dict[str, Any]:
             "notes": d.notes,
             "memory_predictions": [asdict(c) | {"ratio": c.ratio} for c in d.memory],
             "scaling": [asdict(row) | {"efficiency": row.efficiency} for row in d.scaling],
+            "left_out": [{"run": run, "why": why} for run, why in d.left_out],
         }
     )
 
@@ -578,6 +614,10 @@ def render_terminal(d: Decision) -> str:
             f"{statuses}"
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} img/s (p90)")
+    if d.left_out:
+        lines.append(f"left out {len(d.left_out)} record(s) that cannot be trusted: "
+                     + "; ".join(f"{run}: {why}" for run, why in d.left_out[:3])
+                     + ("; ..." if len(d.left_out) > 3 else ""))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -637,6 +677,10 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         out.append("")
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    if d.left_out:
+        out += ["## Records left out", "", "These runs carry figures no real trial has (not finite, not positive, "
+                "or physically impossible), so the decision does not use them:", ""]  # fmt: skip
+        out += [f"- `{run}`: {why}" for run, why in d.left_out] + [""]
     if d.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
     return "\n".join(out)

@@ -28,7 +28,7 @@ import torch
 import torch.utils.checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from dinox import models, objectives
+from dinox import lifeline, models, objectives
 from dinox.data.views import view_plan
 from dinox.footprint import GB, Machine, ModelCost
 from dinox.result import one_line
@@ -194,4 +194,6 @@ def run_child(request_json: str, result_json: str, forked: bool = False) -> int:
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: python -m dinox.estimate REQUEST_JSON RESULT_JSON")
+    # Dies with the sweep that started it (or, as a rank, with torchrun), even if that one is SIGKILLed.
+    lifeline.die_with_parent(lifeline.env_parent())
     os._exit(run_child(sys.argv[1], sys.argv[2]))

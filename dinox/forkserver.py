@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from dinox import lifeline
+
 
 class ForkedChild:
     """A trial process forked by the zygote, with Popen's pid / poll / wait."""
@@ -59,7 +61,7 @@ class ForkServer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,  # the zygote's own failures (an import error) reach the terminal
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1")),
             start_new_session=True,  # a Ctrl-C at the terminal is the parent's to handle, not the zygote's
         )
         self._buffer = b""
@@ -124,6 +126,7 @@ class ForkServer:
 
 
 def _zygote() -> None:
+    lifeline.die_with_parent(lifeline.env_parent())  # a SIGKILLed sweep takes its zygote and trials with it
     # Everything a trial imports, imported once, here. Nothing touches a device.
     from dinox import estimate, trial
 
@@ -131,6 +134,7 @@ def _zygote() -> None:
 
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
+    zygote = os.getpid()
     for line in sys.stdin:
         request = json.loads(line)
         sys.stdout.flush()
@@ -138,6 +142,7 @@ def _zygote() -> None:
         pid = os.fork()
         if pid == 0:  # the trial
             try:
+                lifeline.die_with_parent(zygote)
                 os.setsid()
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -6,6 +6,7 @@ Runs logged by another tool with the same names (params ``batch.size``, metrics 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -23,11 +24,15 @@ class TrialRecord:
         return self.tags.get("dinox.status", "")
 
     def param_int(self, name: str) -> int | None:
+        """An integer param, or None when absent or not an integer ("inf", "1e400", "2.5", "abc")."""
         value = self.params.get(name)
+        if value in (None, "", "None"):
+            return None
         try:
-            return int(float(value)) if value not in (None, "", "None") else None
+            number = float(value)  # type: ignore[arg-type]
         except ValueError:
             return None
+        return int(number) if math.isfinite(number) and number.is_integer() else None
 
     def param_bool(self, name: str) -> bool | None:
         value = self.params.get(name)
@@ -47,3 +52,40 @@ class TrialRecord:
         if size is None:
             return None
         return size * (self.param_int("batch.accumulation") or 1) * (self.param_int("hardware.gpus") or 1)
+
+
+# Figures no real trial has: a step shorter than a microsecond or longer than the longest trial dinox runs
+# (30 days; MLflow stores an infinite metric as the largest float), more than 10^7 images/s per device.
+MIN_STEP_S = 1e-6
+MAX_STEP_S = 30 * 86400.0
+MAX_IMAGES_PER_S_PER_DEVICE = 1e7
+
+
+def record_problem(r: TrialRecord) -> str | None:
+    """Why a record cannot be trusted (another tool logged it, or a store was edited), or None. Checked
+    before any policy: a NaN throughput, a negative batch or an infinite step time must never reach a
+    verdict, a division or a plot."""
+    for name in ("batch.size", "batch.accumulation", "batch.effective", "hardware.gpus"):
+        if name in r.params and r.params[name] not in ("", "None") and not (r.param_int(name) or 0) > 0:
+            return f"{name} {r.params[name]!r} is not a positive integer"
+    if r.status in ("ok", "oom") and r.batch_size is None:
+        return "no batch.size"
+    m, gpus = r.metrics, r.param_int("hardware.gpus") or 1
+    for name in ("images_per_s", "step_s_p50", "step_s_p90", "device_mem_total_gb"):
+        if name in m and not (math.isfinite(m[name]) and m[name] > 0):
+            return f"{name} {m[name]!r} is not a finite positive number"
+    for name in ("peak_mem_reserved_gb", "peak_mem_allocated_gb", "params_m"):
+        if name in m and not (math.isfinite(m[name]) and m[name] >= 0):
+            return f"{name} {m[name]!r} is not a finite number >= 0"
+    if r.status != "ok":
+        return None
+    if "images_per_s" not in m:
+        return "an ok trial without images_per_s"
+    if m["images_per_s"] > MAX_IMAGES_PER_S_PER_DEVICE * gpus:
+        return f"images_per_s {m['images_per_s']:.3g} is more than 10^7 per device"
+    for name in ("step_s_p50", "step_s_p90"):
+        if name in m and m[name] < MIN_STEP_S:
+            return f"{name} {m[name]:.3g} s is shorter than a microsecond"
+        if name in m and m[name] > MAX_STEP_S:
+            return f"{name} {m[name]:.3g} s is longer than 30 days"
+    return None

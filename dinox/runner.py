@@ -22,9 +22,10 @@ from typing import Any, BinaryIO
 
 import psutil
 
-from dinox import ranks
+from dinox import lifeline, ranks
 from dinox.forkserver import ForkedChild, ForkServer
 from dinox.grid import Trial
+from dinox.journal import WorkdirError
 from dinox.result import TrialResult, one_line
 
 GIB = 2**30
@@ -174,19 +175,20 @@ def run_trial(
 
     With a fork server the child is forked from a process that has imported torch and timm already;
     without, it is a fresh interpreter (`python -m dinox.trial`). Either way it is a process of its own."""
-    trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path = trial_dir / "trial.json"
     result_path = trial_dir / "result.json"
     log_path = trial_dir / "child.log"
-    spec_path.write_text(trial.spec.model_dump_json(indent=2))
-    result_path.unlink(missing_ok=True)
     timeout = trial.spec.measure.timeout_s
     world = trial.spec.hardware.gpus
     rank_paths = [Path(ranks.result_name(str(result_path), r)) for r in range(world)] if world > 1 else []
-    for path in rank_paths:
-        path.unlink(missing_ok=True)
+    with _workdir(trial_dir):
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        spec_path.write_text(trial.spec.model_dump_json(indent=2))
+        for path in [result_path, *rank_paths]:
+            path.unlink(missing_ok=True)
+        log = open(log_path, "wb")  # closed below, once the child is gone
 
-    with open(log_path, "wb") as log:
+    with log:
         spawned_at = time.time()
         if world > 1:
             proc, isolation = _launch_ranks(world, spec_path, result_path, log), "torchrun"
@@ -224,6 +226,7 @@ def run_trial(
     else:
         result = _read_result(result_path)
     if result is None:
+        _check_writable(trial_dir)  # a child that could not write its result on a full disk did not crash
         tail = _tail(log_path)
         if timed_out:
             result = TrialResult("timeout", error=one_line(f"no result after measure.timeout_s={timeout:g}s; {tail}"))
@@ -234,6 +237,29 @@ def run_trial(
     result.metrics["host_peak_rss_gb"] = max(sampled, result.metrics.get("child_peak_rss_gb", 0.0))
     _add_timeline(result, spawned_at, ended_at)
     return ChildOutcome(result, log_path)
+
+
+@contextlib.contextmanager
+def _workdir(folder: Path):
+    """A trial writes its spec, log and result in the sweep's folder: if that cannot be written (a full
+    disk), no trial can run, and the sweep must stop rather than record every trial as crashed."""
+    try:
+        yield
+    except OSError as e:
+        raise WorkdirError(e.errno, f"cannot write {folder}: {e.strerror or e}") from e
+
+
+def _check_writable(folder: Path, size: int = 1 << 18) -> None:
+    """Raise WorkdirError when `folder` cannot take a result-sized file (256 KiB) any more."""
+    probe = folder / f".space-{os.getpid()}"
+    with _workdir(folder):
+        try:
+            with open(probe, "wb") as f:
+                f.write(b"\0" * size)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
 
 
 def _launch(module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path: Path,
@@ -253,7 +279,7 @@ def _launch(module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1")),
     )
     return proc, "spawn"
 
@@ -261,20 +287,27 @@ def _launch(module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path:
 def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO) -> subprocess.Popen:
     """torchrun with `world` ranks of `python -m dinox.trial` on this host; no restarts: a failed rank is
     a result, not something to retry."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-               "--max-restarts=0", "-m", "dinox.trial", str(in_path), str(out_path)]  # fmt: skip
-    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
+    # torchrun is not dinox code: the lifeline wrapper asks for its death with this process, then execs it;
+    # each rank (dinox.trial) asks for its own with torchrun.
+    command = [sys.executable, "-m", "dinox.lifeline", "--", sys.executable, "-m", "torch.distributed.run",
+               "--standalone", f"--nproc-per-node={world}", "--max-restarts=0", "-m", "dinox.trial", str(in_path),
+               str(out_path)]  # fmt: skip
+    env = lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
 
 
 def run_estimate(request: dict[str, Any], work_dir: Path, server: ForkServer | None = None,
                  timeout: float = 600.0) -> tuple[dict[str, Any] | None, str]:  # fmt: skip
     """Run the meta-device estimate child on `request`; (its result, "") or (None, why not). Never raises."""
-    work_dir.mkdir(parents=True, exist_ok=True)
     in_path, out_path, log_path = work_dir / "request.json", work_dir / "estimate.json", work_dir / "estimate.log"
-    in_path.write_text(json.dumps(request))
-    out_path.unlink(missing_ok=True)
-    with open(log_path, "wb") as log:
+    with _workdir(work_dir):
+        work_dir.mkdir(parents=True, exist_ok=True)
+        in_path.write_text(json.dumps(request))
+        out_path.unlink(missing_ok=True)
+        log = open(log_path, "wb")  # closed below, once the child is gone
+    with log:
         proc, _isolation = _launch("dinox.estimate", in_path, out_path, log, log_path, server)
         deadline = time.time() + timeout
         try:

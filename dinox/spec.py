@@ -9,6 +9,8 @@ process exists.
 from __future__ import annotations
 
 import difflib
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -42,20 +45,61 @@ _RESERVED_MODEL_KWARGS = {
     "pretrained": "weights are never downloaded; dinox always builds with pretrained=False",
     "img_size": "set model.img_size instead",
     "num_classes": "set objective.num_classes instead",
+    # Each of these makes timm read a file or a hub: a spec measures an untrained model and reads nothing else.
+    "checkpoint_path": "dinox measures untrained models; it never loads a checkpoint",
+    "pretrained_cfg": "dinox never loads pretrained weights or their configuration",
+    "pretrained_cfg_overlay": "dinox never loads pretrained weights or their configuration",
+    "cache_dir": "dinox never downloads anything",
 }
 
 
 class _Section(BaseModel):
     # frozen: a validated trial is a value; extra=forbid: a typo is an error, never a silent default.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: "inf" and "nan" are never sizes, rates or times.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Upper bounds: what no real trial exceeds, so an absurd number (2**64 + 1 warm-up steps, a timeout of 3e302 s)
+# is an error that names its field, not an overflow deep in a trial or a decision.
+MAX_PIXELS = 16_384  # image and crop sides
+MAX_BATCH = 1_048_576
+MAX_STEPS = 1_000_000
+MAX_SEED = 2**63 - 1
+MAX_IMAGES = 10**16  # a schedule: 100 epochs of 10^14 images
+
+
+def _timm_name(value: str) -> str:
+    # timm reads "hf-hub:org/name" and "local-dir:/path" from a hub or a folder; dinox builds registered
+    # architectures only (a pretrained tag after a dot, vit_base_patch16_224.augreg_in1k, is fine).
+    if ":" in value or "/" in value or "\\" in value:
+        raise PydanticCustomError(
+            "timm_name", "a timm architecture name (hf-hub: and local-dir: sources are never loaded)"
+        )
+    return value
+
+
+def _sane_kwargs(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    # Free-form, but numbers in it are model sizes and rates: finite and not astronomically large.
+    def check(v: JsonValue) -> None:
+        if isinstance(v, float) and not (math.isfinite(v) and abs(v) <= 1e9):
+            raise PydanticCustomError("kwarg_number", f"{v} is not a usable model argument (finite, at most 1e9)")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**9:
+            raise PydanticCustomError("kwarg_number", f"{v} is not a usable model argument (at most 1e9)")
+        for item in v.values() if isinstance(v, dict) else v if isinstance(v, list) else ():
+            check(item)
+
+    check(value)
+    return value
 
 
 class ModelSpec(_Section):
-    name: str = Field(min_length=1, description="any timm model name; weights are never downloaded")
-    kwargs: dict[str, JsonValue] = Field(
+    name: Annotated[str, AfterValidator(_timm_name)] = Field(
+        min_length=1, max_length=200, description="any timm model name; weights are never downloaded"
+    )
+    kwargs: Annotated[dict[str, JsonValue], AfterValidator(_sane_kwargs)] = Field(
         default_factory=dict, description="passed to timm.create_model (embed_dim, depth, num_heads, ...)"
     )
-    img_size: PositiveInt = 224
+    img_size: PositiveInt = Field(224, le=MAX_PIXELS)
     grad_checkpointing: bool = False
     compile: bool | CompileMode = Field(False, description="false | true | a torch.compile mode")
     channels_last: bool = False
@@ -63,7 +107,7 @@ class ModelSpec(_Section):
 
 class ClassificationObjective(_Section):
     kind: Literal["classification"] = "classification"
-    num_classes: PositiveInt = 1000
+    num_classes: PositiveInt = Field(1000, le=10_000_000)
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
 
 
@@ -71,18 +115,20 @@ class DinoObjective(_Section):
     """DINO self-distillation: a student and an EMA teacher on the same backbone, multi-crop views."""
 
     kind: Literal["dino"] = "dino"
-    out_dim: PositiveInt = Field(65536, description="prototypes of the DINO head")
-    head_hidden_dim: PositiveInt = 2048
-    head_bottleneck_dim: PositiveInt = 256
-    head_layers: int = Field(3, ge=2)
-    global_crops: PositiveInt = 2
-    global_crop_size: PositiveInt | None = Field(None, description="null: model.img_size")
+    out_dim: PositiveInt = Field(65536, le=1_048_576, description="prototypes of the DINO head")
+    head_hidden_dim: PositiveInt = Field(2048, le=65_536)
+    head_bottleneck_dim: PositiveInt = Field(256, le=65_536)
+    head_layers: int = Field(3, ge=2, le=16)
+    global_crops: PositiveInt = Field(2, le=64)
+    global_crop_size: PositiveInt | None = Field(None, le=MAX_PIXELS, description="null: model.img_size")
     global_crop_min_scale: float = Field(0.32, gt=0.0, le=1.0)
-    local_crops: NonNegativeInt = 8
-    local_crop_size: PositiveInt = Field(96, description="a multiple of the patch size for ViTs (98 for /14)")
+    local_crops: NonNegativeInt = Field(8, le=64)
+    local_crop_size: PositiveInt = Field(
+        96, le=MAX_PIXELS, description="a multiple of the patch size for ViTs (98 for /14)"
+    )
     local_crop_max_scale: float = Field(0.32, gt=0.0, le=1.0)
-    student_temp: PositiveFloat = 0.1
-    teacher_temp: PositiveFloat = 0.04
+    student_temp: PositiveFloat = Field(0.1, le=100.0)
+    teacher_temp: PositiveFloat = Field(0.04, le=100.0)
     center_momentum: float = Field(0.9, ge=0.0, lt=1.0)
     teacher_momentum: float = Field(0.996, ge=0.0, lt=1.0)
 
@@ -115,6 +161,8 @@ def _batch_size(value: Any) -> int | str:
         raise PydanticCustomError("int_type", "Input should be a valid integer or 'auto'")
     if value <= 0:
         raise PydanticCustomError("greater_than", "Input should be greater than 0")
+    if value > MAX_BATCH:
+        raise PydanticCustomError("less_than_equal", f"Input should be less than or equal to {MAX_BATCH}")
     return value
 
 
@@ -122,12 +170,12 @@ class BatchSpec(_Section):
     size: Annotated[int | Literal["auto"], PlainValidator(_batch_size)] = Field(
         32, description="physical batch per device and micro-step; auto: the largest that fits, less auto_margin"
     )
-    accumulation: PositiveInt | None = Field(None, description="micro-batches per optimizer step")
+    accumulation: PositiveInt | None = Field(None, le=100_000, description="micro-batches per optimizer step")
     effective: PositiveInt | None = Field(
-        None, description="images per optimizer step (size x accumulation x gpus); derives accumulation"
+        None, le=10**9, description="images per optimizer step (size x accumulation x gpus); derives accumulation"
     )
-    auto_min: PositiveInt = Field(1, description="size auto: the first batch probed (then doubled)")
-    auto_max: PositiveInt = Field(1024, description="size auto: the largest batch probed")
+    auto_min: PositiveInt = Field(1, le=MAX_BATCH, description="size auto: the first batch probed (then doubled)")
+    auto_max: PositiveInt = Field(1024, le=MAX_BATCH, description="size auto: the largest batch probed")
     auto_margin: float = Field(
         0.10, ge=0.0, lt=1.0, description="size auto: the share of the largest fitting batch left unused"
     )
@@ -139,33 +187,33 @@ class BatchSpec(_Section):
 
 class OptimizerSpec(_Section):
     name: Literal["adamw", "sgd"] = "adamw"
-    lr: PositiveFloat = 1.0e-3
-    weight_decay: NonNegativeFloat = 0.05
+    lr: PositiveFloat = Field(1.0e-3, le=100.0)
+    weight_decay: NonNegativeFloat = Field(0.05, le=100.0)
     momentum: float | None = Field(None, ge=0.0, lt=1.0, description="sgd only (default 0.9)")
     fused: bool | None = Field(None, description="null: fused kernels where the device supports them")
 
 
 class LoaderSpec(_Section):
-    num_workers: NonNegativeInt = 0
+    num_workers: NonNegativeInt = Field(0, le=1024)
     pin_memory: bool = False
-    prefetch_factor: PositiveInt | None = Field(None, description="batches per worker; null: 2 (torch)")
+    prefetch_factor: PositiveInt | None = Field(None, le=1024, description="batches per worker; null: 2 (torch)")
     persistent_workers: bool = False
 
 
 class SyntheticData(_Section):
     source: Literal["synthetic"] = "synthetic"
     num_samples: PositiveInt | None = Field(
-        None, description="dataset length; null: exactly what the measured steps consume (no epoch edge)"
+        None, le=10**12, description="dataset length; null: exactly what the measured steps consume (no epoch edge)"
     )
-    seed: NonNegativeInt = 0
+    seed: NonNegativeInt = Field(0, le=MAX_SEED)
 
 
 class _HuWindow(_Section):
     # A random HU window per view, as in the loader study: level and width drawn uniformly.
-    window_level_min: float = -700.0
-    window_level_max: float = 100.0
-    window_width_min: PositiveFloat = 300.0
-    window_width_max: PositiveFloat = 2000.0
+    window_level_min: float = Field(-700.0, ge=-32768, le=32767)
+    window_level_max: float = Field(100.0, ge=-32768, le=32767)
+    window_width_min: PositiveFloat = Field(300.0, le=65536)
+    window_width_max: PositiveFloat = Field(2000.0, le=65536)
     # PIL by default: as fast as torchvision.io on 16-bit PNG here (scripts/bench_decode.py), whose decoders
     # torchvision 0.29 deprecates.
     decoder: Literal["pil", "torchvision"] = Field("pil", description="16-bit PNG decoding")
@@ -177,18 +225,33 @@ class CtPngData(_HuWindow):
     source: Literal["ct_png"] = "ct_png"
     index_csv: str = Field(min_length=1, description="the index.csv that dinox preprocess wrote")
     root: str | None = Field(None, description="folder png_path is relative to; null: the folder above _index/")
-    subset_size: PositiveInt | None = Field(None, description="use only this many slices (drawn with seed)")
-    seed: NonNegativeInt = 0
-    inflation: PositiveInt = Field(1, description="repeat the (sub)set this many times, without copying files")
+    subset_size: PositiveInt | None = Field(None, le=10**12, description="use only this many slices (drawn with seed)")
+    seed: NonNegativeInt = Field(0, le=MAX_SEED)
+    inflation: PositiveInt = Field(
+        1, le=10**9, description="repeat the (sub)set this many times, without copying files"
+    )
+
+
+def _shards(value: str) -> str:
+    from dinox import shard_urls
+
+    why = shard_urls.problem(value)
+    if why:
+        raise PydanticCustomError("shards", why)
+    return value
 
 
 class WebDatasetData(_HuWindow):
     """Tar shards from `dinox shards`, streamed with webdataset, split across workers and hosts."""
 
     source: Literal["webdataset"] = "webdataset"
-    shards: str = Field(min_length=1, description="a folder of .tar shards, or a brace pattern a-{000..009}.tar")
-    shuffle_buffer: NonNegativeInt = 1000
-    seed: NonNegativeInt = 0
+    shards: Annotated[str, AfterValidator(_shards)] = Field(
+        min_length=1,
+        max_length=4096,
+        description="a folder of .tar shards, a glob, a brace pattern a-{000..009}.tar, or http(s):// URLs",
+    )
+    shuffle_buffer: NonNegativeInt = Field(1000, le=10_000_000)
+    seed: NonNegativeInt = Field(0, le=MAX_SEED)
 
 
 DataSource = Annotated[
@@ -201,21 +264,27 @@ DataSource = Annotated[
 
 class HardwareSpec(_Section):
     device: DeviceKind = "auto"
-    gpus: PositiveInt = Field(1, description="ranks per trial: > 1 launches torchrun with DDP (NCCL; gloo on cpu)")
-    memory_limit_gb: PositiveFloat | None = Field(
-        None, description="cap per trial: CUDA memory fraction, or a data-segment limit on CPU"
+    gpus: PositiveInt = Field(
+        1, le=1024, description="ranks per trial: > 1 launches torchrun with DDP (NCCL; gloo on cpu)"
     )
-    peak_tflops: PositiveFloat | None = None
+    memory_limit_gb: PositiveFloat | None = Field(
+        None, le=1e6, description="cap per trial in GiB: CUDA memory fraction, or a data-segment limit on CPU"
+    )
+    peak_tflops: PositiveFloat | None = Field(None, le=1e6)
 
 
 class MeasureSpec(_Section):
-    warmup_steps: NonNegativeInt = 5
-    bench_steps: PositiveInt = Field(20, description="timed optimizer steps per window")
-    repeats: PositiveInt = Field(3, description="timed windows, back to back; their spread measures stability")
+    warmup_steps: NonNegativeInt = Field(5, le=MAX_STEPS)
+    bench_steps: PositiveInt = Field(20, le=MAX_STEPS, description="timed optimizer steps per window")
+    repeats: PositiveInt = Field(3, le=1000, description="timed windows, back to back; their spread measures stability")
     unstable_threshold: PositiveFloat = Field(
-        0.10, description="(fastest - slowest) / median window throughput above which a trial is tagged unstable"
+        0.10,
+        le=10.0,
+        description="(fastest - slowest) / median window throughput above which a trial is tagged unstable",
     )
-    timeout_s: PositiveFloat = Field(1800.0, description="hard limit on the whole child process")
+    timeout_s: PositiveFloat = Field(
+        1800.0, le=30 * 86400.0, description="hard limit on the whole child process (at most 30 days)"
+    )
     bound_threshold: float = Field(
         0.10,
         gt=0.0,
@@ -226,10 +295,10 @@ class MeasureSpec(_Section):
 
 
 class BudgetSpec(_Section):
-    days: PositiveFloat
-    dataset_size: PositiveInt | None = None
-    epochs: PositiveFloat | None = None
-    target_images: PositiveInt | None = None
+    days: PositiveFloat = Field(le=3650.0, description="compute budget in days (at most ten years)")
+    dataset_size: PositiveInt | None = Field(None, le=10**14)
+    epochs: PositiveFloat | None = Field(None, le=1e6)
+    target_images: PositiveInt | None = Field(None, le=MAX_IMAGES)
 
 
 class SweepSpec(_Section):
@@ -241,10 +310,22 @@ class SweepSpec(_Section):
     )
 
 
+_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,99}")
+
+
+def _experiment_name(value: str) -> str:
+    # The name is also a folder of the sweep's journal: "." or ".." would be the parent folder.
+    if not _NAME.fullmatch(value):
+        raise PydanticCustomError("experiment_name", "1 to 100 letters, digits, '_', '.' or '-', not starting with '.'")
+    return value
+
+
 class TrialSpec(_Section):
     """One grid point: every knob single-valued."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$", description="MLflow experiment name")
+    name: Annotated[str, AfterValidator(_experiment_name)] = Field(
+        description="MLflow experiment name, also a folder name: letters, digits, _ . - (not first: .)"
+    )
     model: ModelSpec
     objective: Objective = ClassificationObjective()
     precision: Precision = "fp32"
@@ -440,6 +521,7 @@ class SpecDocument:
 
 MAX_SPEC_BYTES = 1_000_000
 MAX_YAML_NODES = 100_000
+MAX_YAML_DEPTH = 32
 
 
 def load(path: str | Path) -> SpecDocument:
@@ -455,6 +537,9 @@ def load(path: str | Path) -> SpecDocument:
         text = raw_bytes.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(name, [Problem("", f"spec is not UTF-8 text ({e.reason} at byte {e.start})")]) from None
+    depth_problem = _nesting_problem(text)
+    if depth_problem is not None:
+        raise SpecError(name, [depth_problem])
     try:
         # SafeLoader only: a spec can never construct python objects (no !!python tags). Composed once:
         # the node tree gives the line numbers, and the same tree is constructed into the data.
@@ -490,6 +575,25 @@ def load(path: str | Path) -> SpecDocument:
     doc = SpecDocument(name, text, data, sweep, lines)
     _check_sweep_paths(doc)
     return doc
+
+
+def _nesting_problem(text: str) -> Problem | None:
+    """Mappings and lists nested deeper than MAX_YAML_DEPTH. PyYAML composes a document recursively, so a
+    2 KB file nested 500 deep ends in a RecursionError; its event stream is flat, so it is read first."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark else None
+                    return Problem("", f"YAML nested more than {MAX_YAML_DEPTH} levels deep; a spec needs far fewer",
+                                   line)  # fmt: skip
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return None  # the loader reports it, with its line
+    return None
 
 
 def _expanded_size(node: yaml.Node, limit: int) -> int:
@@ -664,7 +768,8 @@ def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:
     for loc, (messages, shown) in grouped.items():
         text = "; or ".join(messages)
         if shown is not None and not isinstance(shown, (dict, list)):
-            text += f" (got {shown!r})"
+            got = repr(shown)
+            text += f" (got {got if len(got) <= 80 else got[:76] + '...'})"
         out.append(FieldProblem(loc, text))
     return out
 

@@ -25,11 +25,12 @@ from dinox.autobatch import BatchSearch
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
 from dinox.grid import Trial, trial_id
-from dinox.journal import Journal, new_result_id
+from dinox.journal import Journal, WorkdirError, new_result_id
+from dinox.lifeline import ProcessRef
 from dinox.prune import Pruner
 from dinox.result import TrialResult, one_line
 from dinox.spec import SpecDocument, TrialSpec
-from dinox.tracking import SweepRecorder, result_summary
+from dinox.tracking import SweepRecorder, configure_client, result_summary
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
 CSV_LEAD = [
@@ -94,7 +95,8 @@ def _signals_raise() -> Iterator[None]:
 class _Store:
     """MLflow, best effort: a failed call is reported once per outage and the sweep goes on."""
 
-    def __init__(self, recorder: SweepRecorder, journal: Journal, echo: Callable[[str], None], report: SweepReport):
+    def __init__(self, recorder: SweepRecorder, journal: Journal | None, echo: Callable[[str], None],
+                 report: SweepReport):  # fmt: skip
         self.recorder, self.journal, self.echo, self.report = recorder, journal, echo, report
         self.down = False
 
@@ -104,9 +106,9 @@ class _Store:
         except Exception as e:  # noqa: BLE001 - any failure of the store: the result is in the journal
             self.report.store_failures += 1
             if not self.down:
-                self.echo(f"warning: tracking store {self.recorder.uri} failed ({one_line(str(e), 200)}); "
-                          f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` "
-                          f"once it is back")  # fmt: skip
+                kept = (f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` once it "
+                        f"is back") if self.journal is not None else "nothing was measured yet"  # fmt: skip
+                self.echo(f"warning: tracking store {self.recorder.uri} failed ({self.recorder.explain(e)}); {kept}")
             self.down = True
             return False, None
         if self.down:
@@ -123,38 +125,6 @@ def _row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
     row.update({k: round(v, 6) for k, v in r.metrics.items()})
     row.update(trial.spec.flat_params())
     return row
-
-
-def _search_batch(trial: Trial, sweep_dir: Path, store: _Store, recorder: SweepRecorder, pruner: Pruner,
-                  server: ForkServer | None, echo: Callable[[str], None],
-                  ) -> tuple[BatchSearch, TrialResult | None]:  # fmt: skip
-    """Probe batch sizes for a batch.size auto trial, each probe a process and a run of its own. Returns the
-    search and, when a probe ended other than ok or oom, the result the trial gets instead of a measurement."""
-    search = BatchSearch.for_spec(trial.spec)
-    while (size := search.next_size()) is not None:
-        spec = _probe_spec(trial.spec, size)
-        probe = Trial(trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec),
-                      trial.locations)  # fmt: skip
-        _ok, run_id = store.call(recorder.open_trial, probe, new_result_id(), "probe")
-        try:
-            outcome = runner.run_trial(probe, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}-probe"
-                                       f"{size}", server=server)  # fmt: skip
-        except (KeyboardInterrupt, Interrupted) as e:
-            if run_id is not None:  # the probe's run must not stay RUNNING
-                store.call(recorder.kill_trial, run_id, str(e) or "interrupted by SIGINT")
-            raise
-        r = outcome.result
-        if run_id is not None:
-            store.call(recorder.close_trial, run_id, r, outcome.log_path)
-        pruner.observe(spec.flat_params(), size, r.status, run_id or "")
-        echo(f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"
-             + (f" | {r.error[:160]}" if r.status not in ("ok", "oom") else ""))  # fmt: skip
-        if r.status not in ("ok", "oom"):
-            failure = TrialResult(r.status, error=one_line(f"batch.size auto: the probe at batch {size} ended "
-                                                           f"{r.status}: {r.error}"))  # fmt: skip
-            return search, failure
-        search.record(size, r.status == "ok")
-    return search, None
 
 
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
@@ -180,6 +150,15 @@ def describe(trial: Trial, r: TrialResult) -> str:
     return f"{head} | {r.error[:200]}"
 
 
+@dataclass(frozen=True)
+class SweepOptions:
+    force: bool = False
+    prune: bool = True
+    skip_predicted_oom: bool = False
+    shard: str = ""  # "i/N" when this process runs one slice of the sweep
+    isolation: str = "fork"
+
+
 def run_sweep(
     doc: SpecDocument,
     trials: list[Trial],
@@ -194,24 +173,25 @@ def run_sweep(
     skip_predicted_oom: bool = False,
     shard: str = "",
 ) -> SweepReport:
-    t0 = time.time()
+    """Measure every trial and record it; see the module docstring. Raises TrackingError when the store is
+    unusable at the start, WorkdirError when the workdir cannot be written, Interrupted on SIGTERM/SIGINT."""
+    options = SweepOptions(force, prune, skip_predicted_oom, shard, isolation)
     server = ForkServer() if isolation == "fork" else None
     if server is not None:
         server.start()  # its imports overlap with opening the sweep in MLflow
-    options = _Options(force, prune, skip_predicted_oom, shard)
     try:
-        return _run_sweep(doc, trials, recorder, workdir, echo, on_spawn, options, server, t0)
+        return Sweep(doc, trials, recorder, workdir, echo, on_spawn, options, server).run()
     finally:
         if server is not None:
             server.close()
 
 
-@dataclass(frozen=True)
-class _Options:
-    force: bool
-    prune: bool
-    skip_predicted_oom: bool
-    shard: str  # "i/N" when this process runs one slice of the sweep
+def _probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
+    """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
+    optimizer state and fresh gradients at once: the steady-state peak)."""
+    batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
+    measure = spec.measure.model_copy(update={"warmup_steps": 1, "bench_steps": 1, "repeats": 1})
+    return spec.model_copy(update={"batch": batch, "measure": measure})
 
 
 def _annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: footprint.MemoryPlan | None) -> None:
@@ -229,128 +209,261 @@ def _annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: 
         result.tags.update(tags)
 
 
-def _probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
-    """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
-    optimizer state and fresh gradients at once: the steady-state peak)."""
-    batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
-    measure = spec.measure.model_copy(update={"warmup_steps": 1, "bench_steps": 1, "repeats": 1})
-    return spec.model_copy(update={"batch": batch, "measure": measure})
+@dataclass
+class _InFlight:
+    """The trial being measured: what an interrupt or a failure must close."""
 
-
-def _run_sweep(doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, workdir: Path,
-               echo: Callable[[str], None], on_spawn: Callable[[Trial, int], None] | None, options: _Options,
-               server: ForkServer | None, t0: float) -> SweepReport:  # fmt: skip
-    force, prune = options.force, options.prune
-    name = trials[0].spec.name
-    parent = recorder.open_sweep(name, doc.path, len(trials), options.shard)  # a store down at the start: TrackingError
-    for note in recorder.notes:
-        echo(f"note: {note}")
-    recorded = [] if force and not prune else recorder.recorded_trials()
-    sweep_dir = workdir / "sweeps" / name / f"{time.strftime('%Y%m%d-%H%M%S')}-{parent[:8]}"
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / "spec.yaml").write_text(doc.text)
-    normalized = [
-        {"index": t.index, "trial_id": t.trial_id, "sweep_values": t.overrides, "spec": t.spec.model_dump(mode="json")}
-        for t in trials
-    ]
-    (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
-    journal = Journal(sweep_dir)
-    journal.sweep(recorder.uri, recorder.experiment_id, parent, name)
-    report = SweepReport(parent, recorder.experiment_id, sweep_dir)
-    store = _Store(recorder, journal, echo, report)
-    csv_path = sweep_dir / "results.csv"
-    plural = "s" if len(trials) != 1 else ""
-    echo(
-        f"dinox: {len(trials)} trial{plural} of {name!r} -> {recorder.uri} (experiment {recorder.experiment_id}, "
-        f"parent run {parent}); local results in {sweep_dir}"
-    )
-
-    # Parameters, FLOPs and memory of every model, on the meta device, in a child of its own.
-    data, failure = runner.run_estimate(Estimates.request([t.spec for t in trials]), sweep_dir / "estimate", server)
-    estimates = Estimates.parse(data, failure)
-    if estimates.machine is None:
-        echo(f"warning: no memory or FLOPs estimates ({estimates.why_missing(trials[0].spec)}); measuring anyway")
-
-    done = {} if force else {r.tags["dinox.trial_id"]: r for r in recorded if r.status in FINAL}
-    pruner = Pruner()
-    if prune:
-        for r in recorded:
-            pruner.observe(r.params, r.batch_size, r.status, r.run_id)
-
+    trial: Trial
+    result_id: str
     run_id: str | None = None
-    try:
-        with _signals_raise():
-            for trial in trials:
-                if trial.trial_id in done:
-                    prior = done[trial.trial_id]
-                    report.resumed.append((trial, prior.status))
-                    echo(f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
-                         f"{prior.run_id}; --force measures it again")  # fmt: skip
-                    continue
-                search_failure: TrialResult | None = None
-                search: BatchSearch | None = None
-                if trial.spec.batch.auto:
-                    search, search_failure = _search_batch(trial, sweep_dir, store, recorder, pruner, server, echo)
-                    size = search.chosen()
-                    if size is not None and search_failure is None:
-                        trial = replace(trial, spec=trial.spec.with_batch(size))
-                t_trial = time.time()  # after any batch search: its probes are trials' time of their own
-                result_id = new_result_id()
-                _ok, run_id = store.call(recorder.open_trial, trial, result_id)
-                reason = pruner.reason(trial.spec) if prune else None
-                plan = None if trial.spec.batch.auto else estimates.memory(trial.spec)
-                if reason is None and options.skip_predicted_oom and plan is not None and plan.over:
-                    reason = f"predicted out of memory: {plan.over}; run without --skip-predicted-oom to measure it"
-                log_path: Path | None = None
-                if search is not None and trial.spec.batch.auto:
-                    result = search_failure or TrialResult(
-                        "oom", error=f"batch.size auto: not even batch.auto_min={search.low} fits "
-                                     f"(probes {search.describe()})")  # fmt: skip
-                elif reason:
-                    result = TrialResult("skipped", error=reason, marks={"result_written": time.time()})
-                else:
-                    spawn = (lambda pid, t=trial: on_spawn(t, pid)) if on_spawn else None
-                    outcome = runner.run_trial(trial, sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}",
-                                               spawn, server=server)  # fmt: skip
-                    result, log_path = outcome.result, outcome.log_path
-                if search is not None:
-                    result.tags["dinox.batch_auto_probes"] = search.describe()
-                    result.metrics["batch_auto_probes"] = float(len(search.probes))
-                    if search.fit is not None:
-                        result.metrics["batch_auto_fit"] = float(search.fit)
-                _annotate(result, trial.spec, estimates, plan)
-                journal.result(result_id, trial, result, run_id, str(log_path or ""))
-                report.rows.append(_row(trial, run_id or "", result))
-                report.results.append(result)
-                write_csv(csv_path, report.rows)
-                if run_id is None:
-                    _ok, run_id = store.call(recorder.open_trial, trial, result_id)
-                if run_id is not None and store.call(recorder.close_trial, run_id, result, log_path)[0]:
-                    journal.logged(result_id, run_id)
-                if not trial.spec.batch.auto:
-                    pruner.observe(trial.spec.flat_params(), trial.spec.size, result.status, run_id or "")
-                run_id = None
-                if not reason:
-                    report.trial_loop_s.append(time.time() - t_trial)
-                echo(describe(trial, result))
-    except (KeyboardInterrupt, Interrupted) as e:
-        # Ignore further signals until the store says KILLED: a second Ctrl-C must not leave runs RUNNING.
+    closed: bool = False  # its result is in the store: nothing left to kill
+    started: float = field(default_factory=time.time)
+
+
+class Sweep:
+    """One `dinox run`: opens the sweep, then for each trial resolves its batch, measures it and records it,
+    then closes the sweep. Every result reaches the journal before MLflow; a failure of the store never
+    stops the sweep, a failure of the workdir (where trials write their results) does, cleanly."""
+
+    def __init__(self, doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, workdir: Path,
+                 echo: Callable[[str], None], on_spawn: Callable[[Trial, int], None] | None, options: SweepOptions,
+                 server: ForkServer | None):  # fmt: skip
+        self.doc, self.trials, self.recorder, self.workdir = doc, trials, recorder, workdir
+        self.echo, self.on_spawn, self.options, self.server = echo, on_spawn, options, server
+        self.t0 = time.time()
+        self.name = trials[0].spec.name
+        self.in_flight: _InFlight | None = None
+
+    # --- the whole sweep ----------------------------------------------------------------------------
+
+    def run(self) -> SweepReport:
+        self._setup_parent()  # a store down at the start: TrackingError, nothing has run
+        try:
+            with _signals_raise():
+                self._setup_workdir()
+                self._setup_estimates()
+                self._setup_resume()
+                for trial in self.trials:
+                    self._one(trial)
+        except (KeyboardInterrupt, Interrupted) as e:
+            self._abort("KILLED", str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT")
+            raise
+        except WorkdirError as e:
+            self._abort("FAILED", f"the sweep stopped: {e}")
+            raise
+        self._finish()
+        return self.report
+
+    def _setup_parent(self) -> None:
+        o = self.options
+        self.parent = self.recorder.open_sweep(self.name, self.doc.path, len(self.trials), o.shard)
+        for note in self.recorder.notes:
+            self.echo(f"note: {note}")
+        self.report = SweepReport(self.parent, self.recorder.experiment_id, Path())
+        self._close_orphans()
+        self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
+
+    def _close_orphans(self) -> None:
+        """Earlier sweeps of this experiment whose process is gone (SIGKILL) are closed: their journal synced
+        when it is on this host, else their RUNNING runs marked KILLED."""
+        from dinox.sync import close_orphans
+
+        for note in close_orphans(self.recorder):
+            self.echo(f"note: {note}")
+
+    def _setup_workdir(self) -> None:
+        sweep_dir = self.workdir / "sweeps" / self.name / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.parent[:8]}"
+        self.report.sweep_dir = sweep_dir
+        normalized = [{"index": t.index, "trial_id": t.trial_id, "sweep_values": t.overrides,
+                       "spec": t.spec.model_dump(mode="json")} for t in self.trials]  # fmt: skip
+        try:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            (sweep_dir / "spec.yaml").write_text(self.doc.text)
+            (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
+        except OSError as e:
+            raise WorkdirError(e.errno, f"cannot write {sweep_dir}: {e.strerror or e}") from e
+        configure_client(sweep_dir / "store.log")  # the store libraries' own tracebacks go there, not here
+        self.journal = Journal(sweep_dir)
+        self.journal.sweep(self.recorder.uri, self.recorder.experiment_id, self.parent, self.name,
+                           ProcessRef.me().tags())  # fmt: skip
+        self.store = _Store(self.recorder, self.journal, self.echo, self.report)
+        self.store.call(self.recorder.tag_sweep_dir, sweep_dir)
+        self.csv_path = sweep_dir / "results.csv"
+        n, exp = len(self.trials), self.recorder.experiment_id
+        self.echo(
+            f"dinox: {n} trial{'s' if n != 1 else ''} of {self.name!r} -> {self.recorder.uri} (experiment {exp}, "
+            f"parent run {self.parent}); local results in {sweep_dir}"
+        )
+
+    def _setup_estimates(self) -> None:
+        """Parameters, FLOPs and memory of every model, on the meta device, in a child of its own."""
+        request = Estimates.request([t.spec for t in self.trials])
+        data, failure = runner.run_estimate(request, self.report.sweep_dir / "estimate", self.server)
+        self.estimates = Estimates.parse(data, failure)
+        if self.estimates.machine is None:
+            why = self.estimates.why_missing(self.trials[0].spec)
+            self.echo(f"warning: no memory or FLOPs estimates ({why}); measuring anyway")
+
+    def _setup_resume(self) -> None:
+        self.done = {} if self.options.force else {
+            r.tags["dinox.trial_id"]: r for r in self.recorded if r.status in FINAL}  # fmt: skip
+        self.pruner = Pruner()
+        if self.options.prune:
+            for r in self.recorded:
+                self.pruner.observe(r.params, r.batch_size, r.status, r.run_id)
+
+    def _finish(self) -> None:
+        self._journal_quietly(lambda: self.journal.sweep_end("FINISHED"))
+        artifacts = [self.csv_path, self.report.sweep_dir / "spec.yaml", self.report.sweep_dir / "spec.normalized.yaml"]
+        if self.store.call(self.recorder.close_sweep, "FINISHED", result_summary(self.report.results), artifacts)[0]:
+            self.journal.sweep_closed()
+        self.report.wall_s = time.time() - self.t0
+
+    def _abort(self, status: str, reason: str) -> None:
+        """Close what is open, so nothing stays RUNNING. Further signals wait until that is done: a second
+        Ctrl-C must not leave runs RUNNING."""
         old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            reason = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
-            journal.sweep_end("KILLED")
-            if run_id:
-                store.call(recorder.kill_trial, run_id, reason)
-            if store.call(recorder.close_sweep, "KILLED", result_summary(report.results),
-                          [csv_path, sweep_dir / "spec.yaml"])[0]:  # fmt: skip
-                journal.sweep_closed()
+            journal = getattr(self, "journal", None)
+            store = getattr(self, "store", None) or _Store(self.recorder, journal, self.echo, self.report)
+            if journal is not None:
+                self._journal_quietly(lambda: journal.sweep_end(status))
+            flight = self.in_flight
+            if flight is not None and flight.run_id and not flight.closed:
+                store.call(self.recorder.kill_trial, flight.run_id, reason)
+            summary = result_summary(self.report.results)
+            sweep_dir = self.report.sweep_dir
+            artifacts = [sweep_dir / "results.csv", sweep_dir / "spec.yaml"] if journal is not None else []
+            if store.call(self.recorder.close_sweep, status, summary, artifacts, reason)[0] and journal is not None:
+                self._journal_quietly(journal.sweep_closed)
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-        raise
-    journal.sweep_end("FINISHED")
-    artifacts = [csv_path, sweep_dir / "spec.yaml", sweep_dir / "spec.normalized.yaml"]
-    if store.call(recorder.close_sweep, "FINISHED", result_summary(report.results), artifacts)[0]:
-        journal.sweep_closed()
-    report.wall_s = time.time() - t0
-    return report
+
+    @staticmethod
+    def _journal_quietly(write: Callable[[], None]) -> None:
+        # At the end of a sweep (or after the workdir failed) a journal line that cannot be written only
+        # means `dinox sync` closes the parent run later.
+        with contextlib.suppress(WorkdirError):
+            write()
+
+    # --- one trial ------------------------------------------------------------------------------------
+
+    def _one(self, trial: Trial) -> None:
+        if trial.trial_id in self.done:
+            prior = self.done[trial.trial_id]
+            self.report.resumed.append((trial, prior.status))
+            self.echo(f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
+                      f"{prior.run_id}; --force measures it again")  # fmt: skip
+            return
+        search: BatchSearch | None = None
+        failure: TrialResult | None = None
+        if trial.spec.batch.auto:
+            search, failure = self._search_batch(trial)
+            size = search.chosen()
+            if size is not None and failure is None:
+                trial = replace(trial, spec=trial.spec.with_batch(size))
+        flight = self.in_flight = _InFlight(trial, new_result_id())  # after any batch search: probes are their own
+        self._open_run(flight)
+        result, log_path, measured = self._measure(trial, search, failure)
+        if search is not None:
+            result.tags["dinox.batch_auto_probes"] = search.describe()
+            result.metrics["batch_auto_probes"] = float(len(search.probes))
+            if search.fit is not None:
+                result.metrics["batch_auto_fit"] = float(search.fit)
+        self._record(flight, result, log_path)
+        self.in_flight = None
+        if measured:
+            self.report.trial_loop_s.append(time.time() - flight.started)
+        self.echo(describe(trial, result))
+
+    def _open_run(self, flight: _InFlight, role: str = "trial") -> None:
+        """The trial's run, opened once: its id goes to the journal at once, so a store failure later never
+        leads to a second run for the same result."""
+        _ok, flight.run_id = self.store.call(self.recorder.open_trial, flight.trial, flight.result_id, role)
+        if flight.run_id is not None:
+            self.journal.opened(flight.result_id, flight.run_id)
+            self.store.call(self.recorder.log_params, flight.run_id, flight.trial)
+
+    def _measure(self, trial: Trial, search: BatchSearch | None,
+                 failure: TrialResult | None) -> tuple[TrialResult, Path | None, bool]:  # fmt: skip
+        """The trial's result, its log, and whether it was measured (not skipped or settled by its search)."""
+        spec = trial.spec
+        if search is not None and spec.batch.auto:
+            result = failure or TrialResult("oom", error=f"batch.size auto: not even batch.auto_min={search.low} "
+                                                         f"fits (probes {search.describe()})")  # fmt: skip
+            return result, None, False
+        reason = self.pruner.reason(spec) if self.options.prune else None
+        plan = self.estimates.memory(spec)
+        if reason is None and self.options.skip_predicted_oom and plan is not None and plan.over:
+            reason = f"predicted out of memory: {plan.over}; run without --skip-predicted-oom to measure it"
+        if reason:
+            return TrialResult("skipped", error=reason, marks={"result_written": time.time()}), None, False
+        spawn = (lambda pid, t=trial: self.on_spawn(t, pid)) if self.on_spawn else None
+        outcome = runner.run_trial(trial, self._trial_dir(trial), spawn, server=self.server)
+        return outcome.result, outcome.log_path, True
+
+    def _trial_dir(self, trial: Trial, suffix: str = "") -> Path:
+        return self.report.sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}{suffix}"
+
+    def _record(self, flight: _InFlight, result: TrialResult, log_path: Path | None) -> None:
+        """Journal first, then MLflow (confirmed by reading it back), then the CSV."""
+        trial = flight.trial
+        _annotate(
+            result, trial.spec, self.estimates, None if trial.spec.batch.auto else self.estimates.memory(trial.spec)
+        )
+        try:
+            self.journal.result(flight.result_id, trial, result, flight.run_id, str(log_path or ""))
+        except WorkdirError:
+            # Nowhere to keep it locally. A result the child wrote still goes to the store; a crash or a
+            # timeout the parent inferred may be the full disk's doing, so that run is KILLED instead.
+            if result.status not in ("crashed", "timeout"):
+                self._log(flight, result, log_path, journal=False)
+            raise
+        self._log(flight, result, log_path, journal=True)
+        self.report.rows.append(_row(trial, flight.run_id or "", result))
+        self.report.results.append(result)
+        try:
+            write_csv(self.csv_path, self.report.rows)
+        except OSError as e:
+            raise WorkdirError(e.errno, f"cannot write {self.csv_path}: {e.strerror or e}") from e
+        if not trial.spec.batch.auto:
+            self.pruner.observe(trial.spec.flat_params(), trial.spec.size, result.status, flight.run_id or "")
+
+    def _log(self, flight: _InFlight, result: TrialResult, log_path: Path | None, journal: bool) -> None:
+        if flight.run_id is None:  # opening failed: the store may hold the run anyway; never open a second
+            _ok, flight.run_id = self.store.call(self.recorder.run_for, flight.trial, flight.result_id, None)
+        if flight.run_id is None:
+            return
+        logged, _ = self.store.call(self.recorder.close_trial, flight.run_id, flight.trial, result, log_path)
+        if logged:
+            flight.closed = True
+            if journal:
+                self.journal.logged(flight.result_id, flight.run_id)
+
+    # --- batch.size auto --------------------------------------------------------------------------------
+
+    def _search_batch(self, trial: Trial) -> tuple[BatchSearch, TrialResult | None]:
+        """Probe batch sizes for a batch.size auto trial, each probe a process and a run of its own. Returns
+        the search and, when a probe ended other than ok or oom, the result the trial gets instead."""
+        search = BatchSearch.for_spec(trial.spec)
+        while (size := search.next_size()) is not None:
+            spec = _probe_spec(trial.spec, size)
+            probe = Trial(trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec),
+                          trial.locations)  # fmt: skip
+            flight = self.in_flight = _InFlight(probe, new_result_id())
+            self._open_run(flight, "probe")
+            outcome = runner.run_trial(probe, self._trial_dir(trial, f"-probe{size}"), server=self.server)
+            r = outcome.result
+            if flight.run_id is not None:
+                flight.closed = self.store.call(self.recorder.close_trial, flight.run_id, probe, r, outcome.log_path)[0]
+            self.in_flight = None
+            self.pruner.observe(spec.flat_params(), size, r.status, flight.run_id or "")
+            self.echo(f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"
+                      + (f" | {r.error[:160]}" if r.status not in ("ok", "oom") else ""))  # fmt: skip
+            if r.status not in ("ok", "oom"):
+                failure = TrialResult(r.status, error=one_line(f"batch.size auto: the probe at batch {size} ended "
+                                                               f"{r.status}: {r.error}"))  # fmt: skip
+                return search, failure
+            search.record(size, r.status == "ok")
+        return search, None

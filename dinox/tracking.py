@@ -7,10 +7,14 @@ stack, so nothing depends on global "active run" state.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -18,12 +22,9 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dinox.grid import Trial
+from dinox.lifeline import ProcessRef
 from dinox.records import TrialRecord
 from dinox.result import TrialResult, one_line
-
-for _name in ("mlflow", "alembic"):
-    # The store's schema migrations log at INFO on first use; a sweep's terminal output is for trials.
-    logging.getLogger(_name).setLevel(logging.WARNING)
 
 # MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) stall a sweep for minutes per call when a
 # tracking server is down. dinox keeps every result locally and syncs later, so it fails fast instead,
@@ -35,8 +36,86 @@ _QUIET_AND_QUICK = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
 }
-for _var, _value in _QUIET_AND_QUICK.items():
-    os.environ.setdefault(_var, _value)
+# The loggers of the store's libraries: schema migrations log at INFO, and a failing store logs whole
+# tracebacks (60 KB for a deleted mlflow.db). dinox reports a store failure in one line of its own.
+_STORE_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "urllib3")
+
+
+def configure_client(log_file: Path | None = None) -> None:
+    """Fail fast against a dead server, and keep the store libraries' own logging off the terminal: in
+    `log_file` when given (the sweep's store.log), else only warnings and worse."""
+    for var, value in _QUIET_AND_QUICK.items():
+        os.environ.setdefault(var, value)
+    for name in _STORE_LOGGERS:
+        log = logging.getLogger(name)
+        if log_file is None:
+            log.setLevel(max(log.level, logging.WARNING))
+            continue
+        for old in list(log.handlers):  # MLflow's own stderr handler among them
+            log.removeHandler(old)
+            if isinstance(old, logging.FileHandler):
+                old.close()
+        handler = logging.FileHandler(log_file, delay=True)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+
+
+@contextlib.contextmanager
+def _dir_lock(folder: Path) -> Iterator[None]:
+    """An exclusive flock on a folder (no lock file left behind), held while the block runs."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI, or None for any other store."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def prepare_store(uri: str) -> None:
+    """Create and migrate an embedded (SQLite) store once, under a lock on its folder: two first `dinox run`s
+    on a new mlflow.db otherwise race in MLflow's schema migration and can leave it half-migrated."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _dir_lock(path.parent):
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+
+
+@dataclass(frozen=True)
+class _FileIdentity:
+    """Which file an embedded store is: a store deleted or replaced mid-sweep takes writes into a file that
+    no longer has a name (an open connection) or into a new empty one. Neither is "logged"."""
+
+    path: Path
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, uri: str) -> _FileIdentity | None:
+        path = sqlite_path(uri)
+        if path is None:
+            return None
+        st = path.stat()
+        return cls(path, st.st_dev, st.st_ino)
+
+    def problem(self) -> str | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return f"the store file {self.path} was deleted during the sweep"
+        if (st.st_dev, st.st_ino) != (self.device, self.inode):
+            return f"the store file {self.path} was replaced during the sweep"
+        return None
+
 
 # Final MLflow run status per dinox status: the precise cause always stays in the dinox.status tag.
 RUN_STATUS = {
@@ -70,17 +149,21 @@ def _now_ms() -> int:
 
 class SweepRecorder:
     def __init__(self, tracking_uri: str):
+        configure_client()
         self.uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.experiment_id = ""
         self.parent_run_id = ""
         self.notes: list[str] = []
+        self._identity: _FileIdentity | None = None
 
     # --- sweep -------------------------------------------------------------------------------------
 
     def open_sweep(self, name: str, spec_path: str, n_trials: int, shard: str = "") -> str:
         adopt = os.environ.get("MLFLOW_RUN_ID")
         try:
+            prepare_store(self.uri)
+            self._identity = _FileIdentity.of(self.uri)
             if adopt:
                 # Under `mlflow run`, the run it started is the sweep's parent: one invocation, one top-level
                 # run. Children must live in the parent's experiment for the UI to nest them.
@@ -100,19 +183,20 @@ class SweepRecorder:
                     self.experiment_id, run_name=f"{name} sweep{suffix} {time.strftime('%Y-%m-%d %H:%M:%S')}"
                 )
                 self.parent_run_id = run.info.run_id
+            tags = {"dinox.role": "sweep", "dinox.spec_path": spec_path, "dinox.spec_name": name,
+                    **ProcessRef.me().tags(), **({"dinox.shard": shard} if shard else {})}  # fmt: skip
             self.client.log_batch(
                 self.parent_run_id,
                 params=[Param("spec.name", name), Param("sweep.trials", str(n_trials))],
-                tags=[
-                    RunTag("dinox.role", "sweep"),
-                    RunTag("dinox.spec_path", spec_path),
-                    RunTag("dinox.spec_name", name),
-                    *([RunTag("dinox.shard", shard)] if shard else []),
-                ],
+                tags=[RunTag(k, v) for k, v in tags.items()],
             )
-        except MlflowException as e:
-            raise TrackingError(f"tracking store {self.uri}: {one_line(e.message, 300)}") from None
+        except (MlflowException, OSError) as e:
+            raise TrackingError(f"tracking store {self.uri}: {describe_store_error(e)}") from None
         return self.parent_run_id
+
+    def tag_sweep_dir(self, sweep_dir: Path) -> None:
+        """Where the sweep keeps its journal: a later command that finds the sweep orphaned syncs it from there."""
+        self.client.set_tag(self.parent_run_id, "dinox.sweep_dir", str(sweep_dir.resolve()))
 
     def _experiment(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
@@ -132,13 +216,37 @@ class SweepRecorder:
                 raise
             return exp.experiment_id
 
-    def close_sweep(self, status: str, summary: dict[str, int], artifacts: list[Path]) -> None:
+    def close_sweep(self, status: str, summary: dict[str, int], artifacts: list[Path], error: str = "") -> None:
         tags = [RunTag("dinox.counts", " ".join(f"{k}={v}" for k, v in sorted(summary.items())))]
+        if error:
+            tags.append(RunTag("dinox.error", one_line(error)))
         self.client.log_batch(self.parent_run_id, tags=tags)
         for path in artifacts:
             if path.exists():
                 self.client.log_artifact(self.parent_run_id, str(path))
         self.client.set_terminated(self.parent_run_id, status)
+        self._confirm_file()
+
+    def orphans(self) -> list[tuple[str, ProcessRef, str]]:
+        """Sweeps of this experiment still marked RUNNING whose process is gone (SIGKILL, the OOM killer, a
+        closed session): (parent run id, its process, its sweep folder or "")."""
+        found = []
+        query = "attributes.status = 'RUNNING' and tags.`dinox.role` = 'sweep'"
+        for run in _search_all(self.client, [self.experiment_id], query):
+            ref = ProcessRef.from_tags(run.data.tags)
+            if run.info.run_id != self.parent_run_id and ref is not None and ref.gone():
+                found.append((run.info.run_id, ref, run.data.tags.get("dinox.sweep_dir", "")))
+        return found
+
+    def kill_sweep(self, parent_run_id: str, reason: str) -> int:
+        """A sweep that can no longer end itself: its RUNNING runs and itself KILLED, with the reason.
+        Returns how many trial (or probe) runs were closed with it."""
+        query = f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.status = 'RUNNING'"
+        children = _search_all(self.client, [self.experiment_id], query)
+        for run in children:
+            self.kill_trial(run.info.run_id, reason)
+        self.kill_trial(parent_run_id, reason)
+        return len(children)
 
     # --- trials ------------------------------------------------------------------------------------
 
@@ -148,7 +256,8 @@ class SweepRecorder:
 
     def open_trial(self, trial: Trial, result_id: str, role: str = "trial") -> str:
         """A run for a trial (role trial) or for one probe of a batch.size auto search (role probe: kept
-        apart from trials by resume and decide, there to show how the batch was found)."""
+        apart from trials by resume and decide, there to show how the batch was found). Only creates it, so
+        a store failure after this still leaves the caller its id (log_params and close_trial follow)."""
         prefix = f"probe batch={trial.spec.batch.size} " if role == "probe" else ""
         run = self.client.create_run(
             self.experiment_id,
@@ -163,15 +272,19 @@ class SweepRecorder:
                 "dinox.result_id": result_id,
             },
         )
-        params = [Param(k, v) for k, v in trial.spec.flat_params().items()]
-        for i in range(0, len(params), _MAX_PARAMS_PER_CALL):
-            self.client.log_batch(run.info.run_id, params=params[i : i + _MAX_PARAMS_PER_CALL])
         return run.info.run_id
 
-    def close_trial(self, run_id: str, r: TrialResult, log_path: str | Path | None) -> None:
-        """Log a result on its run. Safe to repeat: metric timestamps come from the result itself, so a
-        second write of the same metrics is a no-op, and dinox.status is written last, so a run without it
-        is a run whose result has not fully arrived."""
+    def log_params(self, run_id: str, trial: Trial) -> None:
+        """The trial's params; repeating it is harmless (MLflow accepts a param logged again with its value)."""
+        params = [Param(k, v) for k, v in trial.spec.flat_params().items()]
+        for i in range(0, len(params), _MAX_PARAMS_PER_CALL):
+            self.client.log_batch(run_id, params=params[i : i + _MAX_PARAMS_PER_CALL])
+
+    def close_trial(self, run_id: str, trial: Trial, r: TrialResult, log_path: str | Path | None) -> None:
+        """Log a whole result on its run and check that the store holds it. Safe to repeat: params take the
+        same values, metric timestamps come from the result itself (a second write is a no-op), and
+        dinox.status is written last, so a run without it is a run whose result has not fully arrived."""
+        self.log_params(run_id, trial)
         ts = int(r.marks.get("result_written", r.marks.get("start", 0.0)) * 1000) or _now_ms()
         tags = dict(r.tags)
         if r.bound:
@@ -189,11 +302,45 @@ class SweepRecorder:
             self.client.log_artifact(run_id, str(log_path))  # same name again: overwritten, not doubled
         self.client.set_tag(run_id, "dinox.status", r.status)
         self.client.set_terminated(run_id, RUN_STATUS[r.status])
+        self.confirm(run_id, r.status)
 
-    def find_result(self, result_id: str):
-        """The run that carries a result id, or None."""
-        runs = self.client.search_runs([self.experiment_id], f"tags.`dinox.result_id` = '{result_id}'")
-        return runs[0] if runs else None
+    def confirm(self, run_id: str, status: str) -> None:
+        """The store holds this result: read back from it (and, for a SQLite store, from the file it was
+        opened on). Raises TrackingError otherwise: the result then stays pending in the journal."""
+        run = self.client.get_run(run_id)
+        if run.data.tags.get("dinox.status") != status or run.info.status != RUN_STATUS[status]:
+            raise TrackingError(f"run {run_id} does not read back as {status} from {self.uri}")
+        self._confirm_file()
+
+    def explain(self, e: BaseException) -> str:
+        """One line for a failed store call: the store file's fate when it was deleted, else the error."""
+        return (self._identity.problem() if self._identity is not None else None) or describe_store_error(e)
+
+    def _confirm_file(self) -> None:
+        problem = self._identity.problem() if self._identity is not None else None
+        if problem:
+            raise TrackingError(problem)
+
+    def runs_of_result(self, result_id: str) -> list:
+        """The runs that carry a result id (more than one only after a store failure of an older dinox)."""
+        query = f"tags.`dinox.result_id` = '{result_id}'"
+        return sorted(self.client.search_runs([self.experiment_id], query), key=lambda r: r.info.start_time or 0)
+
+    def run_for(self, trial: Trial, result_id: str, run_id_hint: str | None) -> str:
+        """The one run of a result: the run carrying its id (one with a status first), else the run the
+        journal names, else a new one. Other runs of the same result are closed as KILLED duplicates."""
+        runs = self.runs_of_result(result_id)
+        runs.sort(key=lambda r: not r.data.tags.get("dinox.status"))
+        if runs:
+            chosen = runs[0].info.run_id
+            for dup in runs[1:]:
+                if dup.info.status == "RUNNING":
+                    self.kill_trial(dup.info.run_id, f"a duplicate run of result {result_id}; the result is in "
+                                                     f"run {chosen}")  # fmt: skip
+            return chosen
+        if run_id_hint and self.run_exists(run_id_hint):
+            return run_id_hint
+        return self.open_trial(trial, result_id)
 
     def run_exists(self, run_id: str) -> bool:
         try:
@@ -202,22 +349,23 @@ class SweepRecorder:
             return False
         return True
 
-    def ensure_terminated(self, run) -> None:
-        if run.info.status == "RUNNING":
-            self.client.set_terminated(run.info.run_id, RUN_STATUS.get(run.data.tags.get("dinox.status", ""), "FAILED"))
-
     def recorded_trials(self) -> list[TrialRecord]:
         """Every trial run of the experiment that has a final dinox.status (resume and pruning read these)."""
         try:
             runs = _search_all(self.client, [self.experiment_id], "tags.`dinox.role` = 'trial'")
         except MlflowException as e:
-            raise TrackingError(f"tracking store {self.uri}: {one_line(e.message, 300)}") from None
+            raise TrackingError(f"tracking store {self.uri}: {describe_store_error(e)}") from None
         return [_record(run) for run in runs if run.data.tags.get("dinox.status")]
 
     def kill_trial(self, run_id: str, reason: str) -> None:
         """The trial was interrupted: no measurement, MLflow status KILLED."""
         self.client.log_batch(run_id, tags=[RunTag("dinox.error", one_line(reason))])
         self.client.set_terminated(run_id, "KILLED")
+
+
+def describe_store_error(e: BaseException) -> str:
+    """One line for a store failure."""
+    return one_line(getattr(e, "message", None) or str(e) or type(e).__name__, 300)
 
 
 def result_summary(results: list[TrialResult]) -> dict[str, int]:

@@ -28,7 +28,7 @@ import timm  # noqa: E402  (imported here so start-up time, not setup time, carr
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
-from dinox import bench, models, objectives, ranks  # noqa: E402
+from dinox import bench, lifeline, models, objectives, ranks  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
 from dinox.result import TrialResult, one_line  # noqa: E402
@@ -244,6 +244,7 @@ def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float],
         prefetch_factor=spec.loader.prefetch_factor,
         persistent_workers=spec.loader.persistent_workers,
         drop_last=True,  # every step sees the same shapes: no recompilation, no ragged last batch
+        worker_init_fn=lifeline.worker_init,  # a worker dies with its trial, even a hung one
     )
     metrics["data_setup_s"] = time.time() - t  # workers start lazily, inside the first warm-up step
 
@@ -403,6 +404,8 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: python -m dinox.trial TRIAL_JSON RESULT_JSON")
+    # Dies with the sweep that started it (or, as a rank, with torchrun), even if that one is SIGKILLed.
+    lifeline.die_with_parent(lifeline.env_parent())
     code = run_child(sys.argv[1], sys.argv[2])
     # The result is on disk and the output flushed: skip interpreter teardown (~0.8 s of unloading torch
     # here). The parent ends whatever is left of the process group (loader workers) right after.

@@ -31,7 +31,7 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
     ("missing_model", "name: bad\n", "spec.yaml: model: Field required"),
     ("missing_model_name", "name: bad\nmodel: {img_size: 224}\n", "spec.yaml:2: model.name: Field required"),
     ("missing_name", "model: {name: r}\n", "spec.yaml: name: Field required"),
-    ("bad_name", "name: my sweep\nmodel: {name: r}\n", "spec.yaml:1: name: String should match pattern"),
+    ("bad_name", "name: my sweep\nmodel: {name: r}\n", "spec.yaml:1: name: 1 to 100 letters, digits, '_', '.' or '-', not starting with '.' (got 'my sweep')"),
     ("batch_zero", OK + "batch: {size: 0}\n", "spec.yaml:3: batch.size: Input should be greater than 0 (got 0)"),
     ("batch_negative", OK + "batch: {size: -8}\n", "spec.yaml:3: batch.size: Input should be greater than 0 (got -8)"),
     ("batch_text", OK + "batch: {size: big}\n", "spec.yaml:3: batch.size: Input should be a valid integer"),
@@ -100,3 +100,65 @@ def test_malformed_spec_is_refused_before_anything_runs(tmp_path, monkeypatch, n
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".dinox").exists()  # nothing written
+
+
+HOSTILE_VALUES = [".inf", "-.inf", ".nan", "-1", "0", "1e400", "18446744073709551617", "~", "[]", "{}", "''",
+                  "x" * 300, "!!binary aGk=", "&r [*r]", "{a: &m {b: *m}}", "[[[[[[[[[[[[]]]]]]]]]]]]", "'\\0'",
+                  "pipe:id", "{pipe:x,a}.tar", "..", "2.5", "true", "-0.0", "1_000", "0x1F", "\U0001F600",
+                  "[" * 60 + "]" * 60]  # fmt: skip
+
+
+def _mutate(text: str, rng) -> str:
+    """One random edit of a valid spec: a character run deleted or inserted, lines swapped or repeated, or a
+    value replaced by a hostile one."""
+    lines = text.splitlines()
+    op = rng.randrange(5)
+    if op == 0 and len(text) > 2:
+        i = rng.randrange(len(text) - 1)
+        return text[:i] + text[i + rng.randint(1, 8) :]
+    if op == 1:
+        i = rng.randrange(len(text))
+        return (
+            text[:i]
+            + "".join(rng.choice("{}[]:,-'\"&*!|>#\t\n%@ \\0aZ9.") for _ in range(rng.randint(1, 4)))
+            + text[i:]
+        )
+    if op == 2 and len(lines) > 1:
+        i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+        return "\n".join(lines)
+    if op == 3:
+        i = rng.randrange(len(lines))
+        return "\n".join(lines[: i + 1] + [lines[i]] + lines[i + 1 :])
+    keyed = [i for i, ln in enumerate(lines) if ": " in ln and not ln.lstrip().startswith("#")]
+    if not keyed:
+        return text
+    i = rng.choice(keyed)
+    key = lines[i].split(": ", 1)[0]
+    lines[i] = f"{key}: {rng.choice(HOSTILE_VALUES)}"
+    return "\n".join(lines)
+
+
+def test_a_fuzzed_spec_corpus_never_gets_a_traceback(tmp_path, monkeypatch):
+    """A few hundred mutations of the shipped specs and the test spec through `dinox validate`: each is OK
+    (exit 0) or refused in lines naming what is wrong (exit 2), never a traceback."""
+    import random
+
+    from tests.conftest import ROOT, TINY
+
+    monkeypatch.chdir(tmp_path)
+    seeds = [p.read_text() for p in sorted((ROOT / "specs").glob("*.yaml"))] + [TINY.format(name="fuzz")]
+    rng = random.Random(20261122)
+    runner = CliRunner()
+    outcomes = {0: 0, 2: 0}
+    for n in range(300):
+        text = _mutate(rng.choice(seeds), rng)
+        if rng.random() < 0.3:
+            text = _mutate(text, rng)
+        (tmp_path / "fuzz.yaml").write_text(text, encoding="utf-8", errors="surrogateescape")
+        result = runner.invoke(main, ["validate", "fuzz.yaml"])
+        assert result.exit_code in (0, 2), (n, text, result.output, result.exception)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (n, text, result.exception)
+        assert "Traceback" not in result.output, (n, text, result.output)
+        outcomes[result.exit_code] += 1
+    assert outcomes[2] > 100  # the mutations do break specs

@@ -202,3 +202,73 @@ def test_mfu_and_memory_predictions_reach_the_report():
     text = decide.render_markdown(d, [])
     assert "## Memory: predicted before the sweep, measured in it" in text
     assert decide.to_json(d)["memory_predictions"][0]["predicted_gb"] in (60.0, 95.0)
+
+
+# --- records from other tools are never trusted blindly ----------------------------------------------------
+
+
+def _hostile(run_id: str, params: dict | None = None, metrics: dict | None = None) -> dict:
+    row = study.trial(study.VIT_G, 32, 8, 30.0, params_m=1100.0, run_id=run_id)  # fast enough to be GO if trusted
+    row["params"].update(params or {})
+    row["metrics"].update(metrics or {})
+    return row
+
+
+HOSTILE = [
+    (_hostile("nan-ips", metrics={"images_per_s": float("nan")}), "images_per_s nan is not a finite positive"),
+    (_hostile("inf-p90", metrics={"step_s_p90": float("inf")}), "step_s_p90 inf is not a finite positive"),
+    (_hostile("neg-p90", metrics={"step_s_p90": -16.0}), "step_s_p90 -16.0 is not a finite positive"),
+    (_hostile("tiny-step", metrics={"step_s_p90": 1e-9}), "step_s_p90 1e-09 s is shorter than a microsecond"),
+    (_hostile("huge-ips", metrics={"images_per_s": 1e308}), "images_per_s 1e+308 is more than 10^7 per device"),
+    (_hostile("neg-mem", metrics={"device_mem_total_gb": -96.0}), "device_mem_total_gb -96.0 is not a finite"),
+    (_hostile("batch-inf", {"batch.size": "inf"}), "batch.size 'inf' is not a positive integer"),
+    (_hostile("batch-1e400", {"batch.size": "1e400"}), "batch.size '1e400' is not a positive integer"),
+    (_hostile("batch-0", {"batch.size": "0"}), "batch.size '0' is not a positive integer"),
+    (_hostile("batch-neg", {"batch.size": "-32", "batch.effective": "-256"}), "batch.size '-32' is not a positive"),
+    (_hostile("gpus-inf", {"hardware.gpus": "inf"}), "hardware.gpus 'inf' is not a positive integer"),
+]  # fmt: skip
+
+
+def test_records_that_cannot_be_true_are_left_out_with_the_reason():
+    """Before: NaN throughput gave a matplotlib traceback, batch.size inf an OverflowError, batch 0 a
+    ZeroDivisionError, a negative p90 GO at -16 img/s and -0.72 days, 1e308 img/s GO."""
+    rows = study.study() + [row for row, _why in HOSTILE]
+    d = decide.decide(study.records(rows), BUDGET)
+    for (run, got), (row, why) in zip(d.left_out, HOSTILE, strict=True):
+        assert run == row["run_id"] and got.startswith(why), (run, got)
+    # The verdict is the study's: ViT-L GO at 12.0 days; ViT-G, whose hostile records were all "faster", NO-GO.
+    assert d.verdict == "GO" and d.recommended.name == "vit_large_patch14_dinov2"
+    assert not by_name(d, "vit_giant_patch14_dinov2").go
+    assert all(c.conservative_ips > 0 and c.days > 0 for mv in d.models for c in mv.candidates)
+    assert "left out 11 record(s) that cannot be trusted: nan-ips: images_per_s nan" in decide.render_terminal(d)
+    assert "## Records left out" in decide.render_markdown(d, [])
+
+
+def test_only_untrustworthy_records_is_an_error_not_a_verdict():
+    with pytest.raises(decide.DecisionError, match="none of the 2 trial records can be used: nan-ips"):
+        decide.decide(study.records([HOSTILE[0][0], HOSTILE[7][0]]), BUDGET)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"target_images": -5}, "--target-images: Input should be greater than 0"),
+        ({"dataset_size": -1000, "epochs": 1.0}, "--dataset-size: Input should be greater than 0"),
+        ({"dataset_size": 1000, "epochs": float("nan")}, "--epochs: Input should be a finite number"),
+        ({"days": float("inf"), "target_images": 5}, "--days: Input should be a finite number"),
+        ({"days": 1e9, "target_images": 5}, "--days: Input should be less than or equal to 3650"),
+        ({"target_images": 5, "utilization": float("nan")}, "--utilization: must be in (0, 1], got nan"),
+    ],
+)
+def test_budget_options_are_validated_like_spec_fields(kwargs, message):
+    args = {"days": 15.0, "dataset_size": None, "epochs": None, "target_images": None, "utilization": 1.0, **kwargs}
+    with pytest.raises(decide.DecisionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        decide.merge_budget({}, **args)
+
+
+def test_policy_options_are_validated():
+    cases = [({"max_memory_share": float("nan")}, "--max-memory-share"), ({"knee_tolerance": 2.0}, "--knee-tolerance"),
+             ({"effective_batch": -4}, "--effective-batch")]  # fmt: skip
+    for kwargs, message in cases:
+        with pytest.raises(decide.DecisionError, match=message):
+            decide.Policy(**kwargs)

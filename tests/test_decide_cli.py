@@ -163,3 +163,20 @@ def test_mlproject_decide_entry_point(sqlite_store, tmp_path):
     assert run.data.tags["dinox.role"] == "decision" and run.data.tags["dinox.verdict"] == "NO-GO"
     assert run.info.status == "FINISHED"
     assert "report.md" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_records_other_tools_logged_with_impossible_figures_are_left_out(sqlite_store):
+    """NaN and infinite metrics, batches of 0, inf or -32 through a real store: never a traceback, never a
+    GO built on them (MLflow itself stores an infinite metric as the largest float)."""
+    from tests.test_decide import HOSTILE
+
+    work, uri, _ = sqlite_store
+    study.log(MlflowClient(uri), "hostile", study.study() + [row for row, _why in HOSTILE])
+    proc = decide(work, uri, "--experiment", "hostile", *BUDGET, "--out", "hostile", "--no-log")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("GO: vit_large_patch14_dinov2 ")
+    assert "left out 11 record(s) that cannot be trusted" in proc.stdout
+    payload = json.loads((work / "hostile" / "decision.json").read_text())
+    assert len(payload["left_out"]) == 11 and payload["recommended"]["days"] == pytest.approx(12.02, abs=0.01)
+    bad = decide(work, uri, "--experiment", "hostile", "--days", "15", "--epochs", "nan", "--dataset-size", "5")
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --epochs: Input should be a finite number (got nan)"

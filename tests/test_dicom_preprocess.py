@@ -155,8 +155,9 @@ def test_interrupted_run_leaves_nothing_taken_as_finished(tmp_path):
     )
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
     deadline = time.time() + 60
+    area = out / pp.TMP_AREA / str(proc.pid)
     while time.time() < deadline:  # kill it while the series is half written
-        tmp_dirs = [d for d in (out / "BIG" / "CT").glob(".tmp-*")] if (out / "BIG" / "CT").exists() else []
+        tmp_dirs = [d for d in area.iterdir()] if area.exists() else []
         if tmp_dirs and len(list(tmp_dirs[0].glob("*.png"))) >= 5:
             break
         time.sleep(0.01)
@@ -165,7 +166,7 @@ def test_interrupted_run_leaves_nothing_taken_as_finished(tmp_path):
     assert tmp_dirs and not (out / "BIG" / "CT" / uid).exists(), "the half series must not sit in its final place"
     summary = pp.preprocess(root, out, progress=False)
     assert [(s.status, s.slices) for s in summary.series] == [("converted", 150)]
-    assert not list((out / "BIG" / "CT").glob(".tmp-*"))
+    assert not list((out / pp.TMP_AREA).iterdir())  # the dead run's folder is gone, and this run's own
     assert len(read_index(out)) == 150
 
 
@@ -185,3 +186,135 @@ def test_single_bundled_slice_converts_with_min_slices_1(tmp_path):
     shutil.copy(get_testdata_file("CT_small.dcm"), root / "CT_small.dcm")
     summary = pp.preprocess(root, tmp_path / "png", min_slices=1, progress=False)
     assert [(s.status, s.slices) for s in summary.series] == [("converted", 1)]
+
+
+# --- hostile trees: names from tags, malformed tags, files that are not files, folders that cannot be read
+
+
+def set_raw(path: Path, keyword: str, vr: str, value: str) -> None:
+    """Write `value` into a tag as raw bytes, as a broken exporter would: pydicom refuses to set it otherwise."""
+    from pydicom.datadict import tag_for_keyword
+    from pydicom.dataelem import RawDataElement
+    from pydicom.tag import Tag
+
+    ds = pydicom.dcmread(path)
+    data = value.encode()
+    data += b" " * (len(data) % 2)
+    tag = Tag(tag_for_keyword(keyword))
+    ds[tag] = RawDataElement(tag, vr, len(data), data, 0, False, True)
+    ds.save_as(path)
+
+
+def test_series_uid_dot_dot_stays_inside_the_out_root(tmp_path):
+    """A SeriesInstanceUID of '..' or '.' once made preprocess rmtree the out-root's parent (input, earlier
+    output, unrelated files) on --force."""
+    root = tmp_path / "in" / "dicom"
+    for name, uid in (("A", ".."), ("B", ".")):
+        demo.write_series(root / name, slices=3, rows=16, cols=16, seed=2)
+        for f in (root / name).glob("*.dcm"):
+            set_raw(f, "SeriesInstanceUID", "UI", uid)
+    out = tmp_path / "in" / "out"
+    (tmp_path / "in" / "unrelated.txt").write_text("keep me")
+    for force in (False, True, True):
+        summary = pp.preprocess(root, out, force=force, progress=False)
+        assert summary.count("converted") == 2, pp.render_summary(summary)
+        assert (tmp_path / "in" / "unrelated.txt").read_text() == "keep me"
+        assert len(list(root.rglob("*.dcm"))) == 6
+    dirs = sorted({r["series_dir"] for r in read_index(out)})
+    assert dirs[0].startswith("A/x-") and dirs[1].startswith("B/x-") and dirs[0] != dirs[1]
+    for d in dirs:
+        assert (out / d).resolve().is_relative_to(out.resolve()) and len(list((out / d).glob("*.png"))) == 3
+
+
+def test_safe_component_is_plain_deterministic_and_collision_free():
+    assert pp.safe_component("1.2.840.113619.2.55") == "1.2.840.113619.2.55"
+    names = ["..", ".", "", "a/b", "a_b", "a\\b", "x" * 302, "x" * 301 + "y", ".hidden", "a\nb"]
+    safe = [pp.safe_component(n) for n in names]
+    assert len(set(safe)) == len(names)  # "a/b" and "a_b" do not share a folder
+    assert safe == [pp.safe_component(n) for n in names]
+    for s in safe:
+        assert s not in (".", "..") and "/" not in s and "\\" not in s and not s.startswith(".") and len(s) <= 64
+
+
+def test_malformed_tags_skip_the_file_or_the_series_and_the_run_goes_on(tmp_path):
+    root = tmp_path / "dicom"
+    good = demo.write_series(root / "GOOD", slices=8, rows=16, cols=16, seed=1)
+    files = sorted((root / "GOOD").glob("*.dcm"))
+    per_file = [("RescaleSlope", "DS", "abc"), ("InstanceNumber", "IS", "xyz"),
+                ("ImagePositionPatient", "DS", "a\\b\\c"), ("RescaleIntercept", "DS", "nan")]  # fmt: skip
+    for f, (keyword, vr, value) in zip(files, per_file, strict=False):
+        set_raw(f, keyword, vr, value)
+    series_level = {"SPACING": ("PixelSpacing", "DS", "0.7"), "THICK": ("SliceThickness", "DS", "thick")}
+    uids = {}
+    for name, (keyword, vr, value) in series_level.items():
+        uids[name] = demo.write_series(root / name, slices=3, rows=16, cols=16, seed=3)
+        for f in (root / name).glob("*.dcm"):
+            set_raw(f, keyword, vr, value)
+    long_uid = "1." + "2" * 300  # 302 characters: once a file name too long for the file system
+    demo.write_series(root / "LONG", slices=3, rows=16, cols=16, seed=4)
+    for f in (root / "LONG").glob("*.dcm"):
+        set_raw(f, "SeriesInstanceUID", "UI", long_uid)
+
+    for _ in range(2):  # the same tree twice: a re-run neither crashes nor loses the index
+        summary = pp.preprocess(root, tmp_path / "png", progress=False)
+        text = pp.render_summary(summary)
+        outcomes = {s.series_uid: s for s in summary.series}
+        assert outcomes[uids["SPACING"]].status == "skipped"
+        assert outcomes[uids["SPACING"]].reason == "malformed PixelSpacing '0.7' (needs 2 numbers)"
+        assert outcomes[uids["THICK"]].reason == "malformed SliceThickness 'thick'"
+        assert outcomes[long_uid].status in ("converted", "reused") and outcomes[long_uid].slices == 3
+        assert outcomes[good].slices == 4, text
+        rows = read_index(tmp_path / "png")
+        assert len(rows) == 7 and {r["series_uid"] for r in rows} == {good, long_uid}
+    first = pp.preprocess(root, tmp_path / "fresh", progress=False)
+    skipped = {s.series_uid: s for s in first.series}[good].files_skipped
+    assert skipped == {"malformed RescaleSlope 'abc'": 1, "malformed InstanceNumber 'xyz'": 1,
+                       "malformed ImagePositionPatient 'a\\b\\c' (needs 3 numbers)": 1,
+                       "malformed RescaleIntercept 'nan'": 1}, skipped  # fmt: skip
+
+
+def test_an_unreadable_folder_is_reported(tmp_path, monkeypatch):
+    root = tmp_path / "dicom"
+    demo.write_series(root / "P1", slices=3, rows=16, cols=16)
+    (root / "LOCKED").mkdir()
+    # Root reads any folder whatever its mode bits (these tests run as root in CI), so the kernel's refusal is
+    # raised where it arises: os.walk's listing of that folder.
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if isinstance(path, (str, os.PathLike)) and Path(path) == root / "LOCKED":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    summary = pp.preprocess(root, tmp_path / "png", progress=False)
+    assert "folder LOCKED skipped: unreadable (Permission denied)" in pp.render_summary(summary)
+    assert summary.slices_indexed == 3
+
+
+def test_a_fifo_is_skipped_and_never_hangs_the_command(tmp_path):
+    root = tmp_path / "dicom"
+    demo.write_series(root / "P1", slices=3, rows=16, cols=16)
+    os.mkfifo(root / "P1" / "pipe.dcm")  # reading it would block forever: a process of its own, with a timeout
+    proc = run_dinox(["preprocess", "--dicom-root", str(root), "--out-root", "png"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 file(s) skipped: not a regular file (FIFO, socket or device)" in proc.stdout
+
+
+def test_a_full_out_disk_ends_the_run_in_one_line_and_keeps_what_was_finished(tmp_path):
+    """ENOSPC, raised by the kernel on a 1 MB tmpfs where this machine allows mounting one."""
+    root = tmp_path / "dicom"
+    for p in range(3):
+        demo.write_series(root / f"P{p}", slices=8, rows=256, cols=256, seed=p)
+    out = tmp_path / "small"
+    out.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(out)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        proc = run_dinox(["preprocess", "--dicom-root", str(root), "--out-root", str(out)], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "--out-root" in proc.stderr, proc.stderr
+        assert not any((out / pp.TMP_AREA).iterdir())  # the half series went with the run
+    finally:
+        subprocess.run(["umount", str(out)], check=False)

@@ -1,0 +1,221 @@
+"""The faults a hostile week brings, each reproduced for real: SIGKILL of the sweep, a full workdir, a full
+store, a store file deleted mid-sweep, two first sweeps on a new store, a damaged journal. After each,
+nothing is RUNNING, nothing measured is lost, and no result is recorded twice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from mlflow import MlflowClient
+
+from dinox.journal import Journal
+from tests.conftest import ROOT, TINY, run_dinox
+from tests.test_reliability import LONGER, dinox_popen, runs_of, trial_child
+
+THREE = LONGER.format(name="faults") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n"
+
+
+def _tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                      capture_output=True).returncode:  # fmt: skip
+        pytest.skip("cannot mount a tmpfs here (needs root in a machine that allows it)")
+
+
+def _fill(folder: Path) -> Path:
+    """Write zeros into `folder` until its file system refuses: a disk that is full from now on."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for chunk in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError:
+                pass
+    return filler
+
+
+def _states(runs) -> list[tuple[str, str, str, str]]:
+    return sorted((r.data.tags.get("dinox.role", ""), r.data.params.get("batch.size", ""), r.info.status,
+                   r.data.tags.get("dinox.status", "")) for r in runs)  # fmt: skip
+
+
+def test_sigkill_takes_every_child_along_and_sync_closes_the_runs(tmp_path):
+    """The OOM killer or a closed SSH session SIGKILLs `dinox run`: the fork server, the trial and its loader
+    workers must go with it (a hung trial once computed forever), and `dinox sync` closes what it left
+    RUNNING, saying why."""
+    spec = TINY.format(name="sigkill").replace("bench_steps: 3", "bench_steps: 1000000").replace(
+        "timeout_s: 120", "timeout_s: 3600") + "loader: {num_workers: 1}\nsweep:\n  grid:\n    batch.size: [2, 3]\n"
+    (tmp_path / "s.yaml").write_text(spec)
+    proc = dinox_popen(["run", "s.yaml"], tmp_path)
+    child = trial_child(proc, 0)
+    deadline = time.time() + 120
+    while not child.children() and time.time() < deadline:
+        time.sleep(0.05)  # until the trial's loader worker exists
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert len(tree) >= 3, tree  # fork server, trial, loader worker
+    proc.kill()
+    proc.communicate()
+    _gone, alive = psutil.wait_procs(tree, timeout=20)
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert {r.info.status for r in runs_of(uri, "sigkill")} == {"RUNNING"}  # what SIGKILL leaves behind
+
+    out = run_dinox(["sync"], cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 result(s) logged, 0 already in the store, sweep closed as KILLED" in out.stdout
+    runs = runs_of(uri, "sigkill")
+    assert _states(runs) == [("sweep", "", "KILLED", ""), ("trial", "2", "KILLED", "")]
+    assert all("is gone without closing its runs" in r.data.tags["dinox.error"] for r in runs)
+    again = run_dinox(["sync"], cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to sync" in again.stdout
+
+
+def test_a_later_sweep_closes_an_orphan_of_its_experiment(tmp_path):
+    """`dinox run` closes what a dead sweep of its experiment left RUNNING before it starts: here an orphan
+    without a journal on this host, so its runs are marked KILLED directly."""
+    from dinox.lifeline import ProcessRef
+    from dinox.sync import close_orphans
+    from dinox.tracking import SweepRecorder
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = psutil.Process(dead.pid).create_time()
+    dead.wait()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("orphans")
+    ref = ProcessRef(ProcessRef.me().host, dead.pid, started)
+    parent = client.create_run(exp, tags={"dinox.role": "sweep", **ref.tags()}).info.run_id
+    child = client.create_run(exp, tags={"dinox.role": "trial", "mlflow.parentRunId": parent}).info.run_id
+    alive = client.create_run(exp, tags={"dinox.role": "sweep", **ProcessRef.me().tags()}).info.run_id
+
+    recorder = SweepRecorder(uri)
+    recorder.open_sweep("orphans", "s.yaml", 1)
+    notes = close_orphans(recorder)
+    assert notes == [f"closed sweep run {parent} and 1 of its runs as KILLED: its process ({ref.host} pid "
+                     f"{dead.pid}) is gone"]  # fmt: skip
+    assert client.get_run(parent).info.status == "KILLED" and client.get_run(child).info.status == "KILLED"
+    assert client.get_run(alive).info.status == "RUNNING"  # a sweep whose process lives is left alone
+
+
+def test_a_full_workdir_stops_the_sweep_in_one_line_and_resume_measures_the_rest(tmp_path):
+    work = tmp_path / "work"
+    _tmpfs(work, "4m")
+    try:
+        (tmp_path / "s.yaml").write_text(THREE)
+        proc = dinox_popen(["run", "s.yaml", "--workdir", str(work)], tmp_path)
+        trial_child(proc, 1)
+        filler = _fill(work)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, out + err
+        assert "No space left on device" in err and err.count("\n") == 1 and "Traceback" not in err, err
+        runs = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}", "faults")
+        assert _states(runs) == [("sweep", "", "FAILED", ""), ("trial", "2", "FINISHED", "ok"),
+                                 ("trial", "3", "KILLED", "")]  # fmt: skip
+        killed = next(r for r in runs if r.info.status == "KILLED")
+        assert "No space left on device" in killed.data.tags["dinox.error"]
+
+        filler.unlink()
+        proc = run_dinox(["run", "s.yaml", "--workdir", str(work)], cwd=tmp_path)
+        assert proc.returncode == 0 and "2 ok; 1 already recorded" in proc.stdout, proc.stdout + proc.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(work)], check=False)  # lazy: this process may hold the store open
+
+
+def test_a_full_store_loses_nothing_and_sync_completes_each_run_once(tmp_path):
+    """The SQLite store fills its disk mid-sweep: the sweep goes on, and after `dinox sync` every result is
+    in the store exactly once, complete, on the run opened for it."""
+    store = tmp_path / "store"
+    _tmpfs(store, "4m")
+    try:
+        (tmp_path / "s.yaml").write_text(THREE)
+        uri = f"sqlite:///{store / 'mlflow.db'}"
+        proc = dinox_popen(["run", "s.yaml", "--tracking-uri", uri], tmp_path)
+        trial_child(proc, 1)
+        filler = _fill(store)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out + err
+        assert "warning: tracking store" in out and "dinox sync" in out and "Traceback" not in out + err
+        assert len(out + err) < 5000  # no MLflow tracebacks on the terminal
+        filler.unlink()
+        proc = run_dinox(["sync"], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs = runs_of(uri, "faults")
+        trials = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
+        assert sorted(r.data.params["batch.size"] for r in trials) == ["2", "3", "4"]
+        assert len({r.data.tags["dinox.result_id"] for r in trials}) == 3
+        assert all(r.info.status == "FINISHED" and r.data.tags["dinox.status"] == "ok" for r in trials)
+        assert all("images_per_s" in r.data.metrics and "model.name" in r.data.params for r in trials)
+        assert [r.info.status for r in runs if r.data.tags.get("dinox.role") == "sweep"] == ["FINISHED"]
+    finally:
+        subprocess.run(["umount", "-l", str(store)], check=False)  # lazy: this process may hold the store open
+
+
+def test_a_store_file_deleted_mid_sweep_is_never_called_logged(tmp_path):
+    (tmp_path / "s.yaml").write_text(THREE)
+    proc = dinox_popen(["run", "s.yaml"], tmp_path)
+    trial_child(proc, 1)
+    (tmp_path / "mlflow.db").unlink()
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    assert "was deleted during the sweep" in out and "Traceback" not in out + err
+    assert len(out + err) < 5000, out + err  # MLflow's own tracebacks go to the sweep's store.log
+    journal = next((tmp_path / ".dinox" / "sweeps" / "faults").glob("*/results.jsonl"))
+    state = Journal(journal.parent).read()
+    assert len(state.results) == 3 and len(state.logged) == 1  # only the result logged before the deletion
+
+
+def test_two_first_sweeps_on_a_new_store_do_not_race_in_its_migration(tmp_path):
+    """Two processes open the same new mlflow.db at the same instant, as two first `dinox run`s do; without
+    the lock MLflow's schema migration fails in one of them (duplicate column, alembic_version mismatch)."""
+    for attempt in range(2):
+        db = tmp_path / f"m{attempt}.db"
+        at = time.time() + 4  # both have imported MLflow by then
+        code = (
+            "import time\nfrom dinox.tracking import prepare_store\n"
+            f"while time.time() < {at}: time.sleep(0.001)\nprepare_store('sqlite:///{db}')\nprint('ok')\n"
+        )
+        procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+        assert MlflowClient(f"sqlite:///{db}").search_experiments()[0].name == "Default"
+
+
+def test_bad_journal_lines_are_skipped_and_reported_and_the_rest_syncs(tmp_path):
+    """A line `[1, 2]`, `null`, `{"event": "result"}` or non-UTF-8 bytes once made sync blame the store and
+    stop; a folder without a journal stopped a bare `dinox sync` from syncing the others."""
+    (tmp_path / "s.yaml").write_text(TINY.format(name="journal") + "sweep:\n  grid:\n    batch.size: [2, 3]\n")
+    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sweep_dir = next((tmp_path / ".dinox" / "sweeps" / "journal").glob("*"))
+    lines = (sweep_dir / "results.jsonl").read_bytes().splitlines()
+    # Forget the second result's "logged", as if the store had failed then, and damage the journal.
+    second = [json.loads(ln)["result_id"] for ln in lines if json.loads(ln)["event"] == "result"][1]
+    kept = [ln for ln in lines if not (json.loads(ln)["event"] == "logged" and json.loads(ln)["result_id"] == second)]
+    bad = [b"[1, 2]", b"null", b'{"event": "result"}', b"\xff\xfe not utf-8", b'{"event": "resu']
+    (sweep_dir / "results.jsonl").write_bytes(b"\n".join([kept[0], *bad, *kept[1:]]) + b"\n")
+    state = Journal(sweep_dir).read()
+    assert state.bad_lines == ["line 2: not a journal event (list)", "line 3: not a journal event (NoneType)",
+                               "line 4: result event without 'trial'", "line 5: not UTF-8 text",
+                               "line 6: not JSON (a line cut short by a crash?)"]  # fmt: skip
+    assert [p.result_id for p in state.pending] == [second]
+    # A second sweep folder with nothing readable in it: reported, and the good one still syncs.
+    broken = sweep_dir.parent / "broken"
+    broken.mkdir()
+    (broken / "results.jsonl").write_bytes(b"null\n")
+    out = run_dinox(["sync", str(broken), str(sweep_dir)], cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "no sweep journal (results.jsonl) here; 1 unreadable line(s)" in out.stderr
+    assert "tracking store" not in out.stderr and "Traceback" not in out.stderr
+    assert "line 2: not a journal event (list); skipped" in out.stdout
+    assert "0 result(s) logged, 1 already in the store" in out.stdout  # the store had it: never written twice
+    runs = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}", "journal")
+    assert len([r for r in runs if r.data.tags.get("dinox.role") == "trial"]) == 2
