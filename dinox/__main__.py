@@ -1,3 +1,3 @@
-from dinox.cli import main
+from dinox.cli import entry
 
-main(prog_name="dinox")
+entry()

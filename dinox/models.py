@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
-
 import timm
 import torch
 from torch import nn
 
+from dinox import model_names
 from dinox.spec import ModelSpec
 
 
@@ -16,12 +15,8 @@ class ModelBuildError(ValueError):
 
 
 def unknown_model(name: str) -> str | None:
-    """Why `name` is not a timm model, with the closest names, or None when it is one."""
-    if timm.is_model(name):
-        return None
-    close = difflib.get_close_matches(name, timm.list_models(), n=3)
-    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-    return f"unknown timm model {name!r}{hint}"
+    """Why `name` is not a timm model (the message dinox validate gives), or None when it is one."""
+    return None if timm.is_model(name) else model_names.unknown_model(name, timm.list_models())
 
 
 def build(spec: ModelSpec, num_classes: int, input_sizes: list[int] | None = None) -> nn.Module:

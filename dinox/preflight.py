@@ -1,6 +1,6 @@
 """Checks that need more than the spec itself, made before anything runs or is recorded: the timm model
-exists, and the data files a trial reads are there and readable. Imports timm (and so torch) lazily, only
-when called: the spec and grid modules stay free of it."""
+exists, and the data files a trial reads are there and readable. The model names come from a cached list
+of timm's architectures (dinox.model_names), so this imports neither timm nor torch once that list exists."""
 
 from __future__ import annotations
 
@@ -42,9 +42,10 @@ def check(doc: SpecDocument, trials: list[Trial]) -> list[Problem]:
 
 
 def _unknown_models(names: set[str]) -> dict[str, str]:
-    from dinox.models import unknown_model
+    from dinox.model_names import architectures, unknown_model
 
-    return {name: problem for name in sorted(names) if (problem := unknown_model(name))}
+    known = architectures()  # a cached list: timm (and torch) are imported only to make it
+    return {name: problem for name in sorted(names) if (problem := unknown_model(name, known))}
 
 
 def _index_problems(index_csv: str) -> list[str]:

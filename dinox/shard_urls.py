@@ -20,11 +20,30 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SPACE_OR_CONTROL = re.compile(r"[\x00-\x20\x7f]")  # urllib would refuse these in a URL anyway
 
 
+_RANGE = re.compile(r"\{(-?\w+)\.\.(-?\w+)(?:\.\.-?\d+)?\}")
+
+
+def _at_most(shards: str) -> int:
+    """An upper bound on how many names a brace pattern expands to, without expanding it (braceexpand builds
+    each range whole: ``{0..99999999}`` would take half a minute before any limit could stop it)."""
+    bound = 1
+    for low, high in _RANGE.findall(shards):
+        try:
+            bound *= abs(int(high) - int(low)) + 1
+        except ValueError:
+            bound *= 128  # a character range, {a..z}
+    for group in re.findall(r"\{([^{}]*,[^{}]*)\}", shards):
+        bound *= group.count(",") + 1
+    return bound
+
+
 def expand(shards: str, limit: int = MAX_SHARDS) -> list[str]:
-    """A brace pattern (``a-{000..009}.tar``) expanded as webdataset expands it, stopping past `limit`
-    (``{0..99999999}`` is a short string). Raises ValueError for a pattern braceexpand cannot read."""
+    """A brace pattern (``a-{000..009}.tar``) expanded as webdataset expands it, refusing more than `limit`
+    names. Raises ValueError for such a pattern, or one braceexpand cannot read."""
     import braceexpand
 
+    if _at_most(shards) > limit:
+        raise ValueError(f"{shards!r} expands to more than {limit} shards")
     try:
         urls = list(itertools.islice(braceexpand.braceexpand(shards), limit + 1))
     except braceexpand.UnbalancedBracesError as e:

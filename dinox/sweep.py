@@ -172,11 +172,14 @@ def run_sweep(
     isolation: str = "fork",
     skip_predicted_oom: bool = False,
     shard: str = "",
+    server: ForkServer | None = None,
 ) -> SweepReport:
     """Measure every trial and record it; see the module docstring. Raises TrackingError when the store is
-    unusable at the start, WorkdirError when the workdir cannot be written, Interrupted on SIGTERM/SIGINT."""
+    unusable at the start, WorkdirError when the workdir cannot be written, Interrupted on SIGTERM/SIGINT.
+    With isolation fork, `server` is a fork server the caller started early (one is started if not)."""
     options = SweepOptions(force, prune, skip_predicted_oom, shard, isolation)
-    server = ForkServer() if isolation == "fork" else None
+    if server is None and isolation == "fork":
+        server = ForkServer()
     if server is not None:
         server.start()  # its imports overlap with opening the sweep in MLflow
     try:

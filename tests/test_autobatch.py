@@ -70,7 +70,9 @@ AUTO = """\
 name: auto
 model: {name: resnet18, img_size: 64}
 objective: {num_classes: 10}
-batch: {size: auto, auto_min: 8, auto_max: 1024}
+# A 25% margin: under RLIMIT_DATA glibc's arenas move the CPU boundary by about 10% from one process to the
+# next (42, 44 or 46 fit in three runs of the same probes), more than the 10% default leaves.
+batch: {size: auto, auto_min: 8, auto_max: 1024, auto_margin: 0.25}
 hardware: {device: cpu, memory_limit_gb: 1.2, peak_tflops: 0.5}
 measure: {warmup_steps: 1, bench_steps: 2, repeats: 2, timeout_s: 120}
 sweep:
@@ -101,7 +103,7 @@ def test_auto_batch_on_a_capped_cpu_finds_the_boundary_within_the_budget(tmp_pat
     auto = trials["size=auto"]
     assert auto.data.tags["dinox.status"] == "ok"
     chosen = int(auto.data.params["batch.size"])
-    assert chosen <= 0.9 * fit and auto.data.metrics["batch_auto_fit"] == fit
+    assert chosen <= 0.75 * fit and auto.data.metrics["batch_auto_fit"] == fit
     assert auto.data.params["batch.accumulation"] == "1"
     assert auto.data.tags["dinox.batch_auto_probes"].count(":") == len(probes)
     # FLOPs and MFU against the spec's peak; the memory plan beside the measured peak.

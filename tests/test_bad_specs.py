@@ -76,6 +76,23 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
     ("index_unreadable", OK + "data: {source: ct_png, index_csv: binary.csv}\n", "spec.yaml:3: data.index_csv: binary.csv: unreadable (UnicodeDecodeError)"),
     ("missing_root", OK + "data: {source: ct_png, index_csv: good.csv, root: nowhere}\n", "spec.yaml:3: data.root: nowhere: no such directory"),
     ("missing_shards", OK + "data: {source: webdataset, shards: noshards}\n", "spec.yaml:3: data.shards: noshards: no .tar shards found"),
+    ("shards_pipe", OK + "data: {source: webdataset, shards: 'pipe:touch pwned; id > pwned #://'}\n", "spec.yaml:3: data.shards: scheme pipe: is not accepted"),
+    ("shards_pipe_in_braces", OK + "data: {source: webdataset, shards: '{pipe:id,a}.tar'}\n", "spec.yaml:3: data.shards: scheme pipe: is not accepted"),
+    ("shards_gs", OK + "data: {source: webdataset, shards: 'gs://bucket/a-{0..9}.tar'}\n", "spec.yaml:3: data.shards: scheme gs: is not accepted"),
+    ("shards_bomb", OK + "data: {source: webdataset, shards: 'a-{0..99999999}.tar'}\n", "spec.yaml:3: data.shards: 'a-{0..99999999}.tar' expands to more than 100000 shards"),
+    ("model_hub", "name: bad\nmodel: {name: 'hf-hub:timm/vit_tiny'}\n", "spec.yaml:2: model.name: a timm architecture name (hf-hub: and local-dir: sources are never loaded)"),
+    ("kwargs_checkpoint", "name: bad\nmodel: {name: r, kwargs: {checkpoint_path: /etc/passwd}}\n", "spec.yaml:2: model.kwargs.checkpoint_path: dinox measures untrained models"),
+    ("deep_nesting", OK + "x: " + "[" * 500 + "]" * 500 + "\n", "spec.yaml:3: YAML nested more than 32 levels deep"),
+    ("absurd_timeout", OK + "measure: {timeout_s: 3.0e+302}\n", "spec.yaml:3: measure.timeout_s: Input should be less than or equal to 2592000"),
+    ("absurd_warmup", OK + "measure: {warmup_steps: 18446744073709551617}\n", "spec.yaml:3: measure.warmup_steps: Input should be less than or equal to 1000000"),
+    ("absurd_classes", OK + "objective: {num_classes: 100000000000000000000}\n", "spec.yaml:3: objective.num_classes: Input should be less than or equal to 10000000"),
+    ("absurd_lr", OK + "optimizer: {lr: 1.0e+308}\n", "spec.yaml:3: optimizer.lr: Input should be less than or equal to 100"),
+    ("absurd_epochs", OK + "budget: {days: 1, dataset_size: 5, epochs: 1.0e+301}\n", "spec.yaml:3: budget.epochs: Input should be less than or equal to 1000000"),
+    ("nan_timeout", OK + "measure: {timeout_s: .nan}\n", "spec.yaml:3: measure.timeout_s: Input should be a finite number"),
+    ("inf_kwarg", "name: bad\nmodel: {name: r, kwargs: {depth: .inf}}\n", "spec.yaml:2: model.kwargs.depth: Input should be a finite number"),
+    ("name_dot", "name: '.'\nmodel: {name: r}\n", "spec.yaml:1: name: 1 to 100 letters, digits"),
+    ("name_dotdot", "name: '..'\nmodel: {name: r}\n", "spec.yaml:1: name: 1 to 100 letters, digits"),
+    ("name_300", "name: " + "a" * 300 + "\nmodel: {name: r}\n", "spec.yaml:1: name: 1 to 100 letters, digits"),
 ]  # fmt: skip
 
 
@@ -100,6 +117,7 @@ def test_malformed_spec_is_refused_before_anything_runs(tmp_path, monkeypatch, n
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".dinox").exists()  # nothing written
+    assert not (tmp_path / "pwned").exists()  # nothing ran
 
 
 HOSTILE_VALUES = [".inf", "-.inf", ".nan", "-1", "0", "1e400", "18446744073709551617", "~", "[]", "{}", "''",

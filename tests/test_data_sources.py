@@ -150,3 +150,37 @@ def test_synthetic_views():
     assert [tuple(v.shape) for v in views] == [(3, 16, 16)] * 2 + [(3, 8, 8)] * 2 and 0 <= label < 5
     image, _ = SyntheticImages(4, 1, ViewPlan(full_size=12), 5, 0)[0]
     assert image.shape == (1, 12, 12)
+
+
+def test_shards_over_http_are_read_without_a_subprocess(ct, tmp_path, monkeypatch):
+    """http(s) shards go through urllib in-process: webdataset's curl subprocess is never started."""
+    import functools
+    import http.server
+    import subprocess
+    import threading
+
+    root, hu = ct
+    write_shards(root / "png" / "_index" / "index.csv", tmp_path / "web", shard_size=2)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "web"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"a subprocess was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/ct-{{000000..000002}}.tar"
+        ds = CtShards(url, ViewPlan(full_size=32), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=10)
+        images = [img for img, _ in ds]
+    finally:
+        server.shutdown()
+    assert len(images) == 5
+    np.testing.assert_allclose(images[2].numpy(), expected_window(hu[[1, 2, 3]]), atol=1e-6)
+
+
+@pytest.mark.parametrize("shards", ["pipe:touch /tmp/dinox-pwned; #://", "{pipe:id,a}.tar", "gs://b/a.tar"])
+def test_a_hand_written_trial_cannot_reach_a_shell_either(shards):
+    """The spec refuses these at validation; the reader refuses them again (a trial.json written by hand)."""
+    with pytest.raises(DataError, match="is not accepted"):
+        CtShards(shards, ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)

