@@ -58,8 +58,8 @@ class TreeMemory:
         self._next = 0.0
         self._interval = 1.0
 
-    def maybe_sample(self, now: float) -> None:
-        if now < self._next:
+    def maybe_sample(self, now: float, force: bool = False) -> None:
+        if now < self._next and not force:
             return
         t = time.perf_counter()
         total = 0
@@ -205,6 +205,9 @@ def run_trial(
                 memory.maybe_sample(now)
                 if result_seen_at is None and all(p.exists() for p in rank_paths or [result_path]):
                     result_seen_at = now
+                    # Once more while every process of the trial still holds its memory: a short trial
+                    # may have ended between two samples of the adaptive interval.
+                    memory.maybe_sample(now, force=True)
                 if result_seen_at is not None and now - result_seen_at > EXIT_GRACE_S:
                     break
                 if result_seen_at is None and now - spawned_at > timeout:
