@@ -194,6 +194,8 @@ class KneeRow:
     knee_workers: int
     best_workers: int
     best_ips: float
+    # (workers, loader_images_per_s): what the input pipeline alone delivers at that worker count
+    loader_points: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -211,7 +213,10 @@ class PinRow:
 class LoaderFindings:
     knees: list[KneeRow] = field(default_factory=list)
     pin: list[PinRow] = field(default_factory=list)
-    io_bound: list[tuple[str, str, float]] = field(default_factory=list)  # (run name, model, measured ips)
+    # (run name, model, measured ips, loader_cost or None): trials whose input pipeline sets the pace
+    io_bound: list[tuple[str, str, float, float | None]] = field(default_factory=list)
+    # (run name, model, measured ips): trials whose device waits on the host (Python, kernel launches)
+    host_bound: list[tuple[str, str, float]] = field(default_factory=list)
 
     @property
     def pin_summary(self) -> str:
@@ -380,19 +385,22 @@ def _loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFind
     ok = [r for r in records if r.status == "ok" and "images_per_s" in r.metrics]
     findings = LoaderFindings()
     # The worker knee: among trials equal in everything but loader.num_workers.
-    knees: list[tuple[tuple, list[tuple[int, float]]]] = []
+    knees: list[tuple[tuple, list[tuple[int, float]], list[tuple[int, float]]]] = []
     for key, rs in _groups_without(ok, "loader.num_workers"):
         by_workers: dict[int, float] = {}
+        ceiling: dict[int, float] = {}
         for r in rs:
             w = r.param_int("loader.num_workers")
             if w is not None:
                 by_workers[w] = max(by_workers.get(w, 0.0), r.metrics["images_per_s"])
+                if "loader_images_per_s" in r.metrics:
+                    ceiling[w] = max(ceiling.get(w, 0.0), r.metrics["loader_images_per_s"])
         if len(by_workers) >= 2:
-            knees.append((key, sorted(by_workers.items())))
-    for settings, (_key, points) in zip(_telling([k for k, _ in knees]), knees, strict=True):
+            knees.append((key, sorted(by_workers.items()), sorted(ceiling.items())))
+    for settings, (_key, points, loader_points) in zip(_telling([k for k, _, _ in knees]), knees, strict=True):
         best_w, best = max(points, key=lambda p: p[1])
         knee = min(w for w, ips in points if ips >= (1 - tolerance) * best)
-        findings.knees.append(KneeRow(settings, points, knee, best_w, best))
+        findings.knees.append(KneeRow(settings, points, knee, best_w, best, loader_points))
     # Pinned memory: pairs equal in everything but loader.pin_memory.
     pairs: list[tuple[tuple, float, float]] = []
     for key, rs in _groups_without(ok, "loader.pin_memory"):
@@ -403,9 +411,15 @@ def _loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFind
     for settings, (_key, on, off) in zip(_telling([k for k, _, _ in pairs]), pairs, strict=True):
         findings.pin.append(PinRow(settings, on, off))
     findings.io_bound = [
-        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])
+        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"],
+         r.metrics.get("loader_cost"))
         for r in ok
         if r.tags.get("dinox.bound") == "io_bound"
+    ]  # fmt: skip
+    findings.host_bound = [
+        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])
+        for r in ok
+        if r.tags.get("dinox.bound") == "host_bound"
     ]
     return findings
 
@@ -571,7 +585,9 @@ def to_json(d: Decision) -> dict[str, Any]:
                 "knees": [asdict(k) for k in d.loader.knees],
                 "pin_memory": [asdict(p) | {"ratio": p.ratio} for p in d.loader.pin],
                 "pin_memory_summary": d.loader.pin_summary,
-                "io_bound": [{"run": n, "model": m, "images_per_s": ips} for n, m, ips in d.loader.io_bound],
+                "io_bound": [{"run": n, "model": m, "images_per_s": ips, "loader_cost": cost}
+                             for n, m, ips, cost in d.loader.io_bound],
+                "host_bound": [{"run": n, "model": m, "images_per_s": ips} for n, m, ips in d.loader.host_bound],
             },
             "sources": d.sources,
             "notes": d.notes,
@@ -766,25 +782,31 @@ def _memory_section(checks: list[MemoryCheck]) -> list[str]:
 
 
 def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
-    if not (f.knees or f.pin or f.io_bound):
+    if not (f.knees or f.pin or f.io_bound or f.host_bound):
         return []
     out = ["## Input pipeline", ""]
     if f.knees:
-        out += [f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal):", ""]
-        out += ["| settings | knee | best | best img/s | img/s by workers |", "|---|---|---|---|---|"]
+        out += [f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal). "
+                "\"Loader alone\" is what the input pipeline delivers with the model idle (`loader_images_per_s`): "
+                "where it is close to the step's rate, the loader sets the pace.", ""]  # fmt: skip
+        out += ["| settings | knee | best | best img/s | img/s by workers | loader alone by workers |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
         for k in f.knees:
             curve = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.points)
-            out.append(
-                f"| {_fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | {curve} |"
-            )
+            ceiling = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.loader_points) or "-"
+            out.append(f"| {_fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
+                       f"{curve} | {ceiling} |")  # fmt: skip
         out.append("")
     if f.pin:
         out += [f"{f.pin_summary[0].upper()}{f.pin_summary[1:]}.", ""]
     if f.io_bound:
-        out += [
-            f"io_bound trials ({len(f.io_bound)}): " + ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.io_bound),
-            "",
-        ]
+        shown = ", ".join(f"{n} ({ips:.0f} img/s" + (f", the loader costs {cost:.0%}" if cost is not None else "") + ")"
+                          for n, _m, ips, cost in f.io_bound)  # fmt: skip
+        out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
+    if f.host_bound:
+        shown = ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound)
+        out += [f"host_bound trials ({len(f.host_bound)}): {shown}. The device waits on Python and kernel launches, "
+                "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.", ""]  # fmt: skip
     return out
 
 

@@ -144,7 +144,7 @@ def cost_of(spec: TrialSpec) -> ModelCost:
 
 
 def machine(device_kind: str) -> Machine:
-    from dinox.trial import environment_tags, resolve_device
+    from dinox.device import environment_tags, resolve_device
 
     runtime = psutil.Process().memory_info().rss / GB
     host = psutil.virtual_memory().total / GB

@@ -24,6 +24,9 @@ _ID_EXCLUDED = {
     "measure.bound_threshold",
     "measure.unstable_threshold",
     "hardware.peak_tflops",
+    # The ablation windows add figures beside the trial's own; they do not change what its windows measure.
+    "measure.ablation",
+    "measure.ablation_steps",
 }
 
 

@@ -96,11 +96,20 @@ def _workers(d: Decision, path: Path) -> Path:
     for k in d.loader.knees[:12]:  # more lines than that is unreadable; the report's table has them all
         label = ", ".join(f"{key.rsplit('.', 1)[-1]}={v}" for key, v in k.settings.items()) or "all trials"
         (line,) = ax.plot([w for w, _ in k.points], [ips for _, ips in k.points], marker="o", label=_short(label))
+        if k.loader_points:  # what the loader alone delivers: where the step's curve meets it, the loader paces
+            ax.plot([w for w, _ in k.loader_points], [ips for _, ips in k.loader_points], linestyle="--",
+                    marker=".", color=line.get_color(), alpha=0.7)  # fmt: skip
         knee_ips = dict(k.points)[k.knee_workers]
         ax.scatter([k.knee_workers], [knee_ips], s=160, facecolors="none", edgecolors=line.get_color())
+    shown = d.loader.knees[:12]
+    if any(k.loader_points for k in shown):
+        ax.plot([], [], linestyle="--", marker=".", color="grey", label="the loader alone (loader_images_per_s)")
+        values = [ips for k in shown for _, ips in (*k.points, *k.loader_points)]
+        if max(values) / max(min(values), 1e-9) > 20:
+            ax.set_yscale("log")  # a loader 100x faster than the step: both curves stay readable
     ax.set_xlabel("DataLoader workers")
     ax.set_ylabel("images/s (measured)")
-    ax.set_title("Throughput against workers (circle: the knee)")
+    ax.set_title("Throughput against workers (circle: the knee; dashed: the loader alone)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)

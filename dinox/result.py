@@ -10,8 +10,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dinox.bound import BOUNDS
+
 STATUSES = ("ok", "oom", "error", "crashed", "timeout", "skipped")
-BOUNDS = ("compute_bound", "io_bound", "transfer_bound")
 
 
 @dataclass

@@ -206,6 +206,9 @@ class SyntheticData(_Section):
         None, le=10**12, description="dataset length; null: exactly what the measured steps consume (no epoch edge)"
     )
     seed: NonNegativeInt = Field(0, le=MAX_SEED)
+    sample_delay_ms: NonNegativeFloat = Field(
+        0.0, le=60_000.0, description="a wait added to every sample: a slow disk or decoder, as a what-if"
+    )
 
 
 class _HuWindow(_Section):
@@ -284,6 +287,14 @@ class MeasureSpec(_Section):
     )
     timeout_s: PositiveFloat = Field(
         1800.0, le=30 * 86400.0, description="hard limit on the whole child process (at most 30 days)"
+    )
+    ablation: bool = Field(
+        True,
+        description="after the timed windows: a compute-only and a no-loader window (loader_cost, transfer_cost) "
+        "and a loader-only window (loader_images_per_s)",
+    )
+    ablation_steps: PositiveInt | None = Field(
+        None, le=MAX_STEPS, description="steps of each ablation window; null: measure.bench_steps"
     )
     bound_threshold: float = Field(
         0.10,

@@ -35,8 +35,8 @@ from dinox.tracking import SweepRecorder, configure_client, result_summary
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
 CSV_LEAD = [
     "index", "trial_id", "run_id", "label", "status", "bound", "images_per_s", "step_s_p50", "step_s_p90",
-    "data_s", "h2d_s", "compute_s", "peak_mem_allocated_gb", "peak_mem_reserved_gb", "device_mem_total_gb",
-    "host_peak_rss_gb", "params_m", "error",
+    "data_s", "h2d_s", "compute_s", "loader_cost", "transfer_cost", "loader_images_per_s", "device_idle_share",
+    "peak_mem_allocated_gb", "peak_mem_reserved_gb", "device_mem_total_gb", "host_peak_rss_gb", "params_m", "error",
 ]  # fmt: skip
 
 
@@ -143,9 +143,10 @@ def describe(trial: Trial, r: TrialResult) -> str:
     if "batch_auto_fit" in m and not trial.spec.batch.auto:
         head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
     if r.status == "ok":
+        why = f" (loader {m['loader_cost']:.0%}, copies {m['transfer_cost']:.0%})" if "loader_cost" in m else ""
         return (
             f"{head} | {m['images_per_s']:.1f} img/s, step p50 {m['step_s_p50']:.3f}s p90 {m['step_s_p90']:.3f}s,"
-            f" {r.bound}, peak {m.get('peak_mem_reserved_gb', 0):.2f} GB, trial {m.get('trial_wall_s', 0):.1f}s"
+            f" {r.bound}{why}, peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, trial {m.get('trial_wall_s', 0):.1f}s"
         )
     return f"{head} | {r.error[:200]}"
 

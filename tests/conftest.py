@@ -12,13 +12,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A trial small enough that a 2-core CPU measures it in about a second once torch is imported.
+# A trial small enough that a 2-core CPU measures it in about a second once torch is imported. Without the
+# ablation windows (tests that are about them turn them on).
 TINY = """\
 name: {name}
 model: {{name: vit_tiny_patch16_224, img_size: 32, kwargs: {{patch_size: 8}}}}
 objective: {{num_classes: 10}}
 batch: {{size: 4}}
-measure: {{warmup_steps: 1, bench_steps: 3, repeats: 1, timeout_s: 120}}
+measure: {{warmup_steps: 1, bench_steps: 3, repeats: 1, timeout_s: 120, ablation: false}}
 """
 
 

@@ -1,4 +1,5 @@
-"""The timed loop, in-process on the CPU: accounting against an independent clock, and the time split."""
+"""The timed loop, in-process on the CPU: accounting against an independent clock, the windows and their
+steps, the ablation windows and the loader-only window."""
 
 from __future__ import annotations
 
@@ -24,18 +25,10 @@ class Images(Dataset):
         return torch.zeros(3, 8, 8), 0
 
 
-def loop(loader, micro_step, optimizer_step=lambda: None, accumulation=2, batch_size=4, warmup=2, steps=6):
-    return bench.run(
-        loader,
-        to_device=lambda b: b,
-        micro_step=micro_step,
-        optimizer_step=optimizer_step,
-        device=torch.device("cpu"),
-        accumulation=accumulation,
-        batch_size=batch_size,
-        warmup_steps=warmup,
-        bench_steps=steps,
-    )
+def loop(loader, micro_step, optimizer_step=lambda: None, accumulation=2, batch_size=4, warmup=2, steps=6, **kw):
+    return bench.run(loader, to_device=lambda b: b, micro_step=micro_step, optimizer_step=optimizer_step,
+                     device=torch.device("cpu"), accumulation=accumulation, batch_size=batch_size,
+                     warmup_steps=warmup, bench_steps=steps, **kw)  # fmt: skip
 
 
 def test_images_per_s_matches_an_independent_clock():
@@ -54,36 +47,27 @@ def test_images_per_s_matches_an_independent_clock():
         ends.append(time.perf_counter())
 
     stats = loop(DataLoader(Images(400), batch_size=4), micro, step, warmup=2, steps=8)
-    assert len(ends) == 10 and len(stats.steps) == 8
+    assert len(ends) == 10 and len(stats.steps) == 7  # the intervals between 8 consecutive step ends
+    assert stats.clock == "host" and stats.images == 8 * 2 * 4
     independent = stats.images / (ends[-1] - ends[1])  # from the end of warm-up to the last step
-    assert stats.images == 8 * 2 * 4
     assert stats.images_per_s == pytest.approx(independent, rel=0.05)
-    assert stats.window_s == pytest.approx(sum(s.step_s for s in stats.steps), rel=0.05)
+    # Each period is the interval between two step ends, as the test's clock saw them.
+    assert stats.periods == pytest.approx([b - a for a, b in zip(ends[2:], ends[3:], strict=False)], abs=2e-3)
 
 
-def test_compute_heavy_loop_is_compute_bound():
-    stats = loop(DataLoader(Images(200), batch_size=4), lambda b: time.sleep(0.02))
-    assert stats.mean("step_s") == pytest.approx(0.04, rel=0.5)
-    assert stats.mean("compute_s") > 0.8 * stats.mean("step_s")
-    assert bench.classify(stats.mean("data_s"), stats.mean("h2d_s"), stats.mean("step_s"), 0.1) == "compute_bound"
-
-
-def test_slow_loader_is_io_bound():
-    # 4 samples x 10 ms per micro-batch in the main process: the step waits on data.
-    stats = loop(DataLoader(Images(200, delay_s=0.01), batch_size=4), lambda b: None)
-    assert stats.mean("data_s") > 0.8 * stats.mean("step_s")
-    assert bench.classify(stats.mean("data_s"), stats.mean("h2d_s"), stats.mean("step_s"), 0.1) == "io_bound"
+def test_a_step_splits_into_data_copy_compute_and_idle():
+    stats = loop(DataLoader(Images(200, delay_s=0.005), batch_size=2), lambda b: time.sleep(0.02), batch_size=2,
+                 warmup=1, steps=4)  # fmt: skip
+    for s in stats.steps:
+        assert s.busy + s.idle == pytest.approx(s.period, abs=1e-6)
+        # 2 micro-batches x 2 samples x 5 ms of loading; 2 x 20 ms of compute.
+        assert s.data == pytest.approx(0.02, abs=0.01) and s.compute == pytest.approx(0.04, abs=0.015)
+        assert s.idle_loading == pytest.approx(s.data, abs=0.005) and s.lag == 0.0
 
 
 def test_an_exhausted_loader_starts_a_new_epoch():
     stats = loop(DataLoader(Images(8), batch_size=4), lambda b: None, warmup=1, steps=5)  # 1 epoch = 2 micro
-    assert len(stats.steps) == 5
-
-
-def test_classify_prefers_the_larger_wait():
-    assert bench.classify(0.05, 0.3, 1.0, 0.1) == "transfer_bound"
-    assert bench.classify(0.3, 0.2, 1.0, 0.1) == "io_bound"
-    assert bench.classify(0.05, 0.05, 1.0, 0.1) == "compute_bound"
+    assert len(stats.windows[0].steps) == 4
 
 
 def test_quantile_interpolates_like_numpy():
@@ -101,13 +85,36 @@ def test_repeated_windows_report_their_spread():
         # Warm-up (1 step x 2 micro) and the first window (3 x 2) at 5 ms, the second and third at 10 ms.
         time.sleep(0.005 if calls[0] <= 8 else 0.010)
 
-    stats = bench.run(DataLoader(Images(400), batch_size=4), to_device=lambda b: b, micro_step=micro,
-                      optimizer_step=lambda: None, device=torch.device("cpu"), accumulation=2, batch_size=4,
-                      warmup_steps=1, bench_steps=3, repeats=3)  # fmt: skip
-    assert len(stats.windows_s) == 3 and len(stats.steps) == 9
-    assert stats.images == 3 * 3 * 2 * 4 and stats.window_s == sum(stats.windows_s)
+    stats = loop(DataLoader(Images(400), batch_size=4), micro, warmup=1, steps=3, repeats=3)
+    assert len(stats.windows) == 3 and len(stats.steps) == 6
+    assert stats.images == 3 * 3 * 2 * 4 and stats.window_s == sum(w.wall_s for w in stats.windows)
     fast, slow1, slow2 = stats.window_images_per_s
     assert fast > 1.5 * slow1 and slow1 == pytest.approx(slow2, rel=0.3)
     assert stats.spread == pytest.approx((fast - min(slow1, slow2)) / sorted([fast, slow1, slow2])[1])
     assert stats.spread > 0.5
     assert stats.loader_start_s >= 0
+
+
+def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
+    """A loader that costs 10 ms per sample, a step that computes 10 ms per micro-batch: without the loader
+    a step is twice as fast, and the loader alone delivers its own rate."""
+    fetched = [0]
+
+    class Counting(Images):
+        def __getitem__(self, i):
+            fetched[0] += 1
+            return super().__getitem__(i)
+
+    stats = loop(DataLoader(Counting(400, delay_s=0.005), batch_size=2), lambda b: time.sleep(0.01), batch_size=2,
+                 warmup=1, steps=4, ablation_steps=4, loader_batches=6)  # fmt: skip
+    # Warm-up, the timed window and the loader windows run beside the ablation windows, which never fetch.
+    assert fetched[0] == (1 + 4 + 4) * 2 * 2 + 6 * 2
+    timed = stats.images_per_s
+    assert stats.images == 4 * 2 * 2  # only the timed window counts
+    # Each ablation kind ran twice (2 steps each), in turn with a loader window like the timed ones.
+    assert [len(ws) for ws in (stats.reference, stats.compute_only, stats.no_loader)] == [2, 2, 2]
+    assert bench.rate(stats.reference) == pytest.approx(timed, rel=0.3)
+    assert bench.rate(stats.compute_only) == pytest.approx(2 * timed, rel=0.3)
+    assert bench.rate(stats.no_loader) == pytest.approx(bench.rate(stats.compute_only), rel=0.2)
+    assert stats.loader_images_per_s == pytest.approx(200, rel=0.3)  # 2 samples per 10 ms
+    assert stats.ablation_s > 0

@@ -7,6 +7,9 @@ import re
 import subprocess
 import sys
 
+import pytest
+import torch
+
 from tests.conftest import ROOT
 
 
@@ -30,3 +33,67 @@ def test_bench_fidelity_prints_its_figures(tmp_path):
     assert re.search(r"^dinox images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^hand loop images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^fidelity_ratio \d+\.\d{3} ", out, re.M), out
+
+
+def _gpu_check():
+    import importlib.util
+
+    if "gpu_check" not in sys.modules:  # dataclasses look their module up there
+        spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+        sys.modules["gpu_check"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["gpu_check"])
+    return sys.modules["gpu_check"]
+
+
+def test_gpu_check_spec_covers_every_gpu_path_and_validates(tmp_path):
+    from dinox import grid, spec
+
+    gc = _gpu_check()
+    (tmp_path / "index.csv").write_text("png_path,series_dir,slice_index\n")
+    path = tmp_path / "gpu_check.yaml"
+    path.write_text(gc.spec_text(str(tmp_path / "index.csv"), small=False, device="cuda"))
+    trials = grid.expand(spec.load(path))
+    cases = gc.cases(str(tmp_path / "index.csv"), small=False)
+    assert len(trials) == len(cases) == 11
+    by_label = {c.label: t.spec for c, t in zip(cases, trials, strict=True)}
+    assert by_label["fp16 GradScaler"].precision == "fp16-mixed"
+    assert by_label["compile"].model.compile is True
+    assert by_label["unpinned copies"].loader.pin_memory is False and by_label["pinned copies"].loader.pin_memory
+    assert by_label["OOM under a memory cap"].hardware.memory_limit_gb == 6
+    assert by_label["batch.size auto"].batch.auto
+    assert by_label["DINO ViT-S/14 multi-crop"].objective.kind == "dino"
+    assert by_label["CT PNG, 0 workers (built io_bound)"].loader.num_workers == 0
+    assert sum(c.hand_loop for c in cases) == 3 and {c.expect_bound for c in cases} == {None, "io_bound",
+                                                                                          "compute_bound"}
+
+
+def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status():
+    gc = _gpu_check()
+    row = {"status": "ok", "bound": "io_bound", "images_per_s": "96.0", "error": "", "device_idle_share": "0.02",
+           "peak_mem_reserved_gb": "10.5", "mfu": "0.41"}  # fmt: skip
+    built = gc.Case("built compute_bound", {}, expect_bound="compute_bound", hand_loop=True)
+    line = gc.Line(built, row, hand=100.0)
+    assert line.ratio == pytest.approx(0.96)
+    assert line.problems() == ["built compute_bound: labelled io_bound, built to be compute_bound",
+                               "built compute_bound: dinox / hand loop = 0.960 < 0.98"]  # fmt: skip
+    oom = gc.Line(gc.Case("OOM", {}, expect_status="oom"), {**row, "status": "ok", "bound": "compute_bound"})
+    assert oom.problems() == ["OOM: ok where oom was expected ()"]
+    fine = gc.Line(gc.Case("fine", {}), {**row, "bound": "compute_bound"}, hand=96.0)
+    assert fine.problems() == []
+    text = gc.table([line, fine])
+    assert "| built compute_bound | ok     | 96.0  | 0.960" in text and "41.0%" in text and "2.0%" in text
+
+
+def test_gpu_check_hand_loop_runs_on_the_cpu():
+    gc = _gpu_check()
+    row = {"batch.size": "2", "model.img_size": "32", "precision": "fp32", "model.channels_last": "True",
+           "model.name": "resnet18", "model.compile": "False", "loader.num_workers": "0",
+           "loader.pin_memory": "False"}  # fmt: skip
+    assert gc.hand_loop(row, steps=2, warmup=1) > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_check_passes_on_this_gpu():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py")], capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

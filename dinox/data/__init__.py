@@ -23,7 +23,8 @@ def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_need
     if isinstance(data, SyntheticData):
         from dinox.data.synthetic import SyntheticImages
 
-        return SyntheticImages(data.num_samples or samples_needed, channels, plan, num_classes, data.seed)
+        return SyntheticImages(data.num_samples or samples_needed, channels, plan, num_classes, data.seed,
+                               data.sample_delay_ms / 1000.0)  # fmt: skip
     window = HuWindow((data.window_level_min, data.window_level_max), (data.window_width_min, data.window_width_max))
     if isinstance(data, CtPngData):
         from dinox.data.ct_png import CtPngSlices

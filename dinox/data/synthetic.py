@@ -3,9 +3,13 @@
 Generating each sample costs CPU time proportional to its pixels, so the loader knobs (workers,
 prefetch, pinned memory) act on it as they do on a real pipeline; the content is noise, so it measures
 the model's compute, not a decoder's. With a multi-crop plan each sample is DINO's list of views.
+``delay_s`` adds a fixed wait to every sample (a slow disk or network file system, or a decoder's cost),
+to ask "what if the input pipeline took this long?" and to build a loader-bound trial on purpose.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 from torch.utils.data import Dataset
@@ -14,8 +18,10 @@ from dinox.data.views import ViewPlan
 
 
 class SyntheticImages(Dataset):
-    def __init__(self, length: int, channels: int, plan: ViewPlan, num_classes: int, seed: int):
+    def __init__(self, length: int, channels: int, plan: ViewPlan, num_classes: int, seed: int,
+                 delay_s: float = 0.0):  # fmt: skip
         self.length = length
+        self.delay_s = delay_s
         self.channels = channels
         self.plan = plan
         self.num_classes = num_classes
@@ -31,4 +37,6 @@ class SyntheticImages(Dataset):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         views = [torch.randn((self.channels, s, s), generator=g) for s in self.plan.sizes]
         label = int(torch.randint(self.num_classes, (1,), generator=g))
+        if self.delay_s:
+            time.sleep(self.delay_s)
         return (views[0] if self.plan.full_size is not None else views), label

@@ -1,0 +1,161 @@
+"""The device a trial runs on: choosing it, capping its memory, precision flags, what it is called, its
+memory peaks, and joining torchrun's process group. Shared by the trial and the estimate children."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import resource
+import sys
+from typing import Any
+
+import timm
+import torch
+
+from dinox.spec import TrialSpec
+
+GIB = 2**30
+
+
+def resolve_device(kind: str) -> torch.device:
+    if kind == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("hardware.device: cuda was asked for but torch.cuda.is_available() is False")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("hardware.device: mps was asked for but torch.backends.mps.is_available() is False")
+    return torch.device(kind, torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
+def device_total_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "mps":
+        return int(torch.mps.recommended_max_memory())
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
+def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[str, str]) -> int:
+    """Cap what this trial may use; return the device memory it has (bytes)."""
+    total = device_total_bytes(device)
+    if limit_gb is None:
+        return total
+    limit = int(limit_gb * GIB)
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), device)
+        tags["dinox.memory_limit"] = "cuda_memory_fraction"
+    elif device.type == "mps":
+        torch.mps.set_per_process_memory_fraction(min(2.0, limit / total))
+        tags["dinox.memory_limit"] = "mps_memory_fraction"
+    else:
+        # RLIMIT_DATA bounds this process's heap and anonymous mappings (where tensors live), while the
+        # shared libraries of torch's CUDA build (GBs of address space) do not count against it as they
+        # would with RLIMIT_AS. Loader workers inherit it, each with the same cap.
+        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        tags["dinox.memory_limit"] = "rlimit_data"
+    return min(limit, total)
+
+
+def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) -> tuple[Any, Any]:
+    """Set the backend flags for `precision`; return (autocast dtype or None, GradScaler or None)."""
+    if device.type == "cuda":
+        tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        # Input shapes never change within a trial, so cuDNN's autotuning pays for itself.
+        torch.backends.cudnn.benchmark = True
+    elif precision == "tf32":
+        tags["dinox.note"] = f"tf32 has no effect on {device.type}; measured as fp32"
+    if precision == "bf16-mixed":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise RuntimeError("precision: bf16-mixed is not supported by this GPU")
+        return torch.bfloat16, None
+    if precision == "fp16-mixed":
+        return torch.float16, torch.amp.GradScaler(device.type)
+    return None, None
+
+
+def environment_tags(device: torch.device) -> dict[str, str]:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    elif device.type == "mps":
+        name = f"Apple MPS ({platform.machine()})"
+    else:
+        name = _cpu_name()
+    return {
+        "dinox.device": str(device),
+        "dinox.device_name": name,
+        "dinox.torch_version": torch.__version__,
+        "dinox.cuda_version": str(torch.version.cuda or ""),
+        "dinox.hip_version": str(getattr(torch.version, "hip", None) or ""),
+        "dinox.timm_version": timm.__version__,
+        "dinox.python_version": platform.python_version(),
+        "dinox.host": platform.node(),
+        "dinox.torch_threads": str(torch.get_num_threads()),
+    }
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cpus)"
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cpus)"
+
+
+def own_peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
+
+
+def rank_of_world() -> tuple[int, int, int] | None:
+    """(rank, local rank, world size) when torchrun started this process as one of several ranks."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), world
+
+
+def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> torch.device:
+    """Join torchrun's process group: NCCL on CUDA (one GPU per local rank), gloo on the CPU."""
+    import torch.distributed as dist
+
+    rank, local_rank, world = rank_of_world()  # type: ignore[misc]
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # A rank that dies leaves the others in a collective: torchrun stops them, and this bounds the wait.
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=spec.measure.timeout_s))
+    tags.update({"dinox.rank": str(rank), "dinox.world_size": str(world), "dinox.dist_backend": backend})
+    return device
+
+
+def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    metrics["child_peak_rss_gb"] = own_peak_rss_bytes() / GIB
+    if device.type == "cuda":
+        metrics["peak_mem_allocated_gb"] = torch.cuda.max_memory_allocated(device) / GIB
+        metrics["peak_mem_reserved_gb"] = torch.cuda.max_memory_reserved(device) / GIB
+        tags["dinox.mem_source"] = "cuda_allocator"
+    elif device.type == "mps":
+        metrics["peak_mem_allocated_gb"] = torch.mps.current_allocated_memory() / GIB
+        metrics["peak_mem_reserved_gb"] = torch.mps.driver_allocated_memory() / GIB
+        tags["dinox.mem_source"] = "mps_allocator_at_end"
+    else:
+        # On the CPU the "device" is host memory: the trial process's peak resident set.
+        metrics["peak_mem_allocated_gb"] = metrics["child_peak_rss_gb"]
+        metrics["peak_mem_reserved_gb"] = metrics["child_peak_rss_gb"]
+        tags["dinox.mem_source"] = "process_peak_rss"

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""GPU acceptance: every GPU path of dinox through `dinox run`, and three of them against a hand-written loop.
+
+    python scripts/gpu_check.py                 # on a CUDA machine; under 8 minutes on one H100
+    python scripts/gpu_check.py --print-spec    # the spec it runs, without running it (any machine)
+
+It writes demo CT data, a spec and an MLflow store into a temporary folder (nothing outside it), runs the spec
+with `dinox run` (one trial per GPU path: bf16-mixed with channels_last and fused AdamW, fp16-mixed with its
+GradScaler, tf32, torch.compile, pinned and unpinned non-blocking copies, an OOM at a real batch under
+hardware.memory_limit_gb, batch.size auto, a DINO ViT-S/14 multi-crop step, a CT PNG trial with 0 workers
+built to be io_bound, a large synthetic trial built to be compute_bound), then times three of the same
+configurations in a loop written by hand that synchronises only at the edges of its window, as a user's own
+training loop would. It prints one table (trial, status, images/s, dinox / hand loop, bound, device idle
+share, peak memory, MFU against dinox.peaks) and exits 1 when a fidelity ratio is below 0.98, a constructed
+case gets the wrong label, or a trial ends other than expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIDELITY_MIN = 0.98
+
+BASE = """\
+# Written by scripts/gpu_check.py: one trial per GPU path.
+name: gpu_check
+model: {{name: resnet50, img_size: 224, channels_last: true}}
+objective: {{kind: classification, num_classes: 1000}}
+precision: bf16-mixed
+batch: {{size: 128, accumulation: 1}}
+optimizer: {{name: adamw, lr: 1.0e-3}}
+loader: {{num_workers: {workers}, pin_memory: true, prefetch_factor: 4, persistent_workers: true}}
+data: {{source: synthetic}}
+hardware: {{device: {device}}}
+measure: {{warmup_steps: 10, bench_steps: {steps}, repeats: 2, ablation_steps: {steps}, timeout_s: 600}}
+sweep:
+  cases:
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    overrides: dict
+    expect_status: str = "ok"
+    expect_bound: str | None = None  # a constructed case: the label it must get
+    hand_loop: bool = False  # also timed in the hand-written loop
+
+    def yaml(self) -> str:
+        return f"    - {json.dumps(self.overrides)}   # {self.label}\n"
+
+
+def cases(index_csv: str, small: bool) -> list[Case]:
+    """The GPU paths. `small`: tiny models and sizes (the CPU smoke test of this script's own plumbing)."""
+    big = "resnet18" if small else "vit_base_patch16_224"
+    img, batch = (32, 8) if small else (224, 128)
+    out = [
+        Case("bf16 channels_last fused", {"batch.size": batch, "model.img_size": img}, hand_loop=True),
+        Case("fp16 GradScaler", {"precision": "fp16-mixed", "batch.size": batch, "model.img_size": img}),
+        Case("tf32", {"precision": "tf32", "model.channels_last": False, "batch.size": batch, "model.img_size": img}),
+        Case("compile", {"model.compile": True, "batch.size": batch, "model.img_size": img}, hand_loop=True),
+        Case("pinned copies", {"model.name": "resnet18", "batch.size": 2 * batch, "model.img_size": img},
+             hand_loop=True),
+        Case("unpinned copies", {"model.name": "resnet18", "batch.size": 2 * batch, "model.img_size": img,
+                                 "loader.pin_memory": False}),
+        Case("OOM under a memory cap", {"model.name": "vit_large_patch16_224", "batch.size": 512,
+                                        "hardware.memory_limit_gb": 6, "model.channels_last": False},
+             expect_status="oom"),
+        Case("batch.size auto", {"batch.size": "auto", "batch.auto_min": 16, "batch.auto_max": 1024,
+                                 "hardware.memory_limit_gb": 12, "model.img_size": img}),
+        Case("DINO ViT-S/14 multi-crop", {"model.name": "vit_small_patch14_dinov2", "model.channels_last": False,
+                                          "objective": {"kind": "dino", "out_dim": 65536, "local_crops": 8,
+                                                        "local_crop_size": 98}, "batch.size": 64}),
+        Case("CT PNG, 0 workers (built io_bound)", {"data": {"source": "ct_png", "index_csv": index_csv},
+                                                   "loader.num_workers": 0, "loader.prefetch_factor": None,
+                                                   "loader.persistent_workers": False, "batch.size": batch,
+                                                   "model.img_size": img}, expect_bound="io_bound"),
+        Case("large synthetic (built compute_bound)", {"model.name": big, "model.channels_last": False,
+                                                       "batch.size": batch, "model.img_size": img},
+             expect_bound="compute_bound"),
+    ]  # fmt: skip
+    if small:  # the CPU smoke test: what a CPU can run, at CPU sizes
+        out = [c for c in out if c.label in ("tf32", "large synthetic (built compute_bound)",
+                                               "CT PNG, 0 workers (built io_bound)")]  # fmt: skip
+        out = [Case(c.label, {**c.overrides, "precision": "fp32", "model.name": "resnet18"}, c.expect_status,
+                    c.expect_bound, c.label == "tf32") for c in out]  # fmt: skip
+    return out
+
+
+def spec_text(index_csv: str, small: bool, device: str) -> str:
+    text = BASE.format(workers=0 if small else 8, steps=4 if small else 20, device=device)
+    if small:
+        text = text.replace("pin_memory: true, prefetch_factor: 4, persistent_workers: true", "pin_memory: false")
+        text = text.replace("warmup_steps: 10", "warmup_steps: 2")
+    return text + "".join(c.yaml() for c in cases(index_csv, small))
+
+
+def make_ct(tmp: Path) -> str:
+    """A small CT study as DICOM, then PNGs and an index, through dinox's own preprocessing."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import make_demo_ct
+
+    from dinox.data.dicom_preprocess import preprocess
+
+    make_demo_ct.make_demo(tmp / "dicom", patients=2, slices=32, size=256)
+    return preprocess(tmp / "dicom", tmp / "png", progress=False).index_path
+
+
+def run_dinox(tmp: Path, spec: Path) -> list[dict[str, str]]:
+    """`dinox run` in the temporary folder (store, workdir and all); the sweep's results.csv rows."""
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    proc = subprocess.run([sys.executable, "-m", "dinox", "run", str(spec), "--tracking-uri", uri, "--workdir",
+                           str(tmp / ".dinox")], cwd=tmp, text=True, capture_output=True)  # fmt: skip
+    print(proc.stdout, end="")
+    if proc.returncode != 0:
+        print(proc.stderr, file=sys.stderr)
+        raise SystemExit(f"dinox run exited {proc.returncode}")
+    (results,) = (tmp / ".dinox" / "sweeps" / "gpu_check").glob("*/results.csv")
+    return sorted(csv.DictReader(results.open()), key=lambda r: int(r["index"]))
+
+
+def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
+    """The same configuration in the loop a careful user writes: no host sync inside the timed window."""
+    import timm
+    import torch
+    from torch.utils.data import DataLoader
+
+    from dinox.data.synthetic import SyntheticImages
+    from dinox.data.views import ViewPlan
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    size, img = int(row["batch.size"]), int(row["model.img_size"])
+    precision, cl = row["precision"], row["model.channels_last"] == "True"
+    torch.backends.cudnn.benchmark = dev.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    model = timm.create_model(row["model.name"], pretrained=False, num_classes=1000).to(dev)
+    model = model.to(memory_format=torch.channels_last) if cl else model
+    if row["model.compile"] != "False":
+        model = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05, fused=dev.type == "cuda")
+    dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 else None
+    workers, pin = int(row["loader.num_workers"]), row["loader.pin_memory"] == "True" and dev.type == "cuda"
+    data = SyntheticImages((warmup + steps) * size, 3, ViewPlan(full_size=img), 1000, 0)
+    loader = DataLoader(data, batch_size=size, shuffle=True, num_workers=workers, pin_memory=pin, drop_last=True,
+                        persistent_workers=workers > 0, prefetch_factor=4 if workers else None)  # fmt: skip
+    it, loss_fn = iter(loader), torch.nn.CrossEntropyLoss()
+
+    def step() -> None:
+        x, y = next(it)
+        x, y = x.to(dev, non_blocking=pin), y.to(dev, non_blocking=pin)
+        x = x.contiguous(memory_format=torch.channels_last) if cl else x
+        with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = loss_fn(model(x), y)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return steps * size / (time.perf_counter() - t)
+
+
+def _hand_in_child(row: dict[str, str], steps: int, warmup: int) -> float:
+    """The hand loop in a fresh process of its own, as dinox's trials are."""
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import gpu_check; "
+        "print(json.dumps(gpu_check.hand_loop(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "scripts"), json.dumps(row), str(steps),
+                          str(warmup)], capture_output=True, text=True, check=True)  # fmt: skip
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class Line:
+    case: Case
+    row: dict[str, str]
+    hand: float | None = None
+
+    def problems(self) -> list[str]:
+        out, r = [], self.row
+        if r["status"] != self.case.expect_status:
+            out.append(f"{self.case.label}: {r['status']} where {self.case.expect_status} was expected ({r['error']})")
+        if self.case.expect_bound and r["status"] == "ok" and r["bound"] != self.case.expect_bound:
+            out.append(f"{self.case.label}: labelled {r['bound']}, built to be {self.case.expect_bound}")
+        if self.ratio is not None and self.ratio < FIDELITY_MIN:
+            out.append(f"{self.case.label}: dinox / hand loop = {self.ratio:.3f} < {FIDELITY_MIN}")
+        return out
+
+    @property
+    def ratio(self) -> float | None:
+        ips = _num(self.row.get("images_per_s"))
+        return ips / self.hand if ips and self.hand else None
+
+
+def _num(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def table(lines: list[Line]) -> str:
+    head = ["trial", "status", "img/s", "dinox/hand", "bound", "idle share", "peak GiB", "MFU"]
+    rows = []
+    for ln in lines:
+        r = ln.row
+        ips, idle, peak, mfu = (_num(r.get(k)) for k in ("images_per_s", "device_idle_share",
+                                                            "peak_mem_reserved_gb", "mfu"))  # fmt: skip
+        rows.append([ln.case.label, r["status"], f"{ips:.1f}" if ips else "-",
+                     f"{ln.ratio:.3f}" if ln.ratio else "-", r["bound"] or "-", f"{idle:.1%}" if idle is not None
+                     else "-", f"{peak:.2f}" if peak else "-", f"{mfu:.1%}" if mfu else "-"])  # fmt: skip
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
+    return "\n".join([fmt(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, rows)])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--print-spec", action="store_true", help="print the spec and exit")
+    p.add_argument("--small", action="store_true", help=argparse.SUPPRESS)  # CPU smoke test of the plumbing
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dinox-gpu-check-") as name:
+        tmp = Path(name)
+        device = "cpu" if a.small else "cuda"
+        if a.print_spec:
+            print(spec_text("data/processed/_index/index.csv", a.small, device), end="")
+            return 0
+        import torch
+
+        if not a.small and not torch.cuda.is_available():
+            print("gpu_check: no CUDA device here (torch.cuda.is_available() is False)", file=sys.stderr)
+            return 2
+        t0 = time.time()
+        index = make_ct(tmp)
+        spec = tmp / "gpu_check.yaml"
+        spec.write_text(spec_text(index, a.small, device))
+        rows = run_dinox(tmp, spec)
+        steps, warmup = (4, 2) if a.small else (40, 10)
+        lines = [Line(c, r, _hand_in_child(r, steps, warmup) if c.hand_loop and r["status"] == "ok" else None)
+                 for c, r in zip(cases(index, a.small), rows, strict=True)]  # fmt: skip
+        name_ = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+        print(f"\n{name_}, torch {torch.__version__}, {time.time() - t0:.0f} s\n")
+        print(table(lines))
+        problems = [msg for ln in lines for msg in ln.problems()]
+        for msg in problems:
+            print(f"FAIL {msg}")
+        print("gpu_check: OK" if not problems else f"gpu_check: {len(problems)} problem(s)")
+        return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
