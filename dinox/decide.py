@@ -153,6 +153,7 @@ class Candidate:
     tflops: float | None = None
     spread: float | None = None  # (fastest - slowest) / median window throughput
     unstable: bool = False
+    loader_cost: float | None = None  # 1 - images/s / images/s without the loader (the ablation windows)
 
 
 @dataclass
@@ -342,6 +343,7 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         tflops=m.get("tflops"),
         spread=spread,
         unstable=unstable,
+        loader_cost=m.get("loader_cost"),
     )
 
 
@@ -740,9 +742,9 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
         common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in keys_varying}
         if common:
             out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-        out.append("| " + " | ".join([*keys_varying, "img/s p90", "img/s p50", "MFU", "days", "mem", "bound", "note"])
-                   + " |")  # fmt: skip
-        out.append("|" + "---|" * (len(keys_varying) + 7))
+        out.append("| " + " | ".join([*keys_varying, "img/s p90", "img/s p50", "MFU", "days", "mem", "bound",
+                                      "loader cost", "note"]) + " |")  # fmt: skip
+        out.append("|" + "---|" * (len(keys_varying) + 8))
         for c in mv.candidates:
             mem = f"{c.memory_share:.0%}" if c.memory_share is not None else "-"
             notes = [c.excluded or ("**best**" if c is mv.best else "")]
@@ -750,7 +752,8 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
                 notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
             mfu = f"{c.mfu:.1%}" if c.mfu is not None else "-"
             cells = [c.configuration.get(k, "") for k in keys_varying]
-            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", mfu, fmt_days(c.days), mem, c.bound,
+            loader = f"{c.loader_cost:.0%}" if c.loader_cost is not None else "-"
+            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", mfu, fmt_days(c.days), mem, c.bound, loader,
                       "; ".join(n for n in notes if n)]  # fmt: skip
             out.append("| " + " | ".join(cells) + " |")
         out.append("")

@@ -110,7 +110,25 @@ def test_worker_knee_and_pinned_memory():
     assert (pinned.knee_workers, pinned.best_workers) == (8, 24)
     assert len(d.loader.pin) == 5 and all(p.ratio == pytest.approx(1 / 0.94) for p in d.loader.pin)
     assert d.loader.pin_summary.startswith("pinned memory helps: faster in 5 of 5")
-    assert [name for name, _m, _ips in d.loader.io_bound] == ["resnet18-32x1-w0-True-ok"]
+    assert [name for name, _m, _ips, _cost in d.loader.io_bound] == ["resnet18-32x1-w0-True-ok"]
+
+
+def test_the_loader_ceiling_and_costs_reach_the_findings_and_the_report():
+    rows = study.loader_study()
+    for row in rows:  # the loader alone: about 110 images/s per worker, 0 workers: the main process, 80
+        w = int(row["params"]["loader.num_workers"])
+        row["metrics"]["loader_images_per_s"] = 80.0 if w == 0 else 110.0 * w
+        row["metrics"]["loader_cost"] = 0.85 if w == 0 else 0.02
+    hosted = study.trial({"model.name": "vit_tiny"}, 8, 1, 900.0, params_m=5.7, bound="host_bound", run_id="tiny")
+    d = decide.decide(study.records([*rows, hosted]), BUDGET)
+    pinned = next(k for k in d.loader.knees if k.settings == {"loader.pin_memory": "True"})
+    assert pinned.loader_points[:3] == [(0, 80.0), (4, 440.0), (8, 880.0)]
+    assert d.loader.io_bound == [("resnet18-32x1-w0-True-ok", "resnet18", pytest.approx(78 * 1.02), 0.85)]
+    assert [n for n, _m, _ips in d.loader.host_bound] == ["tiny"]
+    report = decide.render_markdown(d, [])
+    assert "| loader alone by workers |" in report and "0: 80, 4: 440, 8: 880" in report
+    assert "the loader costs 85%" in report and "host_bound trials (1): tiny (918 img/s)" in report
+    assert "| loader cost |" in report and "| 2% |" in report
 
 
 def test_records_from_another_tool_without_optional_fields():

@@ -44,11 +44,15 @@ def test_ok_trial_with_workers_measures_and_leaves_no_process(write_spec, tmp_pa
     outcome = runner.run_trial(trial, tmp_path / "t", on_spawn=pids.append)
     r, m = outcome.result, outcome.result.metrics
     assert r.status == "ok", r.error
-    assert r.bound in ("compute_bound", "io_bound", "transfer_bound")
-    assert len(r.step_s) == 3
+    assert r.bound in ("compute_bound", "io_bound") and r.tags["dinox.step_clock"] == "host"
+    assert r.tags["dinox.bound_rule"] == "host_timers"  # TINY turns the ablation windows off
+    assert len(r.step_s) == 2  # the intervals between the 3 timed steps' ends
     assert m["images_per_s"] == pytest.approx(3 * 4 / m["window_s"])
     assert m["step_s_p50"] <= m["step_s_p90"]
-    assert m["data_s"] + m["h2d_s"] + m["compute_s"] == pytest.approx(sum(r.step_s) / 3, rel=1e-6)
+    # On the CPU the device is the host: a step's period is its copy and compute spans plus the gap, in which
+    # the host fetched the next batch (data_s) and ran the loop's own few lines.
+    assert m["data_s"] + m["h2d_s"] + m["compute_s"] == pytest.approx(sum(r.step_s) / 2, rel=0.1)
+    assert m["h2d_s"] + m["compute_s"] < sum(r.step_s) / 2
     # The child's phases, timed by its own clock, fit inside the life the parent saw.
     # (Starting the loader's workers is its own figure: under load it can take longer than the steps.)
     assert m["measure_s"] == pytest.approx(m["loader_start_s"] + m["warmup_s"] + m["window_s"], abs=0.05)
