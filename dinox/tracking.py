@@ -11,6 +11,8 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -81,13 +83,72 @@ def sqlite_path(uri: str) -> Path | None:
 
 def prepare_store(uri: str) -> None:
     """Create and migrate an embedded (SQLite) store once, under a lock on its folder: two first `dinox run`s
-    on a new mlflow.db otherwise race in MLflow's schema migration and can leave it half-migrated."""
+    on a new mlflow.db otherwise race in MLflow's schema migration and can leave it half-migrated. A new one
+    starts as a copy of an empty store this MLflow migrated once (kept in the user's cache): MLflow's ~60
+    migrations cost seconds on every new file."""
     path = sqlite_path(uri)
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with _dir_lock(path.parent):
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        seeded = not path.exists() and _copy_empty_store(path)
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)
+        if seeded:
+            _adopt_default_experiment(client, path)
+
+
+def _empty_store() -> Path | None:
+    """An empty store migrated by this MLflow, made once per MLflow version; None if it cannot be kept."""
+    import mlflow
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dinox"
+    template = cache / f"mlflow-{mlflow.__version__}-empty.db"
+    if template.exists():
+        return template
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with _dir_lock(cache):
+            if not template.exists():
+                tmp = cache / f".mlflow-{os.getpid()}.db"
+                try:
+                    MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+                    os.replace(tmp, template)
+                finally:
+                    tmp.unlink(missing_ok=True)
+    except (OSError, MlflowException):
+        return None
+    return template
+
+
+def _copy_empty_store(path: Path) -> bool:
+    template = _empty_store()
+    if template is None:
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(template, tmp)
+        os.replace(tmp, path)
+    except OSError:  # a full disk: MLflow's own migration then reports it as it always did
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _adopt_default_experiment(client: MlflowClient, path: Path) -> None:
+    """The copied store's one experiment, MLflow's Default, takes the location and time MLflow would have
+    given it here (its artifact root follows the working directory)."""
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.utils.uri import append_to_uri_path, resolve_uri_if_local
+
+    location = append_to_uri_path(resolve_uri_if_local(DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH), "0")
+    now = _now_ms()
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+            "WHERE experiment_id = 0",
+            (str(location), now, now),
+        )
 
 
 @dataclass(frozen=True)
