@@ -314,6 +314,7 @@ def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri:
     Exit code: 0 GO, 1 NO-GO, 2 error.
     """
     from dinox import decide as decide_mod
+    from dinox import report as report_mod
     from dinox.tracking import TrackingError, fetch_trials, log_decision, resolve_tracking_uri
 
     base: dict = {}
@@ -344,15 +345,15 @@ def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri:
 
     plots = write_plots(decision, records, out)
     report = out / "report.md"
-    report.write_text(decide_mod.render_markdown(decision, [p.name for p in plots]))
-    payload = decide_mod.to_json(decision)
+    report.write_text(report_mod.render_markdown(decision, [p.name for p in plots]))
+    payload = report_mod.to_json(decision)
     (out / "decision.json").write_text(json.dumps(payload, indent=2) + "\n")
-    click.echo(decide_mod.render_terminal(decision))
+    click.echo(report_mod.render_terminal(decision))
     click.echo(f"report: {report}  decision: {out / 'decision.json'}")
     if not no_log:
         try:
             files = [report, out / "decision.json", *plots]
-            params, metrics = decide_mod.log_params(decision), decide_mod.log_metrics(decision)
+            params, metrics = report_mod.log_params(decision), report_mod.log_metrics(decision)
             run_id = log_decision(uri, home, decision.verdict, params, metrics, files)
         except TrackingError as e:
             _fail(str(e))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import decide
+from dinox import decide, report
 from dinox.records import TrialRecord
 from tests import study
 
@@ -78,7 +78,7 @@ def test_no_go_says_what_would_be_needed():
     assert d.verdict == "NO-GO" and d.recommended is None
     assert d.needed_ips == pytest.approx(IMAGES / (10 * 86400))  # 28.3 img/s
     assert "needs 28.3 img/s" in d.reason and "12.0 days" in d.reason
-    text = decide.render_markdown(d, [])
+    text = report.render_markdown(d, [])
     assert "reach 28.3 img/s (p90)" in text and "grant 12.0 days" in text
     assert "the 83.2 epochs the budget buys it" in text  # 23.54 x 86400 x 10 / 244,527
 
@@ -125,10 +125,10 @@ def test_the_loader_ceiling_and_costs_reach_the_findings_and_the_report():
     assert pinned.loader_points[:3] == [(0, 80.0), (4, 440.0), (8, 880.0)]
     assert d.loader.io_bound == [("resnet18-32x1-w0-True-ok", "resnet18", pytest.approx(78 * 1.02), 0.85)]
     assert [n for n, _m, _ips in d.loader.host_bound] == ["tiny"]
-    report = decide.render_markdown(d, [])
-    assert "| loader alone by workers |" in report and "0: 80, 4: 440, 8: 880" in report
-    assert "the loader costs 85%" in report and "host_bound trials (1): tiny (918 img/s)" in report
-    assert "| loader cost |" in report and "| 2% |" in report
+    text = report.render_markdown(d, [])
+    assert "| loader alone by workers |" in text and "0: 80, 4: 440, 8: 880" in text
+    assert "the loader costs 85%" in text and "host_bound trials (1): tiny (918 img/s)" in text
+    assert "| loader cost |" in text and "| 2% |" in text
 
 
 def test_records_from_another_tool_without_optional_fields():
@@ -164,7 +164,7 @@ def test_budget_errors(kwargs, message):
 
 def test_json_has_the_contract_keys():
     d = decide.decide(study.records(study.study()), BUDGET)
-    payload = decide.to_json(d)
+    payload = report.to_json(d)
     assert {"verdict", "recommended", "models", "budget", "policy"} <= set(payload)
     assert payload["verdict"] == "GO"
     rec = payload["recommended"]
@@ -195,7 +195,7 @@ def test_unstable_trials_are_flagged_and_excluded_on_request():
     best["metrics"]["window_spread"] = 0.23
     flagged = decide.decide(study.records(rows), BUDGET)
     assert by_name(flagged, "vit_large_patch14_dinov2").best.run_id == best["run_id"]  # flagged, still counted
-    assert "unstable (windows differ by 23%)" in decide.render_markdown(flagged, [])
+    assert "unstable (windows differ by 23%)" in report.render_markdown(flagged, [])
     strict = decide.decide(study.records(rows), BUDGET, decide.Policy(exclude_unstable=True))
     large_mv = by_name(strict, "vit_large_patch14_dinov2")
     assert large_mv.best is not None and large_mv.best.run_id != best["run_id"]
@@ -213,13 +213,13 @@ def test_mfu_and_memory_predictions_reach_the_report():
     oom["tags"]["dinox.predicted_oom"] = "device 95.0 GB > 95% of device memory (79.1 GB)"
     d = decide.decide(study.records(rows), BUDGET)
     assert d.recommended is not None and d.recommended.best.mfu == 0.41
-    assert "MFU 41.0%" in decide.render_markdown(d, []) and " 41.0% " in decide.render_terminal(d)
+    assert "MFU 41.0%" in report.render_markdown(d, []) and " 41.0% " in report.render_terminal(d)
     assert len(d.memory) == len(ok) + sum(r["tags"]["dinox.status"] == "oom" for r in rows)
     measured = next(c for c in d.memory if c.status == "ok")
     assert measured.ratio == pytest.approx(measured.measured_gb / 60.0)
-    text = decide.render_markdown(d, [])
+    text = report.render_markdown(d, [])
     assert "## Memory: predicted before the sweep, measured in it" in text
-    assert decide.to_json(d)["memory_predictions"][0]["predicted_gb"] in (60.0, 95.0)
+    assert report.to_json(d)["memory_predictions"][0]["predicted_gb"] in (60.0, 95.0)
 
 
 # --- records from other tools are never trusted blindly ----------------------------------------------------
@@ -258,8 +258,8 @@ def test_records_that_cannot_be_true_are_left_out_with_the_reason():
     assert d.verdict == "GO" and d.recommended.name == "vit_large_patch14_dinov2"
     assert not by_name(d, "vit_giant_patch14_dinov2").go
     assert all(c.conservative_ips > 0 and c.days > 0 for mv in d.models for c in mv.candidates)
-    assert "left out 11 record(s) that cannot be trusted: nan-ips: images_per_s nan" in decide.render_terminal(d)
-    assert "## Records left out" in decide.render_markdown(d, [])
+    assert "left out 11 record(s) that cannot be trusted: nan-ips: images_per_s nan" in report.render_terminal(d)
+    assert "## Records left out" in report.render_markdown(d, [])
 
 
 def test_only_untrustworthy_records_is_an_error_not_a_verdict():

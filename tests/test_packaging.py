@@ -94,7 +94,7 @@ def test_every_shipped_spec_passes_dinox_validate_where_its_data_exists(tmp_path
 def test_parent_side_never_imports_torch_and_child_never_imports_mlflow():
     # The parent side, and what must run on a box without a GPU stack (spec checks, decisions, DICOM).
     parent = (
-        "import sys, dinox.cli, dinox.sweep, dinox.tracking, dinox.spec, dinox.grid, dinox.decide, "
+        "import sys, dinox.cli, dinox.sweep, dinox.tracking, dinox.spec, dinox.grid, dinox.decide, dinox.report, "
         "dinox.preflight, dinox.model_names, dinox.data.dicom_preprocess; print('torch' in sys.modules)"
     )
     child = "import sys; import dinox.trial; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"

@@ -1,0 +1,312 @@
+"""The decision as people and programs read it: the terminal summary, report.md, decision.json and the
+decision run's params and metrics. Pure rendering of a Decision; no MLflow, no policy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+from dinox.decide import (
+    SECONDS_PER_DAY,
+    Budget,
+    Candidate,
+    Decision,
+    LoaderFindings,
+    MemoryCheck,
+    ModelVerdict,
+    fmt_days,
+)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _candidate_json(c: Candidate | None) -> dict[str, Any] | None:
+    return None if c is None else asdict(c)
+
+
+def to_json(d: Decision) -> dict[str, Any]:
+    rec = d.recommended
+    recommended = None
+    if rec is not None and rec.best is not None:
+        recommended = {
+            "run_id": rec.best.run_id,
+            "model": rec.name,
+            "model_kwargs": rec.kwargs,
+            "params_m": rec.params_m,
+            "configuration": rec.best.configuration,
+            "images_per_s_p90": rec.best.conservative_ips,
+            "images_per_s_p50": rec.best.median_ips,
+            "mfu": rec.best.mfu,
+            "days": rec.best.days,
+        }
+    models = []
+    for mv in d.models:
+        models.append({
+            "model": mv.name, "model_kwargs": mv.kwargs, "key": mv.key, "params_m": mv.params_m,
+            "trials": mv.trials, "statuses": mv.statuses, "verdict": "GO" if mv.go else "NO-GO",
+            "best": _candidate_json(mv.best), "days": mv.best.days if mv.best else None,
+            "margin_days": mv.margin_days, "epochs_in_budget": mv.epochs_in_budget,
+            "images_in_budget": mv.images_in_budget,
+            "excluded": [{"run_id": c.run_id, "run_name": c.run_name, "why": c.excluded}
+                         for c in mv.candidates if c.excluded],
+            "oom_boundary": [asdict(b) for b in mv.oom],
+        })  # fmt: skip
+    budget = {**asdict(d.budget), "images_needed": d.budget.images_needed, "needed_images_per_s_p90": d.needed_ips}
+    return _clean(
+        {
+            "verdict": d.verdict,
+            "reason": d.reason,
+            "recommended": recommended,
+            "models": models,
+            "budget": budget,
+            "policy": asdict(d.policy),
+            "loader": {
+                "knees": [asdict(k) for k in d.loader.knees],
+                "pin_memory": [asdict(p) | {"ratio": p.ratio} for p in d.loader.pin],
+                "pin_memory_summary": d.loader.pin_summary,
+                "io_bound": [
+                    {"run": n, "model": m, "images_per_s": ips, "loader_cost": cost}
+                    for n, m, ips, cost in d.loader.io_bound
+                ],
+                "host_bound": [{"run": n, "model": m, "images_per_s": ips} for n, m, ips in d.loader.host_bound],
+            },
+            "sources": d.sources,
+            "notes": d.notes,
+            "memory_predictions": [asdict(c) | {"ratio": c.ratio} for c in d.memory],
+            "scaling": [asdict(row) | {"efficiency": row.efficiency} for row in d.scaling],
+            "left_out": [{"run": run, "why": why} for run, why in d.left_out],
+        }
+    )
+
+
+def _fmt_config(config: dict[str, str]) -> str:
+    short = {
+        "batch.size": "batch",
+        "batch.accumulation": "accum",
+        "batch.effective": "effective",
+        "model.grad_checkpointing": "ckpt",
+        "loader.num_workers": "workers",
+        "loader.pin_memory": "pin",
+    }
+    return ", ".join(f"{short.get(k, k)}={v}" for k, v in config.items() if v not in ("None",))
+
+
+def _fmt_settings(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "all trials"
+
+
+def render_terminal(d: Decision) -> str:
+    lines = [f"{d.verdict}: {d.reason}", ""]
+    width = max(5, *(len(mv.label) for mv in d.models))
+    header = (f"{'model':<{width}} {'params M':>9} {'img/s p90':>10} {'p50':>8} {'MFU':>6} {'days':>7}  "
+              f"{'verdict':<6} trials")  # fmt: skip
+    lines.append(header)
+    for mv in d.models:
+        b = mv.best
+        statuses = " ".join(f"{k}={v}" for k, v in sorted(mv.statuses.items()))
+        mfu = f"{b.mfu:>6.1%}" if b is not None and b.mfu is not None else f"{'-':>6}"
+        lines.append(
+            f"{mv.label:<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
+            f"{_num(b and b.median_ips, 8, 1)} {mfu} {_num(b and b.days, 7, 1)}  {'GO' if mv.go else 'NO-GO':<6} "
+            f"{statuses}"
+        )
+    lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} img/s (p90)")
+    if d.left_out:
+        lines.append(f"left out {len(d.left_out)} record(s) that cannot be trusted: "
+                     + "; ".join(f"{run}: {why}" for run, why in d.left_out[:3])
+                     + ("; ..." if len(d.left_out) > 3 else ""))  # fmt: skip
+    return "\n".join(lines)
+
+
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+
+
+def render_markdown(d: Decision, plots: list[str]) -> str:
+    b = d.budget
+    out = [f"# Throughput decision: {d.verdict}", ""]
+    out += ["## Summary", "", f"**{d.verdict}.** {d.reason}.", ""]
+    out += [
+        f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} img/s** at the "
+        f"slow end of the step-time distribution (p90).",
+        f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
+        f"device; throughput for the verdict = images per optimizer step / p90 step time"
+        + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "")
+        + ".",
+    ]
+    if d.sources:
+        out.append(f"- Trials from: {', '.join(d.sources)}.")
+    out.append("")
+    if d.recommended is not None and d.recommended.best is not None:
+        rec = d.recommended
+        out += ["## Decision", "", f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
+        out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
+        out += [
+            f"- Throughput: {rec.best.conservative_ips:.1f} img/s (p90), {rec.best.median_ips:.1f} img/s (median)"
+            + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
+            f"- Schedule: {fmt_days(rec.best.days)} days of the {b.days:g}-day budget "
+            f"({fmt_days(rec.margin_days or 0.0)} days to spare); about "
+            f"{rec.best.conservative_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
+            f"- MLflow run: `{rec.best.run_id}`",
+            "",
+        ]
+    else:
+        out += ["## Decision", "", "No model fits the budget. To make it fit, one of:", ""]
+        out.append(f"- reach {d.needed_ips:.1f} img/s (p90) for the schedule as it is;")
+        fastest = [mv for mv in d.models if mv.best is not None]
+        if fastest:
+            f = max(fastest, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
+            out.append(f"- or grant {f.best.days:.1f} days for the fastest model, {f.label};")  # type: ignore[union-attr]
+            if f.epochs_in_budget is not None:
+                out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
+        out.append("")
+    out += ["## Models", ""]
+    for mv in d.models:
+        out += _model_section(mv, b)
+    out += _loader_section(d.loader, d.policy.knee_tolerance)
+    out += _memory_section(d.memory)
+    if d.scaling:
+        out += ["## Scaling", "", "Global images/s of each multi-device trial against N x the same configuration on "
+                "one device.", "", "| trial | model | devices | img/s | one device | efficiency |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        out += [f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
+                f"{row.efficiency:.0%} |" for row in d.scaling]  # fmt: skip
+        out.append("")
+    if plots:
+        out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    if d.left_out:
+        out += ["## Records left out", "", "These runs carry figures no real trial has (not finite, not positive, "
+                "or physically impossible), so the decision does not use them:", ""]  # fmt: skip
+        out += [f"- `{run}`: {why}" for run, why in d.left_out] + [""]
+    if d.notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
+    return "\n".join(out)
+
+
+def _params(params_m: float | None) -> str:
+    return f"{params_m:.1f} M parameters" if params_m is not None else "parameter count not recorded"
+
+
+def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
+    statuses = ", ".join(f"{v} {k}" for k, v in sorted(mv.statuses.items()))
+    out = [
+        f"### {mv.label}: {'GO' if mv.go else 'NO-GO'}",
+        "",
+        f"{_params(mv.params_m)}; {mv.trials} trials ({statuses}).",
+        "",
+    ]
+    if mv.best is not None:
+        best = mv.best
+        line = f"Best qualifying trial: {best.conservative_ips:.1f} img/s (p90) -> **{fmt_days(best.days)} days**"
+        if mv.go:
+            line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget."
+        else:
+            line += f", {-mv.margin_days:.1f} days over the budget"  # type: ignore[operator]
+            line += (f"; the budget buys {mv.epochs_in_budget:.1f} epochs." if mv.epochs_in_budget is not None
+                     else f"; the budget buys {mv.images_in_budget:,.0f} images.")  # fmt: skip
+        out += [line, ""]
+    elif mv.candidates:
+        out += ["No trial qualifies under the policy.", ""]
+    else:
+        out += ["No trial finished ok.", ""]
+    if mv.candidates:
+        keys = list(dict.fromkeys(k for c in mv.candidates for k in c.configuration))
+        # Columns only for what differs between the trials; what they share is said once.
+        keys_varying = [k for k in keys if len({c.configuration.get(k) for c in mv.candidates}) > 1]
+        common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in keys_varying}
+        if common:
+            out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
+        out.append("| " + " | ".join([*keys_varying, "img/s p90", "img/s p50", "MFU", "days", "mem", "bound",
+                                      "loader cost", "note"]) + " |")  # fmt: skip
+        out.append("|" + "---|" * (len(keys_varying) + 8))
+        for c in mv.candidates:
+            mem = f"{c.memory_share:.0%}" if c.memory_share is not None else "-"
+            notes = [c.excluded or ("**best**" if c is mv.best else "")]
+            if c.unstable and not c.excluded:
+                notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
+            mfu = f"{c.mfu:.1%}" if c.mfu is not None else "-"
+            cells = [c.configuration.get(k, "") for k in keys_varying]
+            loader = f"{c.loader_cost:.0%}" if c.loader_cost is not None else "-"
+            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", mfu, fmt_days(c.days), mem, c.bound, loader,
+                      "; ".join(n for n in notes if n)]  # fmt: skip
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    for ob in mv.oom:
+        fit = f"largest batch that fit: {ob.largest_ok}" if ob.largest_ok is not None else "no batch fit"
+        out.append(f"- OOM boundary ({_fmt_settings(ob.settings)}): {fit}; smallest that did not: {ob.smallest_oom}")
+    if mv.oom:
+        out.append("")
+    return out
+
+
+def _memory_section(checks: list[MemoryCheck]) -> list[str]:
+    if not checks:
+        return []
+    out = ["## Memory: predicted before the sweep, measured in it", ""]
+    out += ["Predicted device memory (`dinox plan`: weights, gradients, optimizer state, saved activations, the "
+            "batch; on the CPU the process too) beside the measured peak (CUDA: peak allocated; CPU: the trial "
+            "process's peak resident set).", ""]  # fmt: skip
+    out += ["| trial | model | batch | predicted GB | measured GB | measured / predicted | status | predicted OOM |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for c in checks:
+        measured = f"{c.measured_gb:.2f}" if c.measured_gb is not None else "-"
+        ratio = f"{c.ratio:.2f}" if c.ratio is not None else "-"
+        out.append(f"| {c.run} | {c.model} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
+                   f"{measured} | {ratio} | {c.status} | {'yes' if c.predicted_oom else 'no'} |")  # fmt: skip
+    hits = sum(c.predicted_oom == (c.status == "oom") for c in checks)
+    out += ["", f"The OOM prediction matched the outcome in {hits} of {len(checks)} trials.", ""]
+    return out
+
+
+def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
+    if not (f.knees or f.pin or f.io_bound or f.host_bound):
+        return []
+    out = ["## Input pipeline", ""]
+    if f.knees:
+        out += [f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal). "
+                "\"Loader alone\" is what the input pipeline delivers with the model idle (`loader_images_per_s`): "
+                "where it is close to the step's rate, the loader sets the pace.", ""]  # fmt: skip
+        out += ["| settings | knee | best | best img/s | img/s by workers | loader alone by workers |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        for k in f.knees:
+            curve = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.points)
+            ceiling = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.loader_points) or "-"
+            out.append(f"| {_fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
+                       f"{curve} | {ceiling} |")  # fmt: skip
+        out.append("")
+    if f.pin:
+        out += [f"{f.pin_summary[0].upper()}{f.pin_summary[1:]}.", ""]
+    if f.io_bound:
+        shown = ", ".join(f"{n} ({ips:.0f} img/s" + (f", the loader costs {cost:.0%}" if cost is not None else "") + ")"
+                          for n, _m, ips, cost in f.io_bound)  # fmt: skip
+        out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
+    if f.host_bound:
+        shown = ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound)
+        out += [f"host_bound trials ({len(f.host_bound)}): {shown}. The device waits on Python and kernel launches, "
+                "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.", ""]  # fmt: skip
+    return out
+
+
+def log_params(d: Decision) -> dict[str, str]:
+    """The decision's inputs, as MLflow params of the decision run."""
+    out = {f"budget.{k}": str(v) for k, v in asdict(d.budget).items()}
+    out.update({f"policy.{k}": str(v) for k, v in asdict(d.policy).items()})
+    out["sources"] = "; ".join(d.sources)[:500]
+    return out
+
+
+def log_metrics(d: Decision) -> dict[str, float]:
+    out = {"needed_images_per_s": d.needed_ips, "models": float(len(d.models))}
+    if d.recommended is not None and d.recommended.best is not None:
+        out["recommended_days"] = d.recommended.best.days
+        out["recommended_images_per_s"] = d.recommended.best.conservative_ips
+    return out
