@@ -224,8 +224,10 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     except TrackingError as e:
         _fail(str(e))
     except WorkdirError as e:
-        _fail(f"{e.strerror}; the sweep stopped, the trial in flight is marked KILLED; free space in --workdir "
-              f"{workdir} and run it again (what was measured is kept; a resumed sweep measures the rest)")
+        _fail(
+            f"{e.strerror}; the sweep stopped, the trial in flight is marked KILLED; free space in --workdir "
+            f"{workdir} and run it again (what was measured is kept; a resumed sweep measures the rest)"
+        )
     except (KeyboardInterrupt, Interrupted) as e:
         click.echo(f"dinox: {e or 'interrupted'}; the trial in flight and the sweep are marked KILLED", err=True)
         sys.exit(130)

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from dinox.records import TrialRecord, record_problem
+from dinox.records import IPS_P90, TrialRecord, record_problem
+from dinox.result import one_line
 
 SECONDS_PER_DAY = 86400.0
+
+# Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
+_NO_FIT = ("oom", "skipped")
 
 # Params shown as "the configuration" of a trial when present; any other param that varies between a
 # model's trials is shown too, so whatever a sweep swept is visible.
@@ -154,6 +158,8 @@ class Candidate:
     spread: float | None = None  # (fastest - slowest) / median window throughput
     unstable: bool = False
     loader_cost: float | None = None  # 1 - images/s / images/s without the loader (the ablation windows)
+    window_min_ips: float | None = None  # the slowest and fastest timed window, images/s
+    window_max_ips: float | None = None
 
 
 @dataclass
@@ -278,6 +284,7 @@ class Decision:
     memory: list[MemoryCheck] = field(default_factory=list)
     scaling: list[ScalingRow] = field(default_factory=list)
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (run, why): records that cannot be trusted
+    unstable: str = ""  # why the recommendation's own figure is uncertain; "" when its windows agree
 
 
 # --- the policy ------------------------------------------------------------------------------------
@@ -344,6 +351,8 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         spread=spread,
         unstable=unstable,
         loader_cost=m.get("loader_cost"),
+        window_min_ips=m.get("images_per_s_min"),
+        window_max_ips=m.get("images_per_s_max"),
     )
 
 
@@ -478,6 +487,8 @@ def _scaling(records: list[TrialRecord]) -> list[ScalingRow]:
 
 
 def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
+    """Raises DecisionError when nothing can be decided: no records, none usable, or none measured (every
+    trial failed for a reason other than memory). Every configuration out of memory is a NO-GO."""
     policy = policy or Policy()
     if not records:
         raise DecisionError("no trial runs to decide on")
@@ -486,6 +497,7 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
     if not records:
         raise DecisionError(f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: "
                             f"{left_out[0][1]}")  # fmt: skip
+    _check_something_measured(records)
     by_model: dict[str, list[TrialRecord]] = defaultdict(list)
     names: dict[str, tuple[str, dict[str, str]]] = {}
     for r in records:
@@ -497,24 +509,6 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
     go = [mv for mv in models if mv.go]
     recommended = max(go, key=lambda mv: mv.params_m or 0.0) if go else None
-    if recommended is not None:
-        b = recommended.best
-        assert b is not None
-        reason = (f"{recommended.label} is the largest model that finishes {budget.describe()}: "
-                  f"{b.conservative_ips:.1f} img/s (p90) -> {fmt_days(b.days)} days, "
-                  f"{fmt_days(recommended.margin_days or 0.0)} days to spare")  # fmt: skip
-    else:
-        measured = [mv for mv in models if mv.best is not None]
-        if not measured:
-            reason = "no trial qualifies: none is ok within the policy (see each model's statuses and exclusions)"
-        else:
-            fastest = max(measured, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
-            fb = fastest.best
-            assert fb is not None
-            reason = (f"no model finishes {budget.describe()}; it needs {needed:.1f} img/s (p90). The fastest, "
-                      f"{fastest.label}, reaches {fb.conservative_ips:.1f} img/s -> {fmt_days(fb.days)} days"
-                      + (f", {fastest.epochs_in_budget:.1f} epochs in the budget" if fastest.epochs_in_budget
-                         else ""))  # fmt: skip
     return Decision(
         verdict="GO" if recommended is not None else "NO-GO",
         budget=budget,
@@ -522,11 +516,69 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         models=models,
         recommended=recommended,
         loader=_loader_findings(records, policy.knee_tolerance),
-        reason=reason,
+        reason=_reason(records, models, recommended, budget, needed),
         needed_ips=needed,
         memory=_memory_checks(records),
         scaling=_scaling(records),
         left_out=left_out,
+        unstable=_unstable_warning(recommended),
+    )
+
+
+def status_summary(records: list[TrialRecord]) -> str:
+    """`5 trials: error 4, crashed 1`."""
+    counts = Counter(r.status or "unknown" for r in records)
+    return f"{len(records)} trial{'s' if len(records) != 1 else ''}: " + ", ".join(
+        f"{k} {v}" for k, v in counts.most_common()
+    )
+
+
+def _check_something_measured(records: list[TrialRecord]) -> None:
+    if any(r.status == "ok" for r in records) or all(r.status in _NO_FIT for r in records):
+        return
+    errors = Counter(one_line(r.tags.get("dinox.error", ""), 200) for r in records if r.status not in _NO_FIT)
+    error, n = errors.most_common(1)[0]
+    commonest = f"; the commonest error ({n}x): {error}" if error else ""
+    raise DecisionError(f"nothing was measured ({status_summary(records)}){commonest}")
+
+
+def _reason(records: list[TrialRecord], models: list[ModelVerdict], recommended: ModelVerdict | None,
+            budget: Budget, needed: float) -> str:  # fmt: skip
+    if recommended is not None:
+        b = recommended.best
+        assert b is not None
+        return (f"{recommended.label} is the largest model that finishes {budget.describe()}: "
+                f"{b.conservative_ips:.1f} {IPS_P90} -> {fmt_days(b.days)} days, "
+                f"{fmt_days(recommended.margin_days or 0.0)} days to spare")  # fmt: skip
+    if not any(r.status == "ok" for r in records):
+        tried = sorted({r.batch_size for r in records if r.batch_size is not None})
+        smallest = f"; the smallest batch tried was {tried[0]}" if tried else ""
+        return (
+            f"nothing fits: every configuration ran out of memory ({status_summary(records)}){smallest}. "
+            "Try a smaller batch.size (or auto), model.grad_checkpointing, bf16-mixed or a larger device"
+        )
+    measured = [mv for mv in models if mv.best is not None]
+    if not measured:
+        return "no trial qualifies: none is ok within the policy (see each model's statuses and exclusions)"
+    fastest = max(measured, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
+    fb = fastest.best
+    assert fb is not None
+    epochs = f", {fastest.epochs_in_budget:.1f} epochs in the budget" if fastest.epochs_in_budget else ""
+    return (f"no model finishes {budget.describe()}; it needs {needed:.1f} {IPS_P90}. The fastest, "
+            f"{fastest.label}, reaches {fb.conservative_ips:.1f} {IPS_P90} -> {fmt_days(fb.days)} days"
+            f"{epochs}")  # fmt: skip
+
+
+def _unstable_warning(recommended: ModelVerdict | None) -> str:
+    """An unstable best trial: the figure the verdict rests on moved between its own windows."""
+    best = recommended.best if recommended is not None else None
+    if best is None or not best.unstable:
+        return ""
+    spread = f"differ by {best.spread:.0%}" if best.spread is not None else "disagree"
+    return (
+        f"the recommended trial is UNSTABLE: its timed windows {spread}, so its throughput is uncertain; "
+        "measure it again with more measure.repeats (or longer measure.bench_steps) on a quiet machine "
+        "before committing"
     )
 
 

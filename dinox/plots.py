@@ -13,8 +13,8 @@ matplotlib.use("Agg")  # files only: no display on a GPU box or in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from dinox.decide import Decision, model_key  # noqa: E402
-from dinox.records import TrialRecord  # noqa: E402
+from dinox.decide import Candidate, Decision, fmt_days, model_key  # noqa: E402
+from dinox.records import IPS_P90, IPS_WINDOWS, TrialRecord  # noqa: E402
 
 
 def write_plots(d: Decision, records: list[TrialRecord], out: Path) -> list[Path]:
@@ -26,47 +26,89 @@ def write_plots(d: Decision, records: list[TrialRecord], out: Path) -> list[Path
 
 def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    ooms: dict[str, list[int]] = defaultdict(list)
-    for r in records:
-        if r.status == "oom" and r.batch_size is not None:
-            ooms[model_key(r)[0]].append(r.batch_size)
+    failed = _failed_batches(records)
     values: list[float] = []
     for mv in d.models:
-        pts = sorted((int(c.configuration.get("batch.size", 0)), c.conservative_ips) for c in mv.candidates)
         (line,) = ax.plot([], [])
         color = line.get_color()
-        if pts:
-            best: dict[int, float] = {}
-            for b, ips in pts:
-                best[b] = max(best.get(b, 0.0), ips)
-            values += [ips for _, ips in pts]
-            ax.scatter([b for b, _ in pts], [ips for _, ips in pts], color=color, alpha=0.4, s=18)
-            ax.plot(list(best), list(best.values()), marker="o", color=color, label=_short(mv.label))
-        if ooms.get(mv.key):
-            # At the foot of the axes whatever the scale: an OOM has no throughput.
-            ax.scatter(ooms[mv.key], [0.03] * len(ooms[mv.key]), marker="x", s=90, color=color,
-                       transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
-            if not pts:
-                ax.plot([], [], marker="o", color=color, label=_short(mv.label))
-    ax.axhline(d.needed_ips, color="grey", linestyle="--", label=f"needed: {d.needed_ips:.1f} img/s")
-    if any(ooms.values()):
-        ax.scatter([], [], marker="x", color="black", label="OOM (at the foot)")
-    values.append(d.needed_ips)
-    if max(values) / max(min(values), 1e-9) > 20:
-        ax.set_yscale("log")  # models decades apart: each stays readable
-    ax.set_xscale("log", base=2)
-    # Tick at the batch sizes measured, written as numbers (48, 64, 96), not powers of two.
+        values += _model_points(ax, mv.candidates, color, _short(mv.label))
+        for status, marker, y in (("oom", "x", 0.05), ("skipped", "|", 0.05)):
+            sizes = failed[status].get(mv.key, [])
+            if sizes:  # at the foot of the axes whatever the scale: no throughput to draw
+                ax.scatter(sizes, [y] * len(sizes), marker=marker, s=70, color=color,
+                           transform=ax.get_xaxis_transform())  # fmt: skip
+        if not mv.candidates and (failed["oom"].get(mv.key) or failed["skipped"].get(mv.key)):
+            ax.plot([], [], marker="o", color=color, label=_short(mv.label))
+    if any(failed["oom"].values()):
+        ax.scatter([], [], marker="x", color="black", label="out of memory (at the foot)")
+    if any(failed["skipped"].values()):
+        ax.scatter([], [], marker="|", color="black", label="skipped: pruned after an OOM (at the foot)")
+    _needed_line(ax, d.needed_ips, values)
     sizes = sorted({int(c.configuration.get("batch.size", 0)) for mv in d.models for c in mv.candidates}
-                   | {b for bs in ooms.values() for b in bs} - {0})  # fmt: skip
+                   | {b for by in failed.values() for bs in by.values() for b in bs} - {0})  # fmt: skip
     if sizes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(sizes[0] / 1.3, sizes[-1] * 1.3)
+        # Ticks at the batch sizes measured, written as numbers (48, 64, 96), not powers of two.
         ax.set_xticks(sizes, [str(b) for b in sizes])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    if not values:  # nothing ran ok: the axis shows the target from zero, the marks say why
+        ax.set_ylim(0, d.needed_ips * 1.3)
+        what = "no configuration fit in memory" if sizes else "no trial to draw"
+        ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="grey")
     ax.set_xlabel("physical batch size")
-    ax.set_ylabel("images/s (p90 step time)")
+    ax.set_ylabel(f"{IPS_P90} (bar: timed windows' min-max {IPS_WINDOWS})")
     ax.set_title("Throughput against physical batch")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     return _save(fig, path)
+
+
+def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[str, list[int]]]:
+    """Batch sizes that ran out of memory or were pruned, per model key."""
+    out: dict[str, dict[str, list[int]]] = {"oom": defaultdict(list), "skipped": defaultdict(list)}
+    for r in records:
+        if r.status in out and r.batch_size is not None:
+            out[r.status][model_key(r)[0]].append(r.batch_size)
+    return out
+
+
+def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> list[float]:
+    """Every trial faint with its windows' min-max as a bar, the best per batch joined; its values."""
+    pts = sorted(((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.conservative_ips > 0),
+                 key=lambda p: (p[0], p[1].conservative_ips))  # fmt: skip
+    if not pts:
+        return []
+    best: dict[int, float] = {}
+    for b, c in pts:
+        best[b] = max(best.get(b, 0.0), c.conservative_ips)
+        if c.window_min_ips is not None and c.window_max_ips is not None:
+            ax.vlines(b, c.window_min_ips, c.window_max_ips, color=color, alpha=0.5, linewidth=2)
+    ax.scatter([b for b, _ in pts], [c.conservative_ips for _, c in pts], color=color, alpha=0.4, s=18)
+    ax.plot(list(best), list(best.values()), marker="o", color=color, label=label)
+    bars = [v for _, c in pts for v in (c.window_min_ips, c.window_max_ips) if v]
+    return [c.conservative_ips for _, c in pts] + bars
+
+
+def _needed_line(ax, needed: float, values: list[float]) -> None:
+    """The throughput the schedule needs: a line when it sits near the data, else an arrow at the edge, so a
+    far-off target does not squash the measured points against one side."""
+    label = f"needed: {needed:.1f} {IPS_P90}"
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > 20:
+        ax.set_yscale("log")  # models decades apart: each stays readable
+    if not positive:
+        ax.axhline(needed, color="grey", linestyle="--", label=label)
+        return
+    lo, hi = min(positive), max(positive)
+    far_above, far_below = needed > 3 * hi, needed < lo / 3
+    if not (far_above or far_below):
+        ax.axhline(needed, color="grey", linestyle="--", label=label)
+        return
+    y, va, arrow = (0.97, "top", "\u2191") if far_above else (0.03, "bottom", "\u2193")
+    ax.text(0.99, y, f"{arrow} {label} ({needed / hi:.0f}x the fastest)" if far_above else f"{arrow} {label}",
+            transform=ax.transAxes, ha="right", va=va, fontsize=8, color="dimgrey")  # fmt: skip
 
 
 def _short(label: str, limit: int = 60) -> str:
@@ -80,11 +122,12 @@ def _days(d: Decision, path: Path) -> Path:
     colors = ["tab:green" if mv.go else "tab:red" for mv in d.models]
     ax.barh(labels, days, color=colors)
     for i, mv in enumerate(d.models):
-        text = f" {days[i]:.1f} d ({'GO' if mv.go else 'NO-GO'})" if mv.best else " no qualifying trial"
+        text = f" {fmt_days(days[i])} days ({'GO' if mv.go else 'NO-GO'})" if mv.best else " no qualifying trial"
         ax.text(days[i], i, text, va="center", fontsize=8)
-    ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget: {d.budget.days:g} days")
+    unit = "day" if d.budget.days == 1 else "days"
+    ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget: {d.budget.days:g} {unit}")
     ax.set_xlim(0, max([*days, d.budget.days]) * 1.25)  # room for the annotations
-    ax.set_xlabel("days for the schedule (best qualifying trial, p90 throughput)")
+    ax.set_xlabel(f"days for the schedule (best qualifying trial, {IPS_P90})")
     ax.set_title(f"{d.verdict}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()
     ax.legend(fontsize=8, loc="lower right")
@@ -107,8 +150,10 @@ def _workers(d: Decision, path: Path) -> Path:
         values = [ips for k in shown for _, ips in (*k.points, *k.loader_points)]
         if max(values) / max(min(values), 1e-9) > 20:
             ax.set_yscale("log")  # a loader 100x faster than the step: both curves stay readable
+    workers = sorted({w for k in shown for w, _ in (*k.points, *k.loader_points)})
+    ax.set_xticks(workers, [str(w) for w in workers])  # the worker counts measured: whole numbers only
     ax.set_xlabel("DataLoader workers")
-    ax.set_ylabel("images/s (measured)")
+    ax.set_ylabel(IPS_WINDOWS)
     ax.set_title("Throughput against workers (circle: the knee; dashed: the loader alone)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

@@ -9,6 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+# A trial's three throughputs, named the same way wherever they appear (sweep lines, terminal, report, plots,
+# README): measured over the timed windows, and from the p90 and p50 step times (the p90 one drives the verdict).
+IPS_WINDOWS = "img/s (windows)"
+IPS_P90 = "img/s (p90 step)"
+IPS_P50 = "img/s (p50 step)"
+
 
 @dataclass(frozen=True)
 class TrialRecord:

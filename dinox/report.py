@@ -17,6 +17,7 @@ from dinox.decide import (
     ModelVerdict,
     fmt_days,
 )
+from dinox.records import IPS_P50, IPS_P90, IPS_WINDOWS
 
 
 def _clean(value: Any) -> Any:
@@ -64,6 +65,7 @@ def to_json(d: Decision) -> dict[str, Any]:
     return _clean(
         {
             "verdict": d.verdict,
+            "unstable": d.unstable or None,
             "reason": d.reason,
             "recommended": recommended,
             "models": models,
@@ -105,10 +107,11 @@ def _fmt_settings(settings: dict[str, str]) -> str:
 
 
 def render_terminal(d: Decision) -> str:
-    lines = [f"{d.verdict}: {d.reason}", ""]
+    flag = " (on an UNSTABLE measurement)" if d.unstable else ""
+    lines = [f"{d.verdict}{flag}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else []) + [""]
     width = max(5, *(len(mv.label) for mv in d.models))
-    header = (f"{'model':<{width}} {'params M':>9} {'img/s p90':>10} {'p50':>8} {'MFU':>6} {'days':>7}  "
-              f"{'verdict':<6} trials")  # fmt: skip
+    header = (f"{'model':<{width}} {'params M':>9} {'p90 step':>10} {'p50 step':>9} {'MFU':>6} {'days':>7}  "
+              f"{'verdict':<6} trials   (img/s from the p90 and p50 step times)")  # fmt: skip
     lines.append(header)
     for mv in d.models:
         b = mv.best
@@ -116,10 +119,10 @@ def render_terminal(d: Decision) -> str:
         mfu = f"{b.mfu:>6.1%}" if b is not None and b.mfu is not None else f"{'-':>6}"
         lines.append(
             f"{mv.label:<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
-            f"{_num(b and b.median_ips, 8, 1)} {mfu} {_num(b and b.days, 7, 1)}  {'GO' if mv.go else 'NO-GO':<6} "
+            f"{_num(b and b.median_ips, 9, 1)} {mfu} {_num(b and b.days, 7, 1)}  {'GO' if mv.go else 'NO-GO':<6} "
             f"{statuses}"
         )
-    lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} img/s (p90)")
+    lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}")
     if d.left_out:
         lines.append(f"left out {len(d.left_out)} record(s) that cannot be trusted: "
                      + "; ".join(f"{run}: {why}" for run, why in d.left_out[:3])
@@ -135,11 +138,16 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     b = d.budget
     out = [f"# Throughput decision: {d.verdict}", ""]
     out += ["## Summary", "", f"**{d.verdict}.** {d.reason}.", ""]
+    if d.unstable:
+        out += [f"> **Warning:** {d.unstable}. `dinox.unstable` marks such trials; `dinox decide "
+                "--exclude-unstable` decides without them.", ""]  # fmt: skip
     out += [
-        f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} img/s** at the "
-        f"slow end of the step-time distribution (p90).",
+        f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} {IPS_P90}** "
+        f"(the slow end of the step-time distribution).",
         f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
-        f"device; throughput for the verdict = images per optimizer step / p90 step time"
+        f"device; the verdict's throughput, {IPS_P90}, is images per optimizer step / p90 step time ({IPS_P50}: "
+        f"the same at the median step; {IPS_WINDOWS}: images over the timed windows' wall time, as the sweep "
+        f"prints it)"
         + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "")
         + ".",
     ]
@@ -151,7 +159,8 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         out += ["## Decision", "", f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
         out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
         out += [
-            f"- Throughput: {rec.best.conservative_ips:.1f} img/s (p90), {rec.best.median_ips:.1f} img/s (median)"
+            f"- Throughput: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} {IPS_P50}, "
+            f"{rec.best.measured_ips:.1f} {IPS_WINDOWS}"
             + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
             f"- Schedule: {fmt_days(rec.best.days)} days of the {b.days:g}-day budget "
             f"({fmt_days(rec.margin_days or 0.0)} days to spare); about "
@@ -161,11 +170,11 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         ]
     else:
         out += ["## Decision", "", "No model fits the budget. To make it fit, one of:", ""]
-        out.append(f"- reach {d.needed_ips:.1f} img/s (p90) for the schedule as it is;")
+        out.append(f"- reach {d.needed_ips:.1f} {IPS_P90} for the schedule as it is;")
         fastest = [mv for mv in d.models if mv.best is not None]
         if fastest:
             f = max(fastest, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
-            out.append(f"- or grant {f.best.days:.1f} days for the fastest model, {f.label};")  # type: ignore[union-attr]
+            out.append(f"- or grant {fmt_days(f.best.days)} days for the fastest model, {f.label};")  # type: ignore[union-attr]
             if f.epochs_in_budget is not None:
                 out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
         out.append("")
@@ -206,7 +215,7 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
     ]
     if mv.best is not None:
         best = mv.best
-        line = f"Best qualifying trial: {best.conservative_ips:.1f} img/s (p90) -> **{fmt_days(best.days)} days**"
+        line = f"Best qualifying trial: {best.conservative_ips:.1f} {IPS_P90} -> **{fmt_days(best.days)} days**"
         if mv.go:
             line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget."
         else:
@@ -225,9 +234,9 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
         common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in keys_varying}
         if common:
             out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-        out.append("| " + " | ".join([*keys_varying, "img/s p90", "img/s p50", "MFU", "days", "mem", "bound",
+        out.append("| " + " | ".join([*keys_varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound",
                                       "loader cost", "note"]) + " |")  # fmt: skip
-        out.append("|" + "---|" * (len(keys_varying) + 8))
+        out.append("|" + "---|" * (len(keys_varying) + 9))
         for c in mv.candidates:
             mem = f"{c.memory_share:.0%}" if c.memory_share is not None else "-"
             notes = [c.excluded or ("**best**" if c is mv.best else "")]
@@ -236,8 +245,8 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
             mfu = f"{c.mfu:.1%}" if c.mfu is not None else "-"
             cells = [c.configuration.get(k, "") for k in keys_varying]
             loader = f"{c.loader_cost:.0%}" if c.loader_cost is not None else "-"
-            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", mfu, fmt_days(c.days), mem, c.bound, loader,
-                      "; ".join(n for n in notes if n)]  # fmt: skip
+            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", f"{c.measured_ips:.2f}", mfu,
+                      fmt_days(c.days), mem, c.bound, loader, "; ".join(n for n in notes if n)]  # fmt: skip
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     for ob in mv.oom:

@@ -28,6 +28,7 @@ from dinox.grid import Trial, trial_id
 from dinox.journal import Journal, WorkdirError, new_result_id
 from dinox.lifeline import ProcessRef
 from dinox.prune import Pruner
+from dinox.records import IPS_WINDOWS
 from dinox.result import TrialResult, one_line
 from dinox.spec import SpecDocument, TrialSpec
 from dinox.tracking import SweepRecorder, configure_client, result_summary
@@ -145,7 +146,8 @@ def describe(trial: Trial, r: TrialResult) -> str:
     if r.status == "ok":
         why = f" (loader {m['loader_cost']:.0%}, copies {m['transfer_cost']:.0%})" if "loader_cost" in m else ""
         return (
-            f"{head} | {m['images_per_s']:.1f} img/s, step p50 {m['step_s_p50']:.3f}s p90 {m['step_s_p90']:.3f}s,"
+            f"{head} | {m['images_per_s']:.1f} {IPS_WINDOWS}, step p50 {m['step_s_p50']:.3f}s "
+            f"p90 {m['step_s_p90']:.3f}s,"
             f" {r.bound}{why}, peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, trial {m.get('trial_wall_s', 0):.1f}s"
         )
     return f"{head} | {r.error[:200]}"

@@ -79,7 +79,7 @@ def test_no_go_says_what_would_be_needed():
     assert d.needed_ips == pytest.approx(IMAGES / (10 * 86400))  # 28.3 img/s
     assert "needs 28.3 img/s" in d.reason and "12.0 days" in d.reason
     text = report.render_markdown(d, [])
-    assert "reach 28.3 img/s (p90)" in text and "grant 12.0 days" in text
+    assert "reach 28.3 img/s (p90 step)" in text and "grant 12.0 days" in text
     assert "the 83.2 epochs the budget buys it" in text  # 23.54 x 86400 x 10 / 244,527
 
 
@@ -141,11 +141,34 @@ def test_records_from_another_tool_without_optional_fields():
     assert mv.best.days == pytest.approx(1.0) and d.verdict == "GO"
 
 
-def test_nothing_ok_is_no_go_with_reason():
+def test_nothing_measured_is_an_error_naming_the_statuses_and_the_commonest_error():
     rows = [study.trial(study.VIT_G, 8, 1, None, "oom"), study.trial(study.VIT_G, 4, 1, None, "crashed")]
+    rows += [study.trial(study.VIT_L, b, 1, None, "error") for b in (8, 16, 32)]
+    for i, row in enumerate(rows[2:]):
+        row["tags"]["dinox.error"] = "hardware.device: cuda was asked for" if i else "another"
+    with pytest.raises(decide.DecisionError) as e:
+        decide.decide(study.records(rows), BUDGET)
+    assert str(e.value) == ("nothing was measured (5 trials: error 3, oom 1, crashed 1); the commonest error (2x): "
+                            "hardware.device: cuda was asked for")  # fmt: skip
+
+
+def test_every_configuration_out_of_memory_is_no_go_nothing_fits():
+    rows = [study.trial(study.VIT_G, 8, 1, None, "oom"), study.trial(study.VIT_G, 16, 1, None, "skipped")]
     d = decide.decide(study.records(rows), BUDGET)
-    assert d.verdict == "NO-GO" and "no trial qualifies" in d.reason
-    assert d.models[0].statuses == {"oom": 1, "crashed": 1}
+    assert d.verdict == "NO-GO" and d.reason.startswith("nothing fits: every configuration ran out of memory")
+    assert "smallest batch tried was 8" in d.reason and d.models[0].statuses == {"oom": 1, "skipped": 1}
+    assert "nothing fits" in report.render_terminal(d) and "nothing fits" in report.render_markdown(d, [])
+
+
+def test_an_unstable_recommendation_is_called_out_in_the_verdict_line_and_the_report():
+    rows = study.study()
+    rows[0]["tags"]["dinox.unstable"] = "true"  # ViT-L 48x4, the best
+    rows[0]["metrics"]["window_spread"] = 0.18
+    d = decide.decide(study.records(rows), BUDGET)
+    assert d.verdict == "GO" and "differ by 18%" in d.unstable
+    first = report.render_terminal(d).splitlines()[0]
+    assert first.startswith("GO (on an UNSTABLE measurement): ")
+    assert "more measure.repeats" in report.render_markdown(d, []) and report.to_json(d)["unstable"] == d.unstable
 
 
 @pytest.mark.parametrize(

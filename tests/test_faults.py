@@ -50,8 +50,12 @@ def test_sigkill_takes_every_child_along_and_sync_closes_the_runs(tmp_path):
     """The OOM killer or a closed SSH session SIGKILLs `dinox run`: the fork server, the trial and its loader
     workers must go with it (a hung trial once computed forever), and `dinox sync` closes what it left
     RUNNING, saying why."""
-    spec = TINY.format(name="sigkill").replace("bench_steps: 3", "bench_steps: 1000000").replace(
-        "timeout_s: 120", "timeout_s: 3600") + "loader: {num_workers: 1}\nsweep:\n  grid:\n    batch.size: [2, 3]\n"
+    spec = (
+        TINY.format(name="sigkill")
+        .replace("bench_steps: 3", "bench_steps: 1000000")
+        .replace("timeout_s: 120", "timeout_s: 3600")
+        + "loader: {num_workers: 1}\nsweep:\n  grid:\n    batch.size: [2, 3]\n"
+    )
     (tmp_path / "s.yaml").write_text(spec)
     proc = dinox_popen(["run", "s.yaml"], tmp_path)
     child = trial_child(proc, 0)

@@ -63,8 +63,11 @@ def test_gpu_check_spec_covers_every_gpu_path_and_validates(tmp_path):
     assert by_label["batch.size auto"].batch.auto
     assert by_label["DINO ViT-S/14 multi-crop"].objective.kind == "dino"
     assert by_label["CT PNG, 0 workers (built io_bound)"].loader.num_workers == 0
-    assert sum(c.hand_loop for c in cases) == 3 and {c.expect_bound for c in cases} == {None, "io_bound",
-                                                                                          "compute_bound"}
+    assert sum(c.hand_loop for c in cases) == 3 and {c.expect_bound for c in cases} == {
+        None,
+        "io_bound",
+        "compute_bound",
+    }
 
 
 def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status():

@@ -95,8 +95,7 @@ def test_a_device_bound_step_is_the_device_period_with_no_sync_inside_the_window
     # images/s from the window's wall between its two edge syncs: the device's pace, not the host's.
     assert stats.images_per_s == pytest.approx(10 * 2 * 8 / stats.window_s)
     assert stats.window_s == pytest.approx(10 * period, rel=0.02)
-    assert classify(Evidence(period, s.data, s.copy, s.idle, s.idle_loading), 0.1) == ("compute_bound",
-                                                                                          "device_events")
+    assert classify(Evidence(period, s.data, s.copy, s.idle, s.idle_loading), 0.1) == ("compute_bound", "device_events")
 
 
 def test_a_loader_bound_step_idles_the_device_while_the_host_waits_on_the_loader():
