@@ -18,13 +18,14 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def _load(path: str, max_trials: int | None = 1000, preflight: bool = False):
-    """The spec and its trials, or exit 2 with one line per problem. With preflight, also the model names
-    and data files (this imports timm, so it is kept to the commands that need it)."""
-    from dinox import grid, spec
+def _load(path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()):
+    """The spec (with any --set overrides) and its trials, or exit 2 with one line per problem. With preflight,
+    also the model names and data files (this imports timm, so it is kept to the commands that need it)."""
+    from dinox import grid, overrides, spec
 
+    items = overrides.parse(sets)
     try:
-        doc = spec.load(path)
+        doc = overrides.apply(spec.load(path), items)
         trials = grid.expand(doc, max_trials)
         if preflight:
             from dinox.preflight import check
@@ -34,6 +35,11 @@ def _load(path: str, max_trials: int | None = 1000, preflight: bool = False):
                 raise spec.SpecError(doc.path, problems)
         return doc, trials
     except spec.SpecError as e:
+        for problem in e.problems:  # a value set on the command line is named as such
+            key, raw = next(((k, v) for k, v in items if problem.path == k or problem.path.startswith(k + ".")),
+                            ("", ""))  # fmt: skip
+            if key and "--set" not in problem.message:
+                problem.message += f" (from --set {key}={raw})"
         _fail(e.render())
 
 
@@ -42,6 +48,14 @@ TRACKING_URI = click.option(
     default=None,
     metavar="URI",
     help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
+)
+SET = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a fixed field of the spec (dotted path as in sweep, value read as YAML); repeatable, or "
+    "several separated by ';'. Example: --set batch.size=32 --set data.index_csv=/data/idx.csv",
 )
 MAX_TRIALS = click.option(
     "--max-trials",
@@ -69,7 +83,8 @@ def main() -> None:
 @main.command()
 @click.argument("spec_files", metavar="SPEC...", nargs=-1, required=True)
 @MAX_TRIALS
-def validate(spec_files: tuple[str, ...], max_trials: int) -> None:
+@SET
+def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]) -> None:
     """Check each SPEC and every trial its sweep expands to, without running anything: fields,
     contradictions, timm model names, data files.
 
@@ -78,7 +93,7 @@ def validate(spec_files: tuple[str, ...], max_trials: int) -> None:
     failed = False
     for spec_file in spec_files:
         try:
-            _doc, trials = _load(spec_file, max_trials, preflight=True)
+            _doc, trials = _load(spec_file, max_trials, preflight=True, sets=sets)
         except SystemExit:
             failed = True  # its problems are printed; check the other specs too
             continue
@@ -89,10 +104,19 @@ def validate(spec_files: tuple[str, ...], max_trials: int) -> None:
 
 
 @main.command()
+def schema() -> None:
+    """Print the spec file's JSON Schema (for editor completion: see specs/dinox.schema.json)."""
+    from dinox.schema import render
+
+    click.echo(render(), nl=False)
+
+
+@main.command()
 @click.argument("spec_file", metavar="SPEC")
 @MAX_TRIALS
 @click.option("--no-estimate", is_flag=True, help="Only the table of trials: no memory or FLOPs estimate.")
-def plan(spec_file: str, max_trials: int, no_estimate: bool) -> None:
+@SET
+def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ...]) -> None:
     """Show the trials SPEC expands to, in the order `run` measures them, with what each will cost.
 
     \b
@@ -104,7 +128,7 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool) -> None:
     trials predicted to exceed 95% of the device (or hardware.memory_limit_gb) or of host memory. `dinox run
     --skip-predicted-oom` skips those.
     """
-    _doc, trials = _load(spec_file, max_trials)
+    _doc, trials = _load(spec_file, max_trials, sets=sets)
     estimates = None
     if not no_estimate:
         import tempfile
@@ -180,8 +204,12 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool) -> None:
                    "one tracking server; resume makes a re-run of a shard measure only what is missing.")  # fmt: skip
 @click.option("--skip-predicted-oom", is_flag=True,
               help="Record trials that `dinox plan` predicts to run out of memory as skipped, unmeasured.")  # fmt: skip
+@click.option("--no-system-metrics", is_flag=True,
+              help="Do not sample CPU, memory and GPU utilisation into each trial run's system/ metrics.")  # fmt: skip
+@SET
 def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_prune: bool, max_trials: int,
-        isolation: str, shard: str | None, skip_predicted_oom: bool) -> None:  # fmt: skip
+        isolation: str, shard: str | None, skip_predicted_oom: bool, no_system_metrics: bool,
+        sets: tuple[str, ...]) -> None:  # fmt: skip
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
     \b
@@ -194,7 +222,7 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     Exit code 0 when the sweep ran to the end (whatever the trials' statuses), 2 for bad input or an
     unusable tracking store, 130 when interrupted.
     """
-    doc, trials = _load(spec_file, max_trials, preflight=True)
+    doc, trials = _load(spec_file, max_trials, preflight=True, sets=sets)
     if shard is not None:
         from dinox.grid import shard as shard_of
 
@@ -205,6 +233,11 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
         if not trials:
             click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
             return
+    from dinox.device_check import missing_message, without_torch
+
+    for kind in sorted({t.spec.hardware.device for t in trials}):
+        if has := without_torch(kind):
+            _fail(missing_message(spec_file, kind, has))
     from dinox.forkserver import ForkServer
 
     # The fork server imports torch and timm (seconds) while this process imports MLflow and opens the store.
@@ -212,7 +245,7 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     if server is not None:
         server.start()
     from dinox.journal import WorkdirError
-    from dinox.sweep import Interrupted, run_sweep
+    from dinox.sweep import DeviceMissing, Interrupted, run_sweep
     from dinox.tracking import SweepRecorder, TrackingError, resolve_tracking_uri, result_summary
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -220,8 +253,8 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
         recorder = SweepRecorder(uri)
         report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo, force=force,
                            prune=not no_prune, isolation=isolation, skip_predicted_oom=skip_predicted_oom,
-                           shard=shard or "", server=server)  # fmt: skip
-    except TrackingError as e:
+                           shard=shard or "", server=server, system_metrics=not no_system_metrics)  # fmt: skip
+    except (TrackingError, DeviceMissing) as e:
         _fail(str(e))
     except WorkdirError as e:
         _fail(
@@ -231,6 +264,8 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     except (KeyboardInterrupt, Interrupted) as e:
         click.echo(f"dinox: {e or 'interrupted'}; the trial in flight and the sweep are marked KILLED", err=True)
         sys.exit(130)
+    if not report.parent_run_id:
+        return  # nothing was left to measure: the sweep said so
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result_summary(report.results).items())) or "nothing run"
     resumed = f"; {len(report.resumed)} already recorded" if report.resumed else ""
     click.echo(f"dinox: sweep done in {report.wall_s:.1f}s: {counts}{resumed}. "
@@ -347,16 +382,22 @@ def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri:
 
     plots = write_plots(decision, records, out)
     report = out / "report.md"
-    report.write_text(report_mod.render_markdown(decision, [p.name for p in plots]))
+    text = report_mod.render_markdown(decision, [p.name for p in plots])
+    report.write_text(text)
+    from dinox.report_html import render_html
+
+    page = out / "report.html"
+    page.write_text(render_html(text, decision.verdict, out))
     payload = report_mod.to_json(decision)
     (out / "decision.json").write_text(json.dumps(payload, indent=2) + "\n")
     click.echo(report_mod.render_terminal(decision))
-    click.echo(f"report: {report}  decision: {out / 'decision.json'}")
+    click.echo(f"report: {report} ({page.name} beside it)  decision: {out / 'decision.json'}")
     if not no_log:
         try:
-            files = [report, out / "decision.json", *plots]
+            files = [report, page, out / "decision.json", *plots]
             params, metrics = report_mod.log_params(decision), report_mod.log_metrics(decision)
-            run_id = log_decision(uri, home, decision.verdict, params, metrics, files)
+            note = f"**{decision.verdict}**\n\n```\n{report_mod.render_terminal(decision)}\n```"
+            run_id = log_decision(uri, home, decision.verdict, params, metrics, files, note)
         except TrackingError as e:
             _fail(str(e))
         click.echo(f"logged as decision run {run_id}")

@@ -33,6 +33,16 @@ def resolve_device(kind: str) -> torch.device:
     return torch.device(kind, torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
 
 
+def available_kinds() -> tuple[tuple[str, ...], str]:
+    """The device kinds torch can use here, and the same in words."""
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        return ("cpu", "cuda"), f"{n} CUDA device{'s' if n > 1 else ''} ({torch.cuda.get_device_name(0)})"
+    if torch.backends.mps.is_available():
+        return ("cpu", "mps"), "an Apple GPU (MPS) and no CUDA device"
+    return ("cpu",), "only a CPU (torch.cuda.is_available() and torch.backends.mps.is_available() are False)"
+
+
 def device_total_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory

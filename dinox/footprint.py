@@ -45,6 +45,12 @@ class Machine:
     device_total_gb: float | None  # None: unknown (mps)
     host_total_gb: float
     runtime_gb: float  # a process with torch and timm imported, before any model (what the CPU adds)
+    kinds: tuple[str, ...] = ("cpu",)  # the device kinds this machine has: cpu, and cuda / mps where torch sees them
+    has: str = ""  # the same in words, for a message: "only a CPU (torch.cuda.is_available() is False)"
+
+    def missing(self, kinds: set[str]) -> list[str]:
+        """The device kinds asked for (auto always resolves) that this machine lacks."""
+        return sorted(k for k in kinds - {"auto"} if k not in self.kinds)
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,9 @@ class Estimates:
     def parse(cls, data: dict | None, failure: str = "") -> Estimates:
         if data is None:
             return cls(None, {}, {"machine": failure or "the estimate process gave no result"})
-        machine = Machine(**data["machine"]) if "machine" in data else None
+        machine = None
+        if "machine" in data:
+            machine = Machine(**{**data["machine"], "kinds": tuple(data["machine"].get("kinds", ("cpu",)))})
         costs = {k: ModelCost(**v) for k, v in data.get("costs", {}).items()}
         return cls(machine, costs, dict(data.get("errors", {})))
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import os
+import shutil
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,15 +23,15 @@ from typing import Any
 
 import yaml
 
-from dinox import footprint, runner
+from dinox import footprint, runner, sweep_summary
 from dinox.autobatch import BatchSearch
+from dinox.device_check import missing_message
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
 from dinox.grid import Trial, trial_id
 from dinox.journal import Journal, WorkdirError, new_result_id
 from dinox.lifeline import ProcessRef
 from dinox.prune import Pruner
-from dinox.records import IPS_WINDOWS
 from dinox.result import TrialResult, one_line
 from dinox.spec import SpecDocument, TrialSpec
 from dinox.tracking import SweepRecorder, configure_client, result_summary
@@ -39,6 +42,10 @@ CSV_LEAD = [
     "data_s", "h2d_s", "compute_s", "loader_cost", "transfer_cost", "loader_images_per_s", "device_idle_share",
     "peak_mem_allocated_gb", "peak_mem_reserved_gb", "device_mem_total_gb", "host_peak_rss_gb", "params_m", "error",
 ]  # fmt: skip
+
+
+class DeviceMissing(ValueError):
+    """The spec asks for a device kind this machine does not have: bad input, refused before any run."""
 
 
 class Interrupted(BaseException):
@@ -143,14 +150,7 @@ def describe(trial: Trial, r: TrialResult) -> str:
     head = f"[{trial.index + 1:>{len(str(trial.total))}}/{trial.total}] {r.status:<8} {trial.label}"
     if "batch_auto_fit" in m and not trial.spec.batch.auto:
         head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
-    if r.status == "ok":
-        why = f" (loader {m['loader_cost']:.0%}, copies {m['transfer_cost']:.0%})" if "loader_cost" in m else ""
-        return (
-            f"{head} | {m['images_per_s']:.1f} {IPS_WINDOWS}, step p50 {m['step_s_p50']:.3f}s "
-            f"p90 {m['step_s_p90']:.3f}s,"
-            f" {r.bound}{why}, peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, trial {m.get('trial_wall_s', 0):.1f}s"
-        )
-    return f"{head} | {r.error[:200]}"
+    return f"{head} | {sweep_summary.trial_body(r.status, r.bound, m, r.error)}"
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,7 @@ class SweepOptions:
     skip_predicted_oom: bool = False
     shard: str = ""  # "i/N" when this process runs one slice of the sweep
     isolation: str = "fork"
+    system_metrics: bool = True
 
 
 def run_sweep(
@@ -176,11 +177,12 @@ def run_sweep(
     skip_predicted_oom: bool = False,
     shard: str = "",
     server: ForkServer | None = None,
+    system_metrics: bool = True,
 ) -> SweepReport:
     """Measure every trial and record it; see the module docstring. Raises TrackingError when the store is
     unusable at the start, WorkdirError when the workdir cannot be written, Interrupted on SIGTERM/SIGINT.
     With isolation fork, `server` is a fork server the caller started early (one is started if not)."""
-    options = SweepOptions(force, prune, skip_predicted_oom, shard, isolation)
+    options = SweepOptions(force, prune, skip_predicted_oom, shard, isolation, system_metrics)
     if server is None and isolation == "fork":
         server = ForkServer()
     if server is not None:
@@ -224,6 +226,13 @@ class _InFlight:
     run_id: str | None = None
     closed: bool = False  # its result is in the store: nothing left to kill
     started: float = field(default_factory=time.time)
+    monitor: Any = None  # its system metrics, sampled while it runs
+
+    def stop_monitor(self) -> None:
+        if self.monitor is not None:
+            with contextlib.suppress(Exception):  # the store may be failing: the result matters, not these
+                self.monitor.finish()
+            self.monitor = None
 
 
 class Sweep:
@@ -243,11 +252,15 @@ class Sweep:
     # --- the whole sweep ----------------------------------------------------------------------------
 
     def run(self) -> SweepReport:
-        self._setup_parent()  # a store down at the start: TrackingError, nothing has run
+        self._setup_store()  # a store down at the start: TrackingError, nothing has run
+        if self._nothing_left():
+            return self.report
+        self._setup_estimates()  # a device the machine lacks: DeviceMissing, no run opened
+        self._setup_parent()
         try:
             with _signals_raise():
                 self._setup_workdir()
-                self._setup_estimates()
+                self._warn_without_estimates()
                 self._setup_resume()
                 for trial in self.trials:
                     self._one(trial)
@@ -260,14 +273,35 @@ class Sweep:
         self._finish()
         return self.report
 
+    def _setup_store(self) -> None:
+        o = self.options
+        self.recorder.connect(self.name)
+        for note in self.recorder.notes:
+            self.echo(f"note: {note}")
+        self.report = SweepReport("", self.recorder.experiment_id, Path())
+        self._close_orphans()
+        self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
+        self.done = {} if o.force else {
+            r.tags["dinox.trial_id"]: r for r in self.recorded if r.status in FINAL}  # fmt: skip
+
+    def _nothing_left(self) -> bool:
+        """Every trial already recorded: say so and open no parent run (an empty one would top the runs table).
+        Under `mlflow run` the parent exists already and is closed as usual."""
+        if self.recorder.parent_run_id or any(t.trial_id not in self.done for t in self.trials):
+            return False
+        self.report.resumed = [(t, self.done[t.trial_id].status) for t in self.trials]
+        for t in self.trials:
+            self._echo_recorded(t)
+        counts = Counter(status for _t, status in self.report.resumed)
+        self.echo(f"dinox: nothing left to measure: all {len(self.trials)} trials of {self.name!r} are recorded in "
+                  f"experiment {self.recorder.experiment_id} ({', '.join(f'{n} {k}' for k, n in counts.items())}); "
+                  "--force measures them again")  # fmt: skip
+        return True
+
     def _setup_parent(self) -> None:
         o = self.options
         self.parent = self.recorder.open_sweep(self.name, self.doc.path, len(self.trials), o.shard)
-        for note in self.recorder.notes:
-            self.echo(f"note: {note}")
-        self.report = SweepReport(self.parent, self.recorder.experiment_id, Path())
-        self._close_orphans()
-        self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
+        self.report.parent_run_id = self.parent
 
     def _close_orphans(self) -> None:
         """Earlier sweeps of this experiment whose process is gone (SIGKILL) are closed: their journal synced
@@ -288,6 +322,10 @@ class Sweep:
             (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
         except OSError as e:
             raise WorkdirError(e.errno, f"cannot write {sweep_dir}: {e.strerror or e}") from e
+        if self.estimate_dir.exists():
+            os.replace(self.estimate_dir, sweep_dir / "estimate")
+            with contextlib.suppress(OSError):
+                self.estimate_dir.parent.rmdir()  # the tmp folder, once no other sweep uses it
         configure_client(sweep_dir / "store.log")  # the store libraries' own tracebacks go there, not here
         self.journal = Journal(sweep_dir)
         self.journal.sweep(self.recorder.uri, self.recorder.experiment_id, self.parent, self.name,
@@ -302,17 +340,24 @@ class Sweep:
         )
 
     def _setup_estimates(self) -> None:
-        """Parameters, FLOPs and memory of every model, on the meta device, in a child of its own."""
+        """Parameters, FLOPs and memory of every model, on the meta device, in a child of its own, which also
+        says which devices this machine has: a spec that asks for one it lacks stops here."""
         request = Estimates.request([t.spec for t in self.trials])
-        data, failure = runner.run_estimate(request, self.report.sweep_dir / "estimate", self.server)
+        self.estimate_dir = self.workdir / "tmp" / f"estimate-{os.getpid()}"
+        data, failure = runner.run_estimate(request, self.estimate_dir, self.server)
         self.estimates = Estimates.parse(data, failure)
+        machine = self.estimates.machine
+        missing = machine.missing({t.spec.hardware.device for t in self.trials}) if machine is not None else []
+        if missing:
+            shutil.rmtree(self.estimate_dir, ignore_errors=True)
+            raise DeviceMissing(missing_message(self.doc.path, missing[0], machine.has))  # type: ignore[union-attr]
+
+    def _warn_without_estimates(self) -> None:
         if self.estimates.machine is None:
             why = self.estimates.why_missing(self.trials[0].spec)
             self.echo(f"warning: no memory or FLOPs estimates ({why}); measuring anyway")
 
     def _setup_resume(self) -> None:
-        self.done = {} if self.options.force else {
-            r.tags["dinox.trial_id"]: r for r in self.recorded if r.status in FINAL}  # fmt: skip
         self.pruner = Pruner()
         if self.options.prune:
             for r in self.recorded:
@@ -320,8 +365,18 @@ class Sweep:
 
     def _finish(self) -> None:
         self._journal_quietly(lambda: self.journal.sweep_end("FINISHED"))
-        artifacts = [self.csv_path, self.report.sweep_dir / "spec.yaml", self.report.sweep_dir / "spec.normalized.yaml"]
-        if self.store.call(self.recorder.close_sweep, "FINISHED", result_summary(self.report.results), artifacts)[0]:
+        d = self.report.sweep_dir
+        artifacts = [self.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
+        try:
+            plot = sweep_summary.throughput_plot(self.report.rows, d / "throughput_vs_batch.png")
+        except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record
+            plot = None
+            self.echo(f"warning: no throughput plot for the parent run ({one_line(str(e), 200)})")
+        rows, summary = self.report.rows, result_summary(self.report.results)
+        note = sweep_summary.sweep_note(self.name, rows, len(self.report.resumed))
+        extra = {"note": note, "metrics": sweep_summary.sweep_metrics(rows)}
+        if self.store.call(self.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])],
+                           "", extra)[0]:  # fmt: skip
             self.journal.sweep_closed()
         self.report.wall_s = time.time() - self.t0
 
@@ -335,6 +390,8 @@ class Sweep:
             if journal is not None:
                 self._journal_quietly(lambda: journal.sweep_end(status))
             flight = self.in_flight
+            if flight is not None:
+                flight.stop_monitor()
             if flight is not None and flight.run_id and not flight.closed:
                 store.call(self.recorder.kill_trial, flight.run_id, reason)
             summary = result_summary(self.report.results)
@@ -357,10 +414,8 @@ class Sweep:
 
     def _one(self, trial: Trial) -> None:
         if trial.trial_id in self.done:
-            prior = self.done[trial.trial_id]
-            self.report.resumed.append((trial, prior.status))
-            self.echo(f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
-                      f"{prior.run_id}; --force measures it again")  # fmt: skip
+            self.report.resumed.append((trial, self.done[trial.trial_id].status))
+            self._echo_recorded(trial)
             return
         search: BatchSearch | None = None
         failure: TrialResult | None = None
@@ -371,7 +426,10 @@ class Sweep:
                 trial = replace(trial, spec=trial.spec.with_batch(size))
         flight = self.in_flight = _InFlight(trial, new_result_id())  # after any batch search: probes are their own
         self._open_run(flight)
+        if flight.run_id is not None and self.options.system_metrics:
+            flight.monitor = self.recorder.watch(flight.run_id)
         result, log_path, measured = self._measure(trial, search, failure)
+        flight.stop_monitor()
         if search is not None:
             result.tags["dinox.batch_auto_probes"] = search.describe()
             result.metrics["batch_auto_probes"] = float(len(search.probes))
@@ -382,6 +440,11 @@ class Sweep:
         if measured:
             self.report.trial_loop_s.append(time.time() - flight.started)
         self.echo(describe(trial, result))
+
+    def _echo_recorded(self, trial: Trial) -> None:
+        prior = self.done[trial.trial_id]
+        self.echo(f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
+                  f"{prior.run_id}; --force measures it again")  # fmt: skip
 
     def _open_run(self, flight: _InFlight, role: str = "trial") -> None:
         """The trial's run, opened once: its id goes to the journal at once, so a store failure later never
@@ -426,6 +489,8 @@ class Sweep:
             if result.status not in ("crashed", "timeout"):
                 self._log(flight, result, log_path, journal=False)
             raise
+        result.tags[sweep_summary.NOTE_TAG] = sweep_summary.trial_note(trial.label, result.status, result.bound,
+                                                                       result.metrics, result.error)  # fmt: skip
         self._log(flight, result, log_path, journal=True)
         self.report.rows.append(_row(trial, flight.run_id or "", result))
         self.report.results.append(result)

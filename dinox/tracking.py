@@ -12,8 +12,11 @@ import fcntl
 import logging
 import os
 import shutil
+import socket
 import sqlite3
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ from dinox.grid import Trial
 from dinox.lifeline import ProcessRef
 from dinox.records import TrialRecord
 from dinox.result import TrialResult, one_line
+from dinox.sweep_summary import NOTE_TAG
 
 # MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) stall a sweep for minutes per call when a
 # tracking server is down. dinox keeps every result locally and syncs later, so it fails fast instead,
@@ -204,6 +208,10 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+# MLflow 3's UI opens an experiment without this tag on its GenAI (traces) overview; with it, on the runs table.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -220,17 +228,18 @@ class SweepRecorder:
 
     # --- sweep -------------------------------------------------------------------------------------
 
-    def open_sweep(self, name: str, spec_path: str, n_trials: int, shard: str = "") -> str:
+    def connect(self, name: str) -> None:
+        """Open the store (an embedded one is created and migrated here) and find the sweep's experiment. Under
+        `mlflow run`, the run it started is the sweep's parent: one invocation, one top-level run; children
+        must live in its experiment for the UI to nest them."""
+        check_reachable(self.uri)
         adopt = os.environ.get("MLFLOW_RUN_ID")
         try:
             prepare_store(self.uri)
             self._identity = _FileIdentity.of(self.uri)
             if adopt:
-                # Under `mlflow run`, the run it started is the sweep's parent: one invocation, one top-level
-                # run. Children must live in the parent's experiment for the UI to nest them.
                 run = self.client.get_run(adopt)
-                self.experiment_id = run.info.experiment_id
-                self.parent_run_id = adopt
+                self.experiment_id, self.parent_run_id = run.info.experiment_id, adopt
                 exp_name = self.client.get_experiment(self.experiment_id).name
                 if exp_name != name:
                     self.notes.append(
@@ -239,6 +248,13 @@ class SweepRecorder:
                     )
             else:
                 self.experiment_id = self._experiment(name)
+        except (MlflowException, OSError) as e:
+            raise TrackingError(store_error(self.uri, e)) from None
+
+    def open_sweep(self, name: str, spec_path: str, n_trials: int, shard: str = "") -> str:
+        """The sweep's parent run (the adopted one under `mlflow run`), tagged; after connect()."""
+        try:
+            if not self.parent_run_id:
                 suffix = f" shard {shard}" if shard else ""
                 run = self.client.create_run(
                     self.experiment_id, run_name=f"{name} sweep{suffix} {time.strftime('%Y-%m-%d %H:%M:%S')}"
@@ -252,8 +268,18 @@ class SweepRecorder:
                 tags=[RunTag(k, v) for k, v in tags.items()],
             )
         except (MlflowException, OSError) as e:
-            raise TrackingError(f"tracking store {self.uri}: {describe_store_error(e)}") from None
+            raise TrackingError(store_error(self.uri, e)) from None
         return self.parent_run_id
+
+    def watch(self, run_id: str):
+        """System metrics on `run_id` until the returned monitor's finish(); None if they cannot be sampled."""
+        from dinox.system_metrics import TrialMonitor
+
+        try:
+            return TrialMonitor(run_id, self.uri)
+        except Exception:  # noqa: BLE001 - system metrics are an extra: a trial is measured without them
+            logging.getLogger(__name__).warning("no system metrics for run %s", run_id, exc_info=True)
+            return None
 
     def tag_sweep_dir(self, sweep_dir: Path) -> None:
         """Where the sweep keeps its journal: a later command that finds the sweep orphaned syncs it from there."""
@@ -267,9 +293,11 @@ class SweepRecorder:
                     f"experiment {name!r} is deleted in {self.uri}; restore it "
                     f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or change the spec's name"
                 )
+            if EXPERIMENT_KIND[0] not in exp.tags:
+                self.client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
             return exp.experiment_id
         try:
-            return self.client.create_experiment(name)
+            return self.client.create_experiment(name, tags=dict([EXPERIMENT_KIND]))
         except MlflowException:
             # Another sweep created it between our look-up and our create.
             exp = self.client.get_experiment_by_name(name)
@@ -277,11 +305,18 @@ class SweepRecorder:
                 raise
             return exp.experiment_id
 
-    def close_sweep(self, status: str, summary: dict[str, int], artifacts: list[Path], error: str = "") -> None:
+    def close_sweep(self, status: str, summary: dict[str, int], artifacts: list[Path], error: str = "",
+                    extra: dict | None = None) -> None:  # fmt: skip
+        """extra: {"note": the run's Markdown description, "metrics": summary metrics}."""
         tags = [RunTag("dinox.counts", " ".join(f"{k}={v}" for k, v in sorted(summary.items())))]
         if error:
             tags.append(RunTag("dinox.error", one_line(error)))
-        self.client.log_batch(self.parent_run_id, tags=tags)
+        extra = extra or {}
+        if extra.get("note"):
+            tags.append(RunTag(NOTE_TAG, extra["note"]))
+        ts = _now_ms()
+        metrics = [Metric(k, float(v), ts, 0) for k, v in sorted(extra.get("metrics", {}).items())]
+        self.client.log_batch(self.parent_run_id, metrics=metrics, tags=tags)
         for path in artifacts:
             if path.exists():
                 self.client.log_artifact(self.parent_run_id, str(path))
@@ -415,7 +450,7 @@ class SweepRecorder:
         try:
             runs = _search_all(self.client, [self.experiment_id], "tags.`dinox.role` = 'trial'")
         except MlflowException as e:
-            raise TrackingError(f"tracking store {self.uri}: {describe_store_error(e)}") from None
+            raise TrackingError(store_error(self.uri, e)) from None
         return [_record(run) for run in runs if run.data.tags.get("dinox.status")]
 
     def kill_trial(self, run_id: str, reason: str) -> None:
@@ -425,8 +460,53 @@ class SweepRecorder:
 
 
 def describe_store_error(e: BaseException) -> str:
-    """One line for a store failure."""
-    return one_line(getattr(e, "message", None) or str(e) or type(e).__name__, 300)
+    """One line for a store failure; for a server that cannot be reached, why, before MLflow's long tail of
+    retry details cuts it off."""
+    text = getattr(e, "message", None) or str(e) or type(e).__name__
+    why = _unreachable(text)
+    return f"cannot reach the server ({why})" if why else one_line(text, 300)
+
+
+def store_error(uri: str, e: BaseException) -> str:
+    why = _unreachable(getattr(e, "message", None) or str(e))
+    return (
+        f"cannot reach the tracking server at {uri} ({why})"
+        if why
+        else f"tracking store {uri}: " + (describe_store_error(e))
+    )
+
+
+_UNREACHABLE = (
+    ("Connection refused", "connection refused"),
+    ("Name or service not known", "host name not known"),
+    ("Temporary failure in name resolution", "host name not known"),
+    ("No route to host", "no route to host"),
+    ("timed out", "no answer in time"),
+    ("Max retries exceeded", "no connection"),
+)
+
+
+def _unreachable(text: str) -> str:
+    return next((why for pattern, why in _UNREACHABLE if pattern in text), "")
+
+
+def check_reachable(uri: str, timeout: float = 10.0) -> None:
+    """One plain request to an HTTP tracking server before MLflow's client, which retries a refused connection
+    with backoff for minutes before it says anything. Any HTTP answer will do: something is listening."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        why = _unreachable(str(reason)) or (
+            "connection refused" if isinstance(reason, ConnectionRefusedError) else one_line(str(reason), 120)
+        )
+        if isinstance(reason, TimeoutError | socket.timeout):
+            why = f"no answer within {timeout:g} s"
+        raise TrackingError(f"cannot reach the tracking server at {uri} ({why})") from None
 
 
 def result_summary(results: list[TrialResult]) -> dict[str, int]:
@@ -458,6 +538,11 @@ def fetch_trials(
     parents (shards, hosts, resumed runs) they came from: a trial measured more than once (the same
     dinox.trial_id) counts once, by its latest run. Also the sources read and the experiment id a decision
     run should go to. Raises TrackingError for what does not exist."""
+    check_reachable(tracking_uri)
+    path = sqlite_path(tracking_uri)
+    if path is not None and not path.exists():  # reading never creates a store
+        raise TrackingError(f"no tracking store at {path}: `dinox run SPEC` records the trials there first "
+                            "(or pass --tracking-uri / set MLFLOW_TRACKING_URI to where they are)")  # fmt: skip
     client = MlflowClient(tracking_uri=tracking_uri)
     found: dict[str, tuple[int, TrialRecord]] = {}
     sources: list[str] = []
@@ -466,7 +551,8 @@ def fetch_trials(
         for name in experiments:
             exp = client.get_experiment_by_name(name)
             if exp is None or exp.lifecycle_stage == "deleted":
-                raise TrackingError(f"experiment {name!r} not found in {tracking_uri}")
+                raise TrackingError(f"experiment {name!r} not found in {tracking_uri}: `dinox run SPEC` records a "
+                                    "spec's trials in the experiment named by its `name`")  # fmt: skip
             home = home or exp.experiment_id
             sources.append(f"experiment {name}")
             for run in _search_all(client, [exp.experiment_id]):
@@ -482,7 +568,7 @@ def fetch_trials(
             for run in children:
                 _keep(run, found)
     except MlflowException as e:
-        raise TrackingError(f"tracking store {tracking_uri}: {one_line(e.message, 300)}") from None
+        raise TrackingError(store_error(tracking_uri, e)) from None
     latest: dict[str, tuple[int, TrialRecord]] = {}
     for start, record in found.values():
         key = record.tags.get("dinox.trial_id") or record.run_id
@@ -505,7 +591,7 @@ def _keep(run, found: dict[str, tuple[int, TrialRecord]]) -> None:
 
 def log_decision(
     tracking_uri: str, experiment_id: str, verdict: str, params: dict[str, str], metrics: dict[str, float],
-    files: list[Path],
+    files: list[Path], note: str = "",
 ) -> str:  # fmt: skip
     """Record a decision as a run of its own (dinox.role = decision) with the report files as artifacts.
     Under `mlflow run`, the run MLflow started is that run."""
@@ -521,11 +607,12 @@ def log_decision(
             run_id,
             params=[Param(k, v) for k, v in params.items()],
             metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
-            tags=[RunTag("dinox.role", "decision"), RunTag("dinox.verdict", verdict)],
+            tags=[RunTag("dinox.role", "decision"), RunTag("dinox.verdict", verdict)]
+            + ([RunTag(NOTE_TAG, note)] if note else []),
         )
         for path in files:
             client.log_artifact(run_id, str(path))
         client.set_terminated(run_id, "FINISHED")
     except MlflowException as e:
-        raise TrackingError(f"tracking store {tracking_uri}: {one_line(e.message, 300)}") from None
+        raise TrackingError(store_error(tracking_uri, e)) from None
     return run_id

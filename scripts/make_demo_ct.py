@@ -3,8 +3,8 @@
 downloading anything.
 
     python scripts/make_demo_ct.py data/demo_dicom            # 3 patients x 1 series x 32 slices, 256 px
-    dinox preprocess --dicom-root data/demo_dicom --out-root data/demo_png
-    # then point a spec's data.index_csv at data/demo_png/_index/index.csv
+    dinox preprocess --dicom-root data/demo_dicom --out-root data/processed
+    # the study specs read data/processed/_index/index.csv
 
 Each series is a chest-like phantom in Hounsfield units (air -1000, lungs about -800, soft tissue about 40,
 spine about 700, with noise), stored as signed 16-bit with RescaleIntercept -1024 and real geometry tags

@@ -212,3 +212,16 @@ def test_ui_listens_on_loopback_only(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.mark.skipif(Path("/dev/nvidia0").exists() or Path("/dev/kfd").exists(), reason="this machine has a GPU")
+def test_run_refuses_a_device_the_machine_lacks_before_anything_is_written(tmp_path):
+    """`mlflow run` once measured five trials that each failed on `cuda` and reported success."""
+    (tmp_path / "s.yaml").write_text(TINY.format(name="nogpu") + "hardware: {device: cuda}\n")
+    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: s.yaml: hardware.device: cuda is not on this machine, which has no GPU")
+    assert "hardware.device: auto" in proc.stderr and "`dinox plan s.yaml`" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no store, no workdir
+    plan = run_dinox(["plan", "s.yaml", "--no-estimate"], cwd=tmp_path)  # plan still reads the spec's hardware
+    assert plan.returncode == 0, plan.stderr

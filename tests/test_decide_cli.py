@@ -26,6 +26,12 @@ def sqlite_store(tmp_path_factory):
     parent, _ids = study.log(client, "study", study.study())
     study.log(client, "loader", study.loader_study())
     client.create_experiment("empty")
+    errors = [study.trial(study.VIT_L, b, 1, None, "error") for b in (8, 16)]
+    for row in errors:
+        row["tags"]["dinox.error"] = "hardware.device: cuda was asked for but torch.cuda.is_available() is False"
+    study.log(client, "all_error", errors)
+    study.log(client, "all_oom", [study.trial(study.VIT_G, 8, 1, None, "oom"),
+                                  study.trial(study.VIT_G, 16, 1, None, "skipped")])  # fmt: skip
     return work, uri, parent
 
 
@@ -55,8 +61,12 @@ def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
     assert run.data.tags["dinox.verdict"] == "GO" and run.info.status == "FINISHED"
     assert run.data.params["budget.days"] == "15.0"
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
-        "report.md", "decision.json", "throughput_vs_batch.png", "days_vs_budget.png"
+        "report.md", "report.html", "decision.json", "throughput_vs_batch.png", "days_vs_budget.png"
     }  # fmt: skip
+    assert run.data.tags["mlflow.note.content"].startswith("**GO**")  # the run's description in the UI
+    page = (work / "go" / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count('src="data:image/png;base64,') == 2
+    assert "<table>" in page and "Proceed with <strong>vit_large_patch14_dinov2" in page
 
 
 def test_no_go_exits_1(sqlite_store):
@@ -180,3 +190,34 @@ def test_records_other_tools_logged_with_impossible_figures_are_left_out(sqlite_
     assert len(payload["left_out"]) == 11 and payload["recommended"]["days"] == pytest.approx(12.02, abs=0.01)
     bad = decide(work, uri, "--experiment", "hostile", "--days", "15", "--epochs", "nan", "--dataset-size", "5")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --epochs: Input should be a finite number (got nan)"
+
+
+def test_a_sweep_that_measured_nothing_is_one_line_and_exit_2(sqlite_store):
+    """Once a 65-line traceback from the plots (log scale of nothing) and exit 1, the NO-GO code."""
+    work, uri, _ = sqlite_store
+    proc = decide(work, uri, "--experiment", "all_error", *BUDGET, "--no-log", "--out", "err")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (
+        "error: nothing was measured (2 trials: error 2); the commonest error (2x): hardware.device: cuda was "
+        "asked for but torch.cuda.is_available() is False"
+    )
+
+
+def test_every_configuration_out_of_memory_is_no_go_with_plots(sqlite_store):
+    work, uri, _ = sqlite_store
+    proc = decide(work, uri, "--experiment", "all_oom", *BUDGET, "--no-log", "--out", "oom")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.startswith("NO-GO: nothing fits: every configuration ran out of memory")
+    assert (work / "oom" / "throughput_vs_batch.png").read_bytes()[:8] == PNG
+
+
+def test_reading_never_creates_a_store_and_a_dead_server_is_named(tmp_path):
+    proc = run_dinox(["decide", "--experiment", "x", "--days", "1", "--target-images", "9"], cwd=tmp_path)
+    assert proc.returncode == 2 and "`dinox run SPEC` records the trials there first" in proc.stderr, proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+    url = "http://127.0.0.1:9"  # the discard port: nothing listens there
+    proc = run_dinox(["decide", "--experiment", "x", "--days", "1", "--target-images", "9", "--tracking-uri", url],
+                     cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: cannot reach the tracking server at {url} (connection refused)"
+    ), proc.stderr

@@ -123,10 +123,13 @@ def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlf
     assert {r.data.tags["dinox.status"] for r in trials} == {"ok"}
     parents = {r.data.tags.get("dinox.shard") for r in runs if r.data.tags.get("dinox.role") == "sweep"}
     assert parents == {"1/2", "2/2"}
-    # Shard 1 again: resume finds its trials recorded and measures nothing.
+    # Shard 1 again: resume finds its trials recorded, measures nothing and opens no (empty) parent run.
     again = run_dinox(["run", "s.yaml", "--shard", "1/2"], cwd=tmp_path, env={"MLFLOW_TRACKING_URI": mlflow_server.url})
-    assert again.returncode == 0 and "2 already recorded" in again.stdout, again.stdout + again.stderr
+    assert again.returncode == 0 and "nothing left to measure: all 2 trials of 'sharded'" in again.stdout, (
+        again.stdout + again.stderr
+    )
     assert "[1/3] recorded" in again.stdout and "[3/3] recorded" in again.stdout  # its own slice: 1st and 3rd
+    assert len(client.search_runs([exp.experiment_id], "tags.`dinox.role` = 'sweep'")) == 2
     # decide reads the three parents as one sweep of three trials.
     proc = run_dinox(["decide", "--experiment", "sharded", "--days", "1", "--target-images", "1000", "--no-log"],
                      cwd=tmp_path, env={"MLFLOW_TRACKING_URI": mlflow_server.url})  # fmt: skip

@@ -100,6 +100,7 @@ def test_a_later_sweep_closes_an_orphan_of_its_experiment(tmp_path):
     alive = client.create_run(exp, tags={"dinox.role": "sweep", **ProcessRef.me().tags()}).info.run_id
 
     recorder = SweepRecorder(uri)
+    recorder.connect("orphans")
     recorder.open_sweep("orphans", "s.yaml", 1)
     notes = close_orphans(recorder)
     assert notes == [f"closed sweep run {parent} and 1 of its runs as KILLED: its process ({ref.host} pid "

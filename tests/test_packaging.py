@@ -76,7 +76,8 @@ def test_readme_spec_reference_covers_every_field():
 def test_every_shipped_spec_validates_and_names_its_command(path):
     trials = grid.expand(spec.load(path))
     assert trials
-    header = path.read_text().splitlines()[0]
+    modeline, header = path.read_text().splitlines()[:2]
+    assert modeline == "# yaml-language-server: $schema=dinox.schema.json"  # editor completion from the schema
     assert re.match(rf"# Run: dinox run specs/{path.name}$", header), header
 
 

@@ -1,0 +1,29 @@
+"""Is the device a spec asks for on this machine? Two answers, one message.
+
+Before anything runs, `dinox run` asks without torch: a spec for `cuda` on a machine with no GPU driver, or
+for `mps` off macOS, is refused at once, before the store is opened. Where a driver is present, the estimate
+child (torch imported) gives the exact answer (a CPU-only torch, no visible device) before any run opens.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# What a GPU driver leaves on Linux: NVIDIA's proc entry and device nodes, ROCm's kernel fusion driver.
+_GPU_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd")
+
+
+def without_torch(kind: str) -> str:
+    """What this machine has, in words, when it certainly lacks `kind`; "" when it may have it."""
+    if kind == "cuda" and not any(os.path.exists(p) for p in _GPU_DRIVER_PATHS):
+        return "no GPU driver (none of " + ", ".join(_GPU_DRIVER_PATHS) + ")"
+    if kind == "mps" and sys.platform != "darwin":
+        return f"no Apple GPU (this is {sys.platform}, MPS is macOS only)"
+    return ""
+
+
+def missing_message(spec_path: str, kind: str, has: str) -> str:
+    return (f"{spec_path}: hardware.device: {kind} is not on this machine, which has {has}; set hardware.device: "
+            f"auto to run the spec here, or `dinox plan {spec_path}` plans it for the spec's hardware without "
+            "running it")  # fmt: skip

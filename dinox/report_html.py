@@ -1,0 +1,43 @@
+"""report.html: the decision's report.md as one self-contained page (plots embedded), for MLflow's artifact
+view and for mail. Python-Markdown renders the Markdown; the PNGs become data: URIs so the file stands
+alone."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from pathlib import Path
+
+import markdown
+
+_STYLE = """
+body { font: 15px/1.5 system-ui, -apple-system, Segoe UI, sans-serif; max-width: 1100px; margin: 2em auto;
+       padding: 0 1em; color: #1a1a1a; }
+h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
+table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
+th, td { border: 1px solid #d0d0d0; padding: 4px 8px; text-align: left; }
+th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
+code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
+blockquote { border-left: 4px solid #e0a800; background: #fff8e1; margin: 1em 0; padding: .4em 1em; }
+img { max-width: 100%; border: 1px solid #eee; }
+.verdict-GO { color: #1b7f3b; } .verdict-NO-GO { color: #b3261e; }
+"""
+
+
+def render_html(report_md: str, verdict: str, folder: Path) -> str:
+    """report.md as a page; images named in it are read from `folder` and embedded."""
+    body = markdown.markdown(report_md, extensions=["tables", "fenced_code"], output_format="html")
+    body = re.sub(r'<img alt="([^"]*)" src="([^"]+\.png)"', lambda m: _embedded(m, folder), body)
+    body = body.replace("<h1>", f'<h1 class="verdict-{html.escape(verdict)}">', 1)
+    head = f'<meta charset="utf-8"><title>dinox decision: {html.escape(verdict)}</title><style>{_STYLE}</style>'
+    return f'<!DOCTYPE html>\n<html lang="en"><head>{head}</head>\n<body>\n{body}\n</body></html>\n'
+
+
+def _embedded(match: re.Match, folder: Path) -> str:
+    alt, name = match.group(1), match.group(2)
+    path = folder / Path(name).name
+    if not path.is_file():
+        return match.group(0)
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{alt}" src="data:image/png;base64,{data}"'

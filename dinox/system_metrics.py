@@ -1,0 +1,59 @@
+"""System metrics of each trial, through MLflow's own monitor, so a trial run's System metrics tab shows them.
+
+MLflow's `SystemMetricsMonitor` samples in a thread of this (parent) process: CPU utilisation and host memory
+always, GPU utilisation, memory and power through NVML (`nvidia-ml-py`) when a GPU is there; dinox adds the
+SM clock (a throttling GPU shows it first). Sampled every second at most, logged under MLflow's `system/`
+names, one monitor per trial run from its opening to its result. What MLflow's monitor misses for us: a trial
+shorter than one sampling interval would log nothing (its loop drops the last partial interval), so a last
+sample is taken when the trial ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+INTERVAL_S = 1.0
+
+
+class _SmClockMonitor(BaseMetricsMonitor):
+    def __init__(self, handles: list) -> None:
+        super().__init__()
+        self.handles = handles
+
+    def collect_metrics(self) -> None:
+        import pynvml
+
+        for i, handle in enumerate(self.handles):
+            with contextlib.suppress(pynvml.NVMLError):
+                self._metrics[f"gpu_{i}_sm_clock_mhz"].append(
+                    pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+                )
+
+    def aggregate_metrics(self) -> dict[str, float]:
+        return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
+
+
+class TrialMonitor:
+    """Samples while a trial runs; `finish()` before the run is closed."""
+
+    def __init__(self, run_id: str, tracking_uri: str):
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no INFO line per trial
+        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=INTERVAL_S, tracking_uri=tracking_uri)
+        gpu = next((m for m in self.monitor.monitors if hasattr(m, "gpu_handles")), None)
+        if gpu is not None:
+            self.monitor.monitors.append(_SmClockMonitor(gpu.gpu_handles))
+        self.monitor.start()
+
+    def finish(self) -> None:
+        m = self.monitor
+        m.finish()
+        if m._logging_step == 0:  # shorter than one interval: one sample of the whole trial
+            for monitor in m.monitors:
+                monitor.clear_metrics()
+            m.collect_metrics()
+            m.publish_metrics(m.aggregate_metrics())
+            m.mlflow_logger.flush()
