@@ -176,6 +176,7 @@ class Loop:
     # A device batch cut to half its size (None: no half-batch window). Only where the device keeps a timeline
     # of its own: it tells a forward paced by the device from one paced by the host's launches.
     halve: Callable[[Any], Any] | None = None
+    on_phase: Callable[[str], None] | None = None  # told "warm-up", "window 2/3", ...: the live progress line
     buffered: int = field(default=0, init=False)  # batches the loader's workers hold ready
     last_host: Any = field(default=None, init=False)
     last_device: Any = field(default=None, init=False)
@@ -223,15 +224,22 @@ class Loop:
         t = perf()
         self.batches = _Batches(self.loader)
         loader_start_s = perf() - t
+        self._phase("warm-up")
         first_step_s, warmup_s = self._warm_up(warmup_steps)
-        windows = [self.window(bench_steps) for _ in range(repeats)]
+        windows = []
+        for k in range(repeats):
+            self._phase(f"window {k + 1}/{repeats}")
+            windows.append(self.window(bench_steps))
         t = perf()
         reference: list[Window] = []
         compute_only: list[Window] = []
         no_loader: list[Window] = []
         compute_half = None
         if ablation_steps:
+            self._phase("ablation windows")
             reference, compute_only, no_loader, compute_half = self._ablation(ablation_steps)
+        if loader_batches:
+            self._phase("loader alone")
         loader_ips = self._loader_alone(loader_batches) if loader_batches else None
         return LoopStats(windows, first_step_s, warmup_s, self.clock, loader_start_s, compute_only, no_loader,
                          loader_ips, perf() - t if (ablation_steps or loader_batches) else 0.0, compute_half,
@@ -253,6 +261,10 @@ class Loop:
         if self.halve is not None and self.timeline.device_clock and self.batch_size >= 4:  # type: ignore[union-attr]
             half = self.window(steps, "device", self.halve(self.last_device), self.batch_size // 2)
         return reference, compute, host, half
+
+    def _phase(self, text: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(text)
 
     def _warm_up(self, steps: int) -> tuple[float, float]:
         perf, sync = self.timeline.host_clock, self.timeline.synchronize  # type: ignore[union-attr]

@@ -35,12 +35,18 @@ def _load(path: str, max_trials: int | None = 1000, preflight: bool = False, set
                 raise spec.SpecError(doc.path, problems)
         return doc, trials
     except spec.SpecError as e:
-        for problem in e.problems:  # a value set on the command line is named as such
-            key, raw = next(((k, v) for k, v in items if problem.path == k or problem.path.startswith(k + ".")),
-                            ("", ""))  # fmt: skip
-            if key and "--set" not in problem.message:
-                problem.message += f" (from --set {key}={raw})"
+        e.problems = [_named_override(p, items) for p in e.problems]
         _fail(e.render())
+
+
+def _named_override(problem, items: list[tuple[str, str | None]]):
+    """A problem in a value set on the command line says so."""
+    import dataclasses
+
+    key, raw = next(((k, v) for k, v in items if problem.path == k or problem.path.startswith(k + ".")), ("", None))
+    if not key or "--set" in problem.message:
+        return problem
+    return dataclasses.replace(problem, message=f"{problem.message} (from --set {key}={raw})")
 
 
 TRACKING_URI = click.option(
@@ -253,7 +259,8 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
         recorder = SweepRecorder(uri)
         report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo, force=force,
                            prune=not no_prune, isolation=isolation, skip_predicted_oom=skip_predicted_oom,
-                           shard=shard or "", server=server, system_metrics=not no_system_metrics)  # fmt: skip
+                           shard=shard or "", server=server, system_metrics=not no_system_metrics,
+                           live=sys.stdout.isatty())  # fmt: skip
     except (TrackingError, DeviceMissing) as e:
         _fail(str(e))
     except WorkdirError as e:

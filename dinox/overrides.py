@@ -16,15 +16,17 @@ import yaml
 from dinox.spec import Problem, SpecDocument, SpecError
 
 
-def parse(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
-    """[(dotted key, raw value)] from `--set` arguments; empty items are ignored."""
-    out = []
-    for item in items:
-        out += [(k.strip(), v.strip()) for part in item.split(";") if part.strip() for k, _, v in [part.partition("=")]]
+def parse(items: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
+    """[(dotted key, raw value, None when there was no "=")] from `--set` arguments; empty items are ignored."""
+    out: list[tuple[str, str | None]] = []
+    for part in (p.strip() for item in items for p in item.split(";")):
+        if part:
+            key, eq, value = part.partition("=")
+            out.append((key.strip(), value.strip() if eq else None))
     return out
 
 
-def apply(doc: SpecDocument, items: list[tuple[str, str]]) -> SpecDocument:
+def apply(doc: SpecDocument, items: list[tuple[str, str | None]]) -> SpecDocument:
     """A copy of `doc` with each override in its base mapping. Raises SpecError naming every bad override."""
     if not items:
         return doc
@@ -35,7 +37,7 @@ def apply(doc: SpecDocument, items: list[tuple[str, str]]) -> SpecDocument:
     for key, raw in items:
         problem = _set(base, key, raw, swept)
         if problem:
-            problems.append(Problem(key, f"{problem} (--set {key}={raw})"))
+            problems.append(Problem(key, f"{problem} (--set {key}{'' if raw is None else '=' + raw})"))
         else:  # its line in the file no longer holds its value
             lines = {p: n for p, n in lines.items() if p[: len(key.split("."))] != tuple(key.split("."))}
     if problems:
@@ -44,10 +46,10 @@ def apply(doc: SpecDocument, items: list[tuple[str, str]]) -> SpecDocument:
     return dataclasses.replace(doc, base=base, lines=lines, text=f"{doc.text.rstrip()}\n{note}\n")
 
 
-def _set(base: dict[str, Any], key: str, raw: str, swept: set[str]) -> str:
+def _set(base: dict[str, Any], key: str, raw: str | None, swept: set[str]) -> str:
     """Put the value in place; "" on success, else what is wrong."""
     parts = key.split(".")
-    if not key or "" in parts:
+    if raw is None or not key or "" in parts:
         return "needs KEY=VALUE with a dotted KEY such as batch.size"
     if parts[0] == "sweep":
         return "sets a fixed field; a sweep is edited in the file"

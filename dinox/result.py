@@ -12,6 +12,9 @@ from pathlib import Path
 
 from dinox.bound import BOUNDS
 
+# The file beside result.json where a trial says which phase it is in (setup, warm-up, window 2/3, ...).
+PHASE_FILE = "phase"
+
 STATUSES = ("ok", "oom", "error", "crashed", "timeout", "skipped")
 
 

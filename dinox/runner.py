@@ -26,7 +26,7 @@ from dinox import lifeline, ranks
 from dinox.forkserver import ForkedChild, ForkServer
 from dinox.grid import Trial
 from dinox.journal import WorkdirError
-from dinox.result import TrialResult, one_line
+from dinox.result import PHASE_FILE, TrialResult, one_line
 
 GIB = 2**30
 # After the child has written its result it gets this long to exit before its group is killed: a hang in
@@ -164,12 +164,33 @@ def _death(returncode: int) -> str:
     return f"child exited with code {returncode}"
 
 
+class _PhaseReader:
+    """Passes the trial's phase file on to `on_phase` when it changes, looking at most 5 times a second."""
+
+    def __init__(self, path: Path, on_phase: Callable[[str], None] | None):
+        self.path, self.on_phase = path, on_phase
+        self.seen, self.next_look = "", 0.0
+
+    def poll(self, now: float) -> None:
+        if self.on_phase is None or now < self.next_look:
+            return
+        self.next_look = now + 0.2
+        try:
+            text = self.path.read_text()[:80]
+        except OSError:
+            return
+        if text and text != self.seen:
+            self.seen = text
+            self.on_phase(text)
+
+
 def run_trial(
     trial: Trial,
     trial_dir: Path,
     on_spawn: Callable[[int], None] | None = None,
     poll_s: float = 0.05,
     server: ForkServer | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> ChildOutcome:
     """Run one trial in a child process and return what happened to it. Never raises for a bad trial.
 
@@ -178,13 +199,14 @@ def run_trial(
     spec_path = trial_dir / "trial.json"
     result_path = trial_dir / "result.json"
     log_path = trial_dir / "child.log"
+    phase = _PhaseReader(trial_dir / PHASE_FILE, on_phase)
     timeout = trial.spec.measure.timeout_s
     world = trial.spec.hardware.gpus
     rank_paths = [Path(ranks.result_name(str(result_path), r)) for r in range(world)] if world > 1 else []
     with _workdir(trial_dir):
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(trial.spec.model_dump_json(indent=2))
-        for path in [result_path, *rank_paths]:
+        for path in [result_path, *rank_paths, phase.path]:
             path.unlink(missing_ok=True)
         log = open(log_path, "wb")  # closed below, once the child is gone
 
@@ -203,6 +225,7 @@ def run_trial(
             while proc.poll() is None:
                 now = time.time()
                 memory.maybe_sample(now)
+                phase.poll(now)
                 if result_seen_at is None and all(p.exists() for p in rank_paths or [result_path]):
                     result_seen_at = now
                     # Once more while every process of the trial still holds its memory: a short trial

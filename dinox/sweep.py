@@ -31,6 +31,7 @@ from dinox.forkserver import ForkServer
 from dinox.grid import Trial, trial_id
 from dinox.journal import Journal, WorkdirError, new_result_id
 from dinox.lifeline import ProcessRef
+from dinox.progress import Progress
 from dinox.prune import Pruner
 from dinox.result import TrialResult, one_line
 from dinox.spec import SpecDocument, TrialSpec
@@ -161,6 +162,7 @@ class SweepOptions:
     shard: str = ""  # "i/N" when this process runs one slice of the sweep
     isolation: str = "fork"
     system_metrics: bool = True
+    live: bool = False  # a progress bar (a terminal) instead of plain lines only
 
 
 def run_sweep(
@@ -178,11 +180,12 @@ def run_sweep(
     shard: str = "",
     server: ForkServer | None = None,
     system_metrics: bool = True,
+    live: bool = False,
 ) -> SweepReport:
     """Measure every trial and record it; see the module docstring. Raises TrackingError when the store is
     unusable at the start, WorkdirError when the workdir cannot be written, Interrupted on SIGTERM/SIGINT.
     With isolation fork, `server` is a fork server the caller started early (one is started if not)."""
-    options = SweepOptions(force, prune, skip_predicted_oom, shard, isolation, system_metrics)
+    options = SweepOptions(force, prune, skip_predicted_oom, shard, isolation, system_metrics, live)
     if server is None and isolation == "fork":
         server = ForkServer()
     if server is not None:
@@ -244,7 +247,8 @@ class Sweep:
                  echo: Callable[[str], None], on_spawn: Callable[[Trial, int], None] | None, options: SweepOptions,
                  server: ForkServer | None):  # fmt: skip
         self.doc, self.trials, self.recorder, self.workdir = doc, trials, recorder, workdir
-        self.echo, self.on_spawn, self.options, self.server = echo, on_spawn, options, server
+        self.progress = Progress(len(trials), echo, options.live)
+        self.echo, self.on_spawn, self.options, self.server = self.progress.line, on_spawn, options, server
         self.t0 = time.time()
         self.name = trials[0].spec.name
         self.in_flight: _InFlight | None = None
@@ -252,6 +256,12 @@ class Sweep:
     # --- the whole sweep ----------------------------------------------------------------------------
 
     def run(self) -> SweepReport:
+        try:
+            return self._run()
+        finally:
+            self.progress.close()
+
+    def _run(self) -> SweepReport:
         self._setup_store()  # a store down at the start: TrackingError, nothing has run
         if self._nothing_left():
             return self.report
@@ -413,6 +423,11 @@ class Sweep:
     # --- one trial ------------------------------------------------------------------------------------
 
     def _one(self, trial: Trial) -> None:
+        self.progress.phase(trial.label, "start-up")
+        self._measure_or_resume(trial)
+        self.progress.advance()
+
+    def _measure_or_resume(self, trial: Trial) -> None:
         if trial.trial_id in self.done:
             self.report.resumed.append((trial, self.done[trial.trial_id].status))
             self._echo_recorded(trial)
@@ -469,7 +484,8 @@ class Sweep:
         if reason:
             return TrialResult("skipped", error=reason, marks={"result_written": time.time()}), None, False
         spawn = (lambda pid, t=trial: self.on_spawn(t, pid)) if self.on_spawn else None
-        outcome = runner.run_trial(trial, self._trial_dir(trial), spawn, server=self.server)
+        outcome = runner.run_trial(trial, self._trial_dir(trial), spawn, server=self.server,
+                                   on_phase=lambda text: self.progress.phase(trial.label, text))  # fmt: skip
         return outcome.result, outcome.log_path, True
 
     def _trial_dir(self, trial: Trial, suffix: str = "") -> Path:

@@ -20,6 +20,8 @@ import contextlib  # noqa: E402  (the marks above must come before the heavy imp
 import os  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import timm  # noqa: E402, F401  (imported here so start-up time, not setup time, carries its ~1 s)
@@ -29,7 +31,7 @@ from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 from dinox import bench, device, lifeline, models, objectives, ranks  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
-from dinox.result import TrialResult, one_line  # noqa: E402
+from dinox.result import PHASE_FILE, TrialResult, one_line  # noqa: E402
 from dinox.spec import TrialSpec  # noqa: E402
 from dinox.step_metrics import summarize  # noqa: E402
 
@@ -78,8 +80,10 @@ class TrialRun:
     """One trial in the child, as named steps: the device, the loader, the model and optimizer, the step
     functions, the loop, and its summary (dinox.step_metrics)."""
 
-    def __init__(self, spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float], tags: dict[str, str]):
+    def __init__(self, spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float], tags: dict[str, str],
+                 on_phase: Callable[[str], None] | None = None):  # fmt: skip
         self.spec, self.marks, self.metrics, self.tags = spec, marks, metrics, tags
+        self.on_phase = on_phase
         self.accumulation = spec.accumulation
         self.distributed = device.rank_of_world()
         self.world = self.distributed[2] if self.distributed else 1
@@ -88,6 +92,8 @@ class TrialRun:
         self.ddp: Any = None
 
     def measure(self) -> TrialResult:
+        if self.on_phase is not None:
+            self.on_phase("setup")
         self._setup_device()
         self._setup_loader()
         self._setup_model()
@@ -228,19 +234,34 @@ class TrialRun:
         m, lo = self.spec.measure, self.spec.loader
         ablation = self._ablation_steps()
         loop = bench.Loop(self.loader, self.to_device, self.micro_step, self.optimizer_step, self.dev,
-                          self.accumulation, self.spec.size, halve=self.halve)  # fmt: skip
+                          self.accumulation, self.spec.size, halve=self.halve, on_phase=self.on_phase)  # fmt: skip
         return loop.run(m.warmup_steps, m.bench_steps, m.repeats, ablation_steps=ablation,
                         loader_batches=ablation * self.accumulation,
                         loader_buffered=lo.num_workers * (lo.prefetch_factor or 2))  # fmt: skip
 
 
-def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float], tags: dict[str, str]) -> TrialResult:
-    return TrialRun(spec, marks, metrics, tags).measure()
+def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float], tags: dict[str, str],
+            on_phase: Callable[[str], None] | None = None) -> TrialResult:  # fmt: skip
+    return TrialRun(spec, marks, metrics, tags, on_phase).measure()
+
+
+def phase_writer(path: Path) -> Callable[[str], None]:
+    """Tells the parent which phase the trial is in (its live progress line), through a small file replaced
+    whole: a few writes per trial, never inside a timed window."""
+
+    def write(text: str) -> None:
+        with contextlib.suppress(OSError):
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+
+    return write
 
 
 def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
     """Measure, write the result; 0, or under torchrun 1 for a failed rank, so torchrun stops the others."""
     distributed = device.rank_of_world()
+    on_phase = phase_writer(Path(result_json).with_name(PHASE_FILE)) if not distributed or distributed[0] == 0 else None
     if distributed is not None:
         result_json = ranks.result_name(result_json, distributed[0])
     # Forked from the fork server, the imports were paid once, before the fork: this trial starts now.
@@ -250,7 +271,7 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
     tags: dict[str, str] = {}
     spec = TrialSpec.model_validate_json(open(trial_json).read())
     try:
-        result = measure(spec, marks, metrics, tags)
+        result = measure(spec, marks, metrics, tags, on_phase)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
         status = "oom" if is_oom(exc) else "error"

@@ -118,3 +118,12 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
     assert bench.rate(stats.no_loader) == pytest.approx(bench.rate(stats.compute_only), rel=0.2)
     assert stats.loader_images_per_s == pytest.approx(200, rel=0.3)  # 2 samples per 10 ms
     assert stats.ablation_s > 0
+
+
+def test_the_loop_tells_its_phases_in_order_outside_the_windows():
+    """What the live progress line shows; told between windows, never inside one."""
+    phases: list[str] = []
+    loop_ = bench.Loop(DataLoader(Images(400), batch_size=2), lambda b: b, lambda b: None, lambda: None,
+                       torch.device("cpu"), 1, 2, on_phase=phases.append)  # fmt: skip
+    loop_.run(1, 2, repeats=3, ablation_steps=2, loader_batches=2)
+    assert phases == ["warm-up", "window 1/3", "window 2/3", "window 3/3", "ablation windows", "loader alone"]

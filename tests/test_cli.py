@@ -90,6 +90,31 @@ def test_store_holds_the_design_record(oom_sweep):
     assert [m.step for m in history] == [0, 1]  # the intervals between 3 timed step ends
 
 
+def test_the_ui_answers_without_a_click(oom_sweep):
+    """Run descriptions, the parent's summary metrics and plot, each trial's system/ metrics, and the
+    experiment opening on MLflow 3's runs table."""
+    work, _ = oom_sweep
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("oom_then_ok")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([exp.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("dinox.role") == "sweep"]
+    oom, ok = sorted((r for r in runs if r.data.tags.get("dinox.role") == "trial"),
+                     key=lambda r: int(r.data.tags["dinox.trial_index"]))  # fmt: skip
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("**oom_then_ok**: 2 trials measured (1 ok, 1 oom).")
+    rows = [ln for ln in note.splitlines() if ln.startswith("| 1 ") or ln.startswith("| 2 ")]
+    assert "| ok |" in rows[0] and "| oom: " in rows[1]  # ranked: the measured trial first
+    assert parent.data.metrics["trials_ok"] == 1 and parent.data.metrics["trials_oom"] == 1
+    assert parent.data.metrics["best_images_per_s"] == pytest.approx(ok.data.metrics["images_per_s"])
+    assert "throughput_vs_batch.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert ok.data.tags["mlflow.note.content"].startswith("**ok** size=4: ")
+    assert oom.data.tags["mlflow.note.content"].startswith("**oom** size=1024 model.img_size=224: ")
+    cpu = client.get_metric_history(ok.info.run_id, "system/cpu_utilization_percentage")
+    assert cpu and all(0 <= m.value <= 100 for m in cpu)
+    assert client.get_metric_history(ok.info.run_id, "system/system_memory_usage_megabytes")
+
+
 def test_local_results_csv_matches_the_store(oom_sweep):
     work, _ = oom_sweep
     (csv_path,) = Path(work / ".dinox").rglob("results.csv")

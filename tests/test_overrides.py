@@ -1,0 +1,49 @@
+"""`--set KEY=VALUE`: overrides from the command line, validated like the file, errors naming the override."""
+
+import pytest
+
+from dinox import grid, overrides, spec
+from tests.conftest import TINY, run_dinox
+
+
+@pytest.fixture
+def doc(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(TINY.format(name="o") + "sweep:\n  grid:\n    loader.num_workers: [0, 1]\n")
+    return spec.load(path)
+
+
+def test_values_are_yaml_and_land_in_every_trial(doc):
+    items = overrides.parse(["batch.size=8", "precision=bf16-mixed;data.sample_delay_ms=2.5", ""])
+    trials = grid.expand(overrides.apply(doc, items))
+    assert [t.spec.size for t in trials] == [8, 8] and {t.spec.precision for t in trials} == {"bf16-mixed"}
+    assert trials[0].spec.data.sample_delay_ms == 2.5
+    assert overrides.apply(doc, items).text.endswith("# --set batch.size=8\n# --set precision=bf16-mixed\n"
+                                                    "# --set data.sample_delay_ms=2.5\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("loader.num_workers=2", "is swept by the spec's sweep section"),
+        ("sweep.grid=3", "a sweep is edited in the file"),
+        ("batch.size.x=3", "batch.size is 4, not a section"),
+        ("batchsize", "needs KEY=VALUE"),
+        ("batch.size=[1", "not valid YAML"),
+    ],
+)
+def test_bad_overrides_are_named(doc, item, message):
+    with pytest.raises(spec.SpecError) as e:
+        overrides.apply(doc, overrides.parse([item]))
+    assert message in e.value.render() and f"(--set {item.split(';')[0]}" in e.value.render()
+
+
+def test_a_value_the_models_refuse_names_its_override_on_the_command_line(tmp_path):
+    (tmp_path / "s.yaml").write_text(TINY.format(name="o"))
+    proc = run_dinox(["plan", "s.yaml", "--no-estimate", "--set", "batch.size=-3", "--set", "batch.sizee=3"],
+                     cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "batch.size: " in proc.stderr and "(from --set batch.size=-3)" in proc.stderr, proc.stderr
+    assert "batch.sizee" in proc.stderr and "(from --set batch.sizee=3)" in proc.stderr
+    ok = run_dinox(["plan", "s.yaml", "--no-estimate", "--set", "batch.size=16"], cwd=tmp_path)
+    assert ok.returncode == 0 and "16" in ok.stdout, ok.stderr

@@ -1,0 +1,39 @@
+"""The live view: plain lines off a terminal, a bar with the trial's phase on one; the phase file read."""
+
+import io
+
+from dinox.progress import Progress
+from dinox.runner import _PhaseReader
+
+
+def test_off_a_terminal_only_the_lines_print():
+    lines: list[str] = []
+    p = Progress(3, lines.append, live=False)
+    p.phase("size=8", "window 1/3")
+    p.line("[1/3] ok")
+    p.advance()
+    p.close()
+    assert lines == ["[1/3] ok"]
+
+
+def test_on_a_terminal_the_bar_carries_the_trial_and_its_phase(monkeypatch):
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stderr", out)
+    p = Progress(3, print, live=True)
+    p.phase("size=8", "window 2/3")
+    p.advance()
+    assert "size=8: window 2/3" in out.getvalue() and "1/3 trials" in out.getvalue()
+    p.close()
+
+
+def test_the_phase_file_is_passed_on_when_it_changes(tmp_path):
+    seen: list[str] = []
+    reader = _PhaseReader(tmp_path / "phase", seen.append)
+    reader.poll(0.0)  # no file yet: nothing
+    (tmp_path / "phase").write_text("warm-up")
+    reader.poll(1.0)
+    reader.poll(2.0)  # unchanged: not again
+    (tmp_path / "phase").write_text("window 1/2")
+    reader.poll(2.1)  # within 0.2 s of the last look: not yet
+    reader.poll(2.3)
+    assert seen == ["warm-up", "window 1/2"]
