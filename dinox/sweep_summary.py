@@ -42,7 +42,8 @@ def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     """The parent run's description: counts, then every trial ranked by throughput (failures last)."""
-    counts = ", ".join(f"{v} {k}" for k, v in Counter(str(r["status"]) for r in rows).most_common())
+    counted = Counter(str(r["status"]) for r in rows)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
     lines = [f"**{name}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
              + (f", {resumed} already recorded" if resumed else "") + ".", ""]  # fmt: skip
     ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -float(r.get("images_per_s") or 0.0)))

@@ -82,8 +82,9 @@ def test_repeated_windows_report_their_spread():
 
     def micro(batch):
         calls[0] += 1
-        # Warm-up (1 step x 2 micro) and the first window (3 x 2) at 5 ms, the second and third at 10 ms.
-        time.sleep(0.005 if calls[0] <= 8 else 0.010)
+        # Warm-up (1 step x 2 micro) and the first window (3 x 2) at 10 ms, the second and third at 30 ms
+        # (long enough that a busy machine's few ms of jitter do not blur the two).
+        time.sleep(0.010 if calls[0] <= 8 else 0.030)
 
     stats = loop(DataLoader(Images(400), batch_size=4), micro, warmup=1, steps=3, repeats=3)
     assert len(stats.windows) == 3 and len(stats.steps) == 6

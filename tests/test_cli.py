@@ -109,7 +109,7 @@ def test_the_ui_answers_without_a_click(oom_sweep):
     assert parent.data.metrics["best_images_per_s"] == pytest.approx(ok.data.metrics["images_per_s"])
     assert "throughput_vs_batch.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert ok.data.tags["mlflow.note.content"].startswith("**ok** size=4: ")
-    assert oom.data.tags["mlflow.note.content"].startswith("**oom** size=1024 model.img_size=224: ")
+    assert oom.data.tags["mlflow.note.content"].startswith("**oom** size=1024 img_size=224: ")
     cpu = client.get_metric_history(ok.info.run_id, "system/cpu_utilization_percentage")
     assert cpu and all(0 <= m.value <= 100 for m in cpu)
     assert client.get_metric_history(ok.info.run_id, "system/system_memory_usage_megabytes")

@@ -43,7 +43,7 @@ def test_mlproject_main_entry_takes_a_spec():
     project = yaml.safe_load((ROOT / "MLproject").read_text())
     main = project["entry_points"]["main"]
     assert "spec" in main["parameters"]
-    assert main["command"] == "python -m dinox run {spec}"
+    assert main["command"] == "python -m dinox run {spec} --set {set}" and main["parameters"]["set"]["default"] == ""
     assert project["conda_env"] == "conda.yaml"
     decide_entry = project["entry_points"]["decide"]
     assert {"spec", "out"} <= set(decide_entry["parameters"])
@@ -96,7 +96,9 @@ def test_parent_side_never_imports_torch_and_child_never_imports_mlflow():
     # The parent side, and what must run on a box without a GPU stack (spec checks, decisions, DICOM).
     parent = (
         "import sys, dinox.cli, dinox.sweep, dinox.tracking, dinox.spec, dinox.grid, dinox.decide, dinox.report, "
-        "dinox.preflight, dinox.model_names, dinox.data.dicom_preprocess; print('torch' in sys.modules)"
+        "dinox.preflight, dinox.model_names, dinox.data.dicom_preprocess, dinox.overrides, dinox.schema, "
+        "dinox.sweep_summary, dinox.progress, dinox.device_check, dinox.report_html, dinox.system_metrics; "
+        "print('torch' in sys.modules)"
     )
     child = "import sys; import dinox.trial; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"
     for code in (parent, child):
@@ -128,7 +130,8 @@ def _mlflow_run(tmp_path: Path, extra: list[str]):
 
 
 def test_mlflow_run_makes_its_own_run_the_sweep_parent(tmp_path):
-    proc, client, runs = _mlflow_run(tmp_path, ["--experiment-name", "mlproj"])
+    # -P set=...: the MLproject parameter reaches `dinox run --set` (the other test runs its empty default).
+    proc, client, runs = _mlflow_run(tmp_path, ["--experiment-name", "mlproj", "-P", "set=batch.size=2;precision=fp32"])
     top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert len(top) == 1, "one invocation, one top-level run"
     (parent,) = top
@@ -136,6 +139,7 @@ def test_mlflow_run_makes_its_own_run_the_sweep_parent(tmp_path):
     assert client.get_experiment(parent.info.experiment_id).name == "mlproj"
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert [c.data.tags["dinox.status"] for c in children] == ["ok"]
+    assert children[0].data.params["batch.size"] == "2"  # TINY says 4
 
 
 def test_mlflow_run_without_experiment_name_says_how_to_keep_the_spec_name(tmp_path):
