@@ -29,10 +29,13 @@ def test_bench_overhead_prints_its_figures(tmp_path):
 
 def test_bench_fidelity_prints_its_figures(tmp_path):
     out = run_script("bench_fidelity.py", "--steps", "2", "--warmup", "1", "--rounds", "1", "--img", "32",
-                     "--batch", "4", cwd=tmp_path)  # fmt: skip
+                     "--batch", "4", "--system-metrics", cwd=tmp_path)  # fmt: skip
     assert re.search(r"^dinox images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^hand loop images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^fidelity_ratio \d+\.\d{3} ", out, re.M), out
+    assert re.search(r"^dinox \+ system metrics images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
+    assert re.search(r"^system_metrics_cost [+-]\d\.\d{3} ", out, re.M), out
+    assert re.search(r"^sampler_cpu \d+\.\d ms/s in the parent = ", out, re.M), out
 
 
 def _gpu_check():
