@@ -63,10 +63,10 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
 
 def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """img/s (windows) against physical batch, one line per model, the windows' min-max as bars; None when
-    no trial ran ok."""
+    fewer than two batch sizes ran ok."""
     ok = [r for r in rows if r["status"] == "ok" and "images_per_s" in r and r.get("batch.size")]
-    if not ok:
-        return None
+    if len({int(r["batch.size"]) for r in ok}) < 2:
+        return None  # one batch size is no curve (and matplotlib costs a second of every short sweep)
     import matplotlib
 
     matplotlib.use("Agg")

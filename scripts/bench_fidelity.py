@@ -87,6 +87,9 @@ def hand_loop(a: argparse.Namespace) -> float:
     return a.steps * a.accum * a.batch / (time.perf_counter() - t)
 
 
+SERVER = None  # dinox's fork server, as `dinox run` uses it: each trial a fresh process, without the imports
+
+
 def dinox_trial(a: argparse.Namespace, tmp: Path, i: int, sampled: bool = False) -> tuple[float, float]:
     """One trial as a sweep measures it; `sampled`: with its system metrics sampled into a run meanwhile.
     Its images/s, and the CPU seconds per second this (parent) process spent meanwhile."""
@@ -107,7 +110,7 @@ def dinox_trial(a: argparse.Namespace, tmp: Path, i: int, sampled: bool = False)
     cpu, wall = time.process_time(), time.time()
     if sampled:
         monitor = TrialMonitor(run_id, uri)
-    r = runner.run_trial(trial, tmp / f"t{i}{'s' if sampled else ''}").result
+    r = runner.run_trial(trial, tmp / f"t{i}{'s' if sampled else ''}", server=SERVER).result
     if monitor is not None:
         monitor.finish()
     parent_cpu = (time.process_time() - cpu) / (time.time() - wall)
@@ -136,6 +139,10 @@ def main() -> None:
     args = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
             if k not in ("rounds", "hand_loop", "system_metrics")]  # fmt: skip
     dinox, hand, sampled, cpu = [], [], [], {False: [], True: []}
+    global SERVER
+    from dinox.forkserver import ForkServer
+
+    SERVER = ForkServer()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(a.rounds):  # alternate, so all sides see the same drift of a shared machine
             for on in (False, True) if a.system_metrics else (False,):
@@ -145,6 +152,7 @@ def main() -> None:
             out = subprocess.run([sys.executable, __file__, "--hand-loop", *args], capture_output=True, text=True,
                                  check=True)  # fmt: skip
             hand.append(json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"])
+    SERVER.close()
     print(f"{a.model} at {a.img} px, batch {a.batch} x {a.accum}, {a.precision}, {a.workers} workers, "
           f"{a.steps} timed steps, {a.rounds} rounds")  # fmt: skip
     print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")

@@ -74,7 +74,7 @@ objective: {num_classes: 10}
 # next (42, 44 or 46 fit in three runs of the same probes), more than the 10% default leaves.
 batch: {size: auto, auto_min: 8, auto_max: 1024, auto_margin: 0.25}
 hardware: {device: cpu, memory_limit_gb: 1.2, peak_tflops: 0.5}
-measure: {warmup_steps: 1, bench_steps: 2, repeats: 2, timeout_s: 120}
+measure: {warmup_steps: 1, bench_steps: 2, repeats: 2, timeout_s: 120, ablation: false}
 sweep:
   grid:
     batch.size: [auto, 100000]

@@ -107,7 +107,8 @@ def test_the_ui_answers_without_a_click(oom_sweep):
     assert "| ok |" in rows[0] and "| oom: " in rows[1]  # ranked: the measured trial first
     assert parent.data.metrics["trials_ok"] == 1 and parent.data.metrics["trials_oom"] == 1
     assert parent.data.metrics["best_images_per_s"] == pytest.approx(ok.data.metrics["images_per_s"])
-    assert "throughput_vs_batch.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # One batch size ran ok: no curve to draw (the two-sweeps test sees the plot of two).
+    assert "throughput_vs_batch.png" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert ok.data.tags["mlflow.note.content"].startswith("**ok** size=4: ")
     assert oom.data.tags["mlflow.note.content"].startswith("**oom** size=1024 img_size=224: ")
     cpu = client.get_metric_history(ok.info.run_id, "system/cpu_utilization_percentage")

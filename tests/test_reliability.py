@@ -88,7 +88,7 @@ name: prune
 model: {name: vit_tiny_patch16_224, img_size: 224, kwargs: {depth: 2}}
 objective: {num_classes: 10}
 hardware: {memory_limit_gb: 1.5}
-measure: {warmup_steps: 1, bench_steps: 1, repeats: 1, timeout_s: 120}
+measure: {warmup_steps: 1, bench_steps: 1, repeats: 1, timeout_s: 120, ablation: false}
 sweep:
   grid:
     batch.size: %s
@@ -184,4 +184,5 @@ def test_two_sweeps_at_once_against_one_server(mlflow_server, tmp_path):
         mine = [t for t in trials if t.data.tags["mlflow.parentRunId"] == p.info.run_id]
         assert sorted(t.data.params["batch.size"] for t in mine) == ["2", "3"]
         assert all(t.data.tags["dinox.status"] == "ok" and t.info.status == "FINISHED" for t in mine)
-        assert {a.path for a in client.list_artifacts(p.info.run_id)} >= {"results.csv", "spec.yaml"}
+        assert {a.path for a in client.list_artifacts(p.info.run_id)} >= {"results.csv", "spec.yaml",
+                                                                          "throughput_vs_batch.png"}  # fmt: skip

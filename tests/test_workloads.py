@@ -14,7 +14,7 @@ from tests.test_cli import RECORD_METRICS, RECORD_PARAMS, RECORD_TAGS
 from tests.test_dicom_preprocess import demo
 
 TINY_VIT = {"embed_dim": 48, "depth": 2, "num_heads": 2}
-SMALL_STEPS = {"warmup_steps": 1, "bench_steps": 2, "repeats": 1, "timeout_s": 300}
+SMALL_STEPS = {"warmup_steps": 1, "bench_steps": 2, "repeats": 1, "timeout_s": 300, "ablation": False}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def shrink(name: str, **changes) -> dict:
     """A shipped spec with CPU-sized values: same structure, sections and knobs, tiny numbers."""
     spec = yaml.safe_load((ROOT / "specs" / name).read_text())
     spec["hardware"]["device"] = "auto"
-    spec["measure"] = SMALL_STEPS
+    spec["measure"] = dict(SMALL_STEPS)
     for dotted, value in changes.items():
         node = spec
         *parents, last = dotted.split("__")
@@ -61,8 +61,9 @@ def run_spec(work: Path, spec: dict) -> list:
 def test_vit_large_dino_on_ct_png_and_on_webdataset(ct_data):
     crops = {"objective__out_dim": 512, "objective__head_hidden_dim": 64, "objective__head_bottleneck_dim": 32,
              "objective__local_crops": 2, "objective__local_crop_size": 28}  # fmt: skip
+    # The ablation windows on, here only: DINO's multi-crop views reused on the device and copied again.
     spec = shrink("vit_large_sweep.yaml", model__kwargs=TINY_VIT, model__img_size=56, loader__num_workers=1,
-                  data__index_csv="png/_index/index.csv", **crops)  # fmt: skip
+                  data__index_csv="png/_index/index.csv", measure__ablation=True, **crops)  # fmt: skip
     shards = {"source": "webdataset", "shards": "shards", "shuffle_buffer": 8}
     base = {"batch.size": 4, "batch.accumulation": 2}
     spec["sweep"] = {"cases": [base, {**base, "data": shards}]}
@@ -73,6 +74,7 @@ def test_vit_large_dino_on_ct_png_and_on_webdataset(ct_data):
         assert r.data.params["model.grad_checkpointing"] == "True" and r.data.params["precision"] == "bf16-mixed"
         # The backbone is what decide compares; the DINO head is extra trainable weight.
         assert r.data.metrics["trainable_params_m"] > r.data.metrics["params_m"] > 0
+        assert r.data.metrics["images_per_s_compute_only"] > 0 and r.data.tags["dinox.bound_rule"] == "ablation"
 
 
 def test_vit_giant_cases_with_and_without_checkpointing(ct_data):
