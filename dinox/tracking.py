@@ -208,7 +208,7 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
-# MLflow 3's UI opens an experiment without this tag on its GenAI (traces) overview; with it, on the runs table.
+# The kind MLflow 3's UI asks about (GenAI or model training): a dinox experiment is the latter, said up front.
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
