@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
-# What a GPU driver leaves on Linux: NVIDIA's proc entry and device nodes, ROCm's kernel fusion driver.
-_GPU_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd")
+# What a GPU driver leaves on Linux: NVIDIA's proc entry and device nodes, WSL2's GPU paravirtualisation,
+# Jetson's memory manager, ROCm's kernel fusion driver. Any of them: the estimate child gives the answer.
+_GPU_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg", "/dev/nvmap",
+                     "/dev/kfd")  # fmt: skip
 
 
 def without_torch(kind: str) -> str:

@@ -501,12 +501,16 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
         return
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        why = _unreachable(str(reason)) or (
-            "connection refused" if isinstance(reason, ConnectionRefusedError) else one_line(str(reason), 120)
-        )
         if isinstance(reason, TimeoutError | socket.timeout):
             why = f"no answer within {timeout:g} s"
-        raise TrackingError(f"cannot reach the tracking server at {uri} ({why})") from None
+        elif isinstance(reason, ConnectionRefusedError):
+            why = "connection refused"
+        else:
+            # Only what certainly means "nobody there": a TLS setup MLflow is told about (a CA bundle,
+            # MLFLOW_TRACKING_INSECURE_TLS) may fail here and work there, so MLflow gets to try.
+            why = _unreachable(str(reason)) if isinstance(reason, socket.gaierror | OSError) else ""
+        if why:
+            raise TrackingError(f"cannot reach the tracking server at {uri} ({why})") from None
 
 
 def result_summary(results: list[TrialResult]) -> dict[str, int]:
