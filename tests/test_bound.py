@@ -46,7 +46,7 @@ model: {{name: {model}, img_size: {img}{kwargs}}}
 objective: {{num_classes: 10}}
 batch: {{size: {batch}}}
 data: {{source: synthetic, sample_delay_ms: {delay}}}
-measure: {{warmup_steps: 2, bench_steps: 8, repeats: 2, ablation_steps: 8, timeout_s: 300}}
+measure: {{warmup_steps: 3, bench_steps: 10, repeats: 2, ablation_steps: 10, timeout_s: 300}}
 """
 
 
@@ -94,7 +94,7 @@ def test_a_constructed_compute_bound_trial_is_compute_bound(measured):
 def test_the_ablation_and_loader_windows_stay_outside_images_per_s(measured):
     for r, batch in measured.values():
         m = r.metrics
-        images = 2 * 8 * batch  # 2 timed windows of 8 steps
+        images = 2 * 10 * batch  # 2 timed windows of 10 steps
         assert m["images_per_s"] == pytest.approx(images / m["window_s"], rel=1e-6)  # the timed windows only
         assert m["ablation_s"] > 0 and "images_per_s_compute_only" in m and "images_per_s_no_loader" in m
         assert "fixed_share" not in m  # the half-batch window: a device with a timeline of its own only

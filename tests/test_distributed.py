@@ -13,7 +13,8 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from dinox import grid, runner, spec
+from dinox import decide, grid, report, runner, spec
+from dinox.tracking import fetch_trials
 from tests.conftest import TINY, run_dinox
 
 TWO_RANKS = (
@@ -25,6 +26,12 @@ sweep:
     hardware.gpus: [1, 2]
 """
 )
+
+
+def _decided(uri: str, experiment: str) -> str:
+    """decide's report on an experiment, in this process (the decide CLI has tests of its own)."""
+    records, _sources, _home = fetch_trials(uri, [experiment], [])
+    return report.render_markdown(decide.decide(records, decide.Budget(days=1, target_images=1000)), [])
 
 
 def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
@@ -47,12 +54,9 @@ def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
     # the ranks share, so it need not read above it either.
     assert m["host_peak_rss_gb"] >= m["rank0_child_peak_rss_gb"]
     # decide sets the 2-rank trial against the 1-rank one: scaling efficiency.
-    proc = run_dinox(["decide", "--experiment", "ddp", "--days", "1", "--target-images", "1000", "--no-log"],
-                     cwd=tmp_path)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = (tmp_path / "decision" / "report.md").read_text()
+    text = _decided(f"sqlite:///{tmp_path / 'mlflow.db'}", "ddp")
     efficiency = m["images_per_s"] / (2 * one.data.metrics["images_per_s"])
-    assert "## Scaling" in report and f"| {efficiency:.0%} |" in report
+    assert "## Scaling" in text and f"| {efficiency:.0%} |" in text
 
 
 def ranks_of(root: int) -> dict[int, psutil.Process]:
@@ -131,10 +135,7 @@ def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlf
     assert "[1/3] recorded" in again.stdout and "[3/3] recorded" in again.stdout  # its own slice: 1st and 3rd
     assert len(client.search_runs([exp.experiment_id], "tags.`dinox.role` = 'sweep'")) == 2
     # decide reads the three parents as one sweep of three trials.
-    proc = run_dinox(["decide", "--experiment", "sharded", "--days", "1", "--target-images", "1000", "--no-log"],
-                     cwd=tmp_path, env={"MLFLOW_TRACKING_URI": mlflow_server.url})  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 trials (3 ok)" in (tmp_path / "decision" / "report.md").read_text()
+    assert "3 trials (3 ok)" in _decided(mlflow_server.url, "sharded")
 
 
 @pytest.mark.parametrize("bad", ["0/2", "3/2", "1", "a/b"])
