@@ -154,6 +154,34 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     if d.sources:
         out.append(f"- Trials from: {', '.join(d.sources)}.")
     out.append("")
+    out += _decision_section(d)
+    out += ["## Models", ""]
+    for mv in d.models:
+        out += _model_section(mv, b)
+    out += _loader_section(d.loader, d.policy.knee_tolerance)
+    out += _memory_section(d.memory)
+    if d.scaling:
+        out += ["## Scaling", "", "Global images/s of each multi-device trial against N x the same configuration on "
+                "one device.", "", "| trial | model | devices | img/s | one device | efficiency |",
+                "|---|---|---|---|---|---|"]  # fmt: skip
+        out += [f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
+                f"{row.efficiency:.0%} |" for row in d.scaling]  # fmt: skip
+        out.append("")
+    if plots:
+        out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    if d.left_out:
+        out += ["## Records left out", "", "These runs carry figures no real trial has (not finite, not positive, "
+                "or physically impossible), so the decision does not use them:", ""]  # fmt: skip
+        out += [f"- `{run}`: {why}" for run, why in d.left_out] + [""]
+    if d.notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
+    return "\n".join(out)
+
+
+def _decision_section(d: Decision) -> list[str]:
+    """What to do: the recommended configuration, or what would make a model fit."""
+    b = d.budget
+    out: list[str] = []
     if d.recommended is not None and d.recommended.best is not None:
         rec = d.recommended
         out += ["## Decision", "", f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
@@ -178,27 +206,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
             if f.epochs_in_budget is not None:
                 out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
         out.append("")
-    out += ["## Models", ""]
-    for mv in d.models:
-        out += _model_section(mv, b)
-    out += _loader_section(d.loader, d.policy.knee_tolerance)
-    out += _memory_section(d.memory)
-    if d.scaling:
-        out += ["## Scaling", "", "Global images/s of each multi-device trial against N x the same configuration on "
-                "one device.", "", "| trial | model | devices | img/s | one device | efficiency |",
-                "|---|---|---|---|---|---|"]  # fmt: skip
-        out += [f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
-                f"{row.efficiency:.0%} |" for row in d.scaling]  # fmt: skip
-        out.append("")
-    if plots:
-        out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
-    if d.left_out:
-        out += ["## Records left out", "", "These runs carry figures no real trial has (not finite, not positive, "
-                "or physically impossible), so the decision does not use them:", ""]  # fmt: skip
-        out += [f"- `{run}`: {why}" for run, why in d.left_out] + [""]
-    if d.notes:
-        out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
-    return "\n".join(out)
+    return out
 
 
 def _params(params_m: float | None) -> str:

@@ -184,6 +184,48 @@ class _PhaseReader:
             self.on_phase(text)
 
 
+def _watch(proc: Any, memory: TreeMemory, phase: _PhaseReader, results: list[Path], deadline: float,
+           poll_s: float) -> bool:  # fmt: skip
+    """Poll the child until it exits, or EXIT_GRACE_S after its result(s) appeared, or past `deadline`
+    without one (then True: timed out), sampling its memory and passing its phase on meanwhile."""
+    result_seen_at: float | None = None
+    while proc.poll() is None:
+        now = time.time()
+        memory.maybe_sample(now)
+        phase.poll(now)
+        if result_seen_at is None and all(p.exists() for p in results):
+            result_seen_at = now
+            # Once more while every process of the trial still holds its memory: a short trial may have
+            # ended between two samples of the adaptive interval.
+            memory.maybe_sample(now, force=True)
+        if result_seen_at is not None and now - result_seen_at > EXIT_GRACE_S:
+            return False
+        if result_seen_at is None and now > deadline:
+            return True
+        time.sleep(poll_s)
+    return False
+
+
+def _result(trial_dir: Path, result_path: Path, rank_paths: list[Path], log_path: Path, timed_out: bool,
+            timeout: float, returncode: int) -> TrialResult:  # fmt: skip
+    """The child's result (all ranks' merged), or what its death says: timeout or crashed."""
+    if rank_paths:
+        missing = "timeout" if timed_out else "crashed"
+        why = f"no result after measure.timeout_s={timeout:g}s" if timed_out else _death(returncode)
+        by_rank = {r: _read_result(p) for r, p in enumerate(rank_paths)}
+        exits = ranks.exit_codes(log_path.read_text(errors="replace")[-65536:])
+        result = ranks.merge(by_rank, len(rank_paths), missing, one_line(f"{why}; {_tail(log_path)}"), exits)
+    else:
+        result = _read_result(result_path)
+    if result is not None:
+        return result
+    _check_writable(trial_dir)  # a child that could not write its result on a full disk did not crash
+    tail = _tail(log_path)
+    if timed_out:
+        return TrialResult("timeout", error=one_line(f"no result after measure.timeout_s={timeout:g}s; {tail}"))
+    return TrialResult("crashed", error=one_line(f"{_death(returncode)}; {tail}"))
+
+
 def run_trial(
     trial: Trial,
     trial_dir: Path,
@@ -217,47 +259,17 @@ def run_trial(
         else:
             proc, isolation = _launch("dinox.trial", spec_path, result_path, log, log_path, server)
         memory = TreeMemory(proc.pid)
-        timed_out = False
         try:
             if on_spawn is not None:
                 on_spawn(proc.pid)
-            result_seen_at: float | None = None
-            while proc.poll() is None:
-                now = time.time()
-                memory.maybe_sample(now)
-                phase.poll(now)
-                if result_seen_at is None and all(p.exists() for p in rank_paths or [result_path]):
-                    result_seen_at = now
-                    # Once more while every process of the trial still holds its memory: a short trial
-                    # may have ended between two samples of the adaptive interval.
-                    memory.maybe_sample(now, force=True)
-                if result_seen_at is not None and now - result_seen_at > EXIT_GRACE_S:
-                    break
-                if result_seen_at is None and now - spawned_at > timeout:
-                    timed_out = True
-                    break
-                time.sleep(poll_s)
+            timed_out = _watch(proc, memory, phase, rank_paths or [result_path], spawned_at + timeout, poll_s)
         finally:
             # Also on KeyboardInterrupt: the child and every loader worker go down with us.
             kill_group(proc)
             proc.wait()
         ended_at = time.time()
 
-    if world > 1:
-        missing = "timeout" if timed_out else "crashed"
-        why = f"no result after measure.timeout_s={timeout:g}s" if timed_out else _death(proc.returncode or 0)
-        by_rank = {r: _read_result(p) for r, p in enumerate(rank_paths)}
-        exits = ranks.exit_codes(log_path.read_text(errors="replace")[-65536:])
-        result = ranks.merge(by_rank, world, missing, one_line(f"{why}; {_tail(log_path)}"), exits)
-    else:
-        result = _read_result(result_path)
-    if result is None:
-        _check_writable(trial_dir)  # a child that could not write its result on a full disk did not crash
-        tail = _tail(log_path)
-        if timed_out:
-            result = TrialResult("timeout", error=one_line(f"no result after measure.timeout_s={timeout:g}s; {tail}"))
-        else:
-            result = TrialResult("crashed", error=one_line(f"{_death(proc.returncode)}; {tail}"))
+    result = _result(trial_dir, result_path, rank_paths, log_path, timed_out, timeout, proc.returncode or 0)
     result.tags["dinox.isolation"] = isolation
     sampled = memory.peak_bytes / GIB
     result.metrics["host_peak_rss_gb"] = max(sampled, result.metrics.get("child_peak_rss_gb", 0.0))
