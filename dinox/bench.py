@@ -214,8 +214,15 @@ class Loop:
 
     # --- the whole measurement ----------------------------------------------------------------------------
 
-    def run(self, warmup_steps: int, bench_steps: int, repeats: int = 1, ablation_steps: int = 0,
-            loader_batches: int = 0, loader_buffered: int = 0) -> LoopStats:  # fmt: skip
+    def run(
+        self,
+        warmup_steps: int,
+        bench_steps: int,
+        repeats: int = 1,
+        ablation_steps: int = 0,
+        loader_batches: int = 0,
+        loader_buffered: int = 0,
+    ) -> LoopStats:
         """Warm up, time `repeats` windows of `bench_steps` steps, then (if asked) the two ablation windows of
         `ablation_steps` steps and a loader-only window of `loader_batches` batches, after skipping the
         `loader_buffered` batches the workers had ready."""
@@ -241,9 +248,19 @@ class Loop:
         if loader_batches:
             self._phase("loader alone")
         loader_ips = self._loader_alone(loader_batches) if loader_batches else None
-        return LoopStats(windows, first_step_s, warmup_s, self.clock, loader_start_s, compute_only, no_loader,
-                         loader_ips, perf() - t if (ablation_steps or loader_batches) else 0.0, compute_half,
-                         reference)  # fmt: skip
+        return LoopStats(
+            windows,
+            first_step_s,
+            warmup_s,
+            self.clock,
+            loader_start_s,
+            compute_only,
+            no_loader,
+            loader_ips,
+            perf() - t if (ablation_steps or loader_batches) else 0.0,
+            compute_half,
+            reference,
+        )
 
     def _ablation(self, steps: int) -> tuple[list[Window], list[Window], list[Window], Window | None]:
         """A loader window (the reference), the compute-only and the no-loader windows, in turn, twice over,
@@ -313,6 +330,16 @@ def run(
     halve: Callable[[Any], Any] | None = None,
 ) -> LoopStats:
     """Warm up, then time `repeats` windows of `bench_steps` optimizer steps each (see Loop.run)."""
-    loop = Loop(loader, to_device, micro_step, optimizer_step, device, accumulation, batch_size, timeline,
-                "host" if timeline is not None and not timeline.device_clock else "events", halve)  # fmt: skip
+    loop = Loop(
+        loader,
+        to_device,
+        micro_step,
+        optimizer_step,
+        device,
+        accumulation,
+        batch_size,
+        timeline,
+        "host" if timeline is not None and not timeline.device_clock else "events",
+        halve,
+    )
     return loop.run(warmup_steps, bench_steps, repeats, ablation_steps, loader_batches, loader_buffered)

@@ -103,8 +103,9 @@ def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]
         except SystemExit:
             failed = True  # its problems are printed; check the other specs too
             continue
-        click.echo(f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, "
-                   f"experiment {trials[0].spec.name!r}")  # fmt: skip
+        click.echo(
+            f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, experiment {trials[0].spec.name!r}"
+        )
     if failed:
         sys.exit(EXIT_BAD_INPUT)
 
@@ -156,23 +157,37 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
             accum, effective = str(s.batch.accumulation or "auto"), str(s.batch.effective or "auto")
         else:
             accum, effective = str(s.accumulation), str(s.effective_batch)
-        row = [str(t.index + 1), t.trial_id[:8], *(str(t.overrides.get(k, "")) for k in swept), s.model.name,
-               str(s.model.img_size), str(s.batch.size), accum, effective, s.precision,
-               str(s.loader.num_workers)]  # fmt: skip
+        row = [
+            str(t.index + 1),
+            t.trial_id[:8],
+            *(str(t.overrides.get(k, "")) for k in swept),
+            s.model.name,
+            str(s.model.img_size),
+            str(s.batch.size),
+            accum,
+            effective,
+            s.precision,
+            str(s.loader.num_workers),
+        ]
         if estimates is not None:
             cost = estimates.cost(s)
             mem = None if s.batch.auto else estimates.memory(s)
-            row += [f"{cost.flops_per_image / 1e9:.1f}" if cost else "-",
-                    f"{mem.device_gb:.2f}" if mem else "-", f"{mem.loader_host_gb:.2f}" if mem else "-",
-                    "OOM" if mem and mem.over else ""]  # fmt: skip
+            row += [
+                f"{cost.flops_per_image / 1e9:.1f}" if cost else "-",
+                f"{mem.device_gb:.2f}" if mem else "-",
+                f"{mem.loader_host_gb:.2f}" if mem else "-",
+                "OOM" if mem and mem.over else "",
+            ]
         rows.append(row)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     for r in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     budget = trials[0].spec.measure
-    click.echo(f"{len(trials)} trials; each: {budget.warmup_steps} warm-up + {budget.repeats} x "
-               f"{budget.bench_steps} timed optimizer steps, timeout {budget.timeout_s:g}s")  # fmt: skip
+    click.echo(
+        f"{len(trials)} trials; each: {budget.warmup_steps} warm-up + {budget.repeats} x "
+        f"{budget.bench_steps} timed optimizer steps, timeout {budget.timeout_s:g}s"
+    )
     if estimates is None:
         return
     m = estimates.machine
@@ -192,8 +207,13 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
 @main.command()
 @click.argument("spec_file", metavar="SPEC")
 @TRACKING_URI
-@click.option("--workdir", default=".dinox", show_default=True, type=click.Path(file_okay=False),
-              help="Where each sweep keeps its local results, trial specs and child logs.")  # fmt: skip
+@click.option(
+    "--workdir",
+    default=".dinox",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where each sweep keeps its local results, trial specs and child logs.",
+)
 @click.option("--force", is_flag=True, help="Measure every trial, also those the experiment already holds.")
 @click.option("--no-prune", is_flag=True, help="Run larger batches even after a smaller one ran out of memory.")
 @MAX_TRIALS
@@ -205,17 +225,37 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
     help="fork: each trial is forked from a process with torch and timm imported "
     "(cheap); spawn: each trial is a fresh interpreter (python -m dinox.trial). Both: one process a trial.",
 )
-@click.option("--shard", default=None, metavar="I/N",
-              help="Run only the I-th of N disjoint slices of the sweep (1/N ... N/N), e.g. one per host against "
-                   "one tracking server; resume makes a re-run of a shard measure only what is missing.")  # fmt: skip
-@click.option("--skip-predicted-oom", is_flag=True,
-              help="Record trials that `dinox plan` predicts to run out of memory as skipped, unmeasured.")  # fmt: skip
-@click.option("--no-system-metrics", is_flag=True,
-              help="Do not sample CPU, memory and GPU utilisation into each trial run's system/ metrics.")  # fmt: skip
+@click.option(
+    "--shard",
+    default=None,
+    metavar="I/N",
+    help="Run only the I-th of N disjoint slices of the sweep (1/N ... N/N), e.g. one per host against "
+    "one tracking server; resume makes a re-run of a shard measure only what is missing.",
+)
+@click.option(
+    "--skip-predicted-oom",
+    is_flag=True,
+    help="Record trials that `dinox plan` predicts to run out of memory as skipped, unmeasured.",
+)
+@click.option(
+    "--no-system-metrics",
+    is_flag=True,
+    help="Do not sample CPU, memory and GPU utilisation into each trial run's system/ metrics.",
+)
 @SET
-def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_prune: bool, max_trials: int,
-        isolation: str, shard: str | None, skip_predicted_oom: bool, no_system_metrics: bool,
-        sets: tuple[str, ...]) -> None:  # fmt: skip
+def run(
+    spec_file: str,
+    tracking_uri: str | None,
+    workdir: str,
+    force: bool,
+    no_prune: bool,
+    max_trials: int,
+    isolation: str,
+    shard: str | None,
+    skip_predicted_oom: bool,
+    no_system_metrics: bool,
+    sets: tuple[str, ...],
+) -> None:
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
     \b
@@ -257,10 +297,21 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     uri = resolve_tracking_uri(tracking_uri)
     try:
         recorder = SweepRecorder(uri)
-        report = run_sweep(doc, trials, recorder=recorder, workdir=Path(workdir), echo=click.echo, force=force,
-                           prune=not no_prune, isolation=isolation, skip_predicted_oom=skip_predicted_oom,
-                           shard=shard or "", server=server, system_metrics=not no_system_metrics,
-                           live=sys.stdout.isatty())  # fmt: skip
+        report = run_sweep(
+            doc,
+            trials,
+            recorder=recorder,
+            workdir=Path(workdir),
+            echo=click.echo,
+            force=force,
+            prune=not no_prune,
+            isolation=isolation,
+            skip_predicted_oom=skip_predicted_oom,
+            shard=shard or "",
+            server=server,
+            system_metrics=not no_system_metrics,
+            live=sys.stdout.isatty(),
+        )
     except (TrackingError, DeviceMissing) as e:
         _fail(str(e))
     except WorkdirError as e:
@@ -275,16 +326,22 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
         return  # nothing was left to measure: the sweep said so
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result_summary(report.results).items())) or "nothing run"
     resumed = f"; {len(report.resumed)} already recorded" if report.resumed else ""
-    click.echo(f"dinox: sweep done in {report.wall_s:.1f}s: {counts}{resumed}. "
-               f"Results: {report.sweep_dir / 'results.csv'}")  # fmt: skip
+    click.echo(
+        f"dinox: sweep done in {report.wall_s:.1f}s: {counts}{resumed}. Results: {report.sweep_dir / 'results.csv'}"
+    )
     t = report.timeline()
     if t:
-        click.echo(f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
-                   f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, "
-                   f"recording {t['recording_s']:.1f}s")  # fmt: skip
+        click.echo(
+            f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
+            f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, "
+            f"recording {t['recording_s']:.1f}s"
+        )
     if report.store_failures:
-        click.echo(f"warning: {report.store_failures} tracking store call(s) failed; run `dinox sync "
-                   f"{report.sweep_dir}` once the store is back", err=True)  # fmt: skip
+        click.echo(
+            f"warning: {report.store_failures} tracking store call(s) failed; run `dinox sync "
+            f"{report.sweep_dir}` once the store is back",
+            err=True,
+        )
     if uri.startswith("sqlite:///"):
         click.echo(f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)")
 
@@ -341,14 +398,29 @@ def run(spec_file: str, tracking_uri: str | None, workdir: str, force: bool, no_
     show_default=True,
     help="The worker knee: fewest workers within this share of the best throughput.",
 )
-@click.option("--exclude-unstable", is_flag=True,
-              help="Do not recommend trials tagged unstable (timed windows that disagree); by default they are "
-                   "only flagged.")  # fmt: skip
+@click.option(
+    "--exclude-unstable",
+    is_flag=True,
+    help="Do not recommend trials tagged unstable (timed windows that disagree); by default they are only flagged.",
+)
 @click.option("--no-log", is_flag=True, help="Do not record the decision as an MLflow run.")
-def decide(experiments: tuple[str, ...], run_ids: tuple[str, ...], tracking_uri: str | None, out_dir: str,
-           spec_file: str | None, days: float | None, dataset_size: int | None, epochs: float | None,
-           target_images: int | None, utilization: float, effective_batch: int | None, max_memory_share: float,
-           knee_tolerance: float, exclude_unstable: bool, no_log: bool) -> None:  # fmt: skip
+def decide(
+    experiments: tuple[str, ...],
+    run_ids: tuple[str, ...],
+    tracking_uri: str | None,
+    out_dir: str,
+    spec_file: str | None,
+    days: float | None,
+    dataset_size: int | None,
+    epochs: float | None,
+    target_images: int | None,
+    utilization: float,
+    effective_batch: int | None,
+    max_memory_share: float,
+    knee_tolerance: float,
+    exclude_unstable: bool,
+    no_log: bool,
+) -> None:
     """GO / NO-GO: can the schedule finish inside the budget, on the trials recorded in MLflow?
 
     \b
@@ -501,8 +573,9 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
             click.echo(f"error: sync {e}", err=True)
         except TrackingError as e:
             failed += 1
-            click.echo(f"error: sync {d}: tracking store unreachable or failing ({e}); nothing lost, try again "
-                       f"later", err=True)  # fmt: skip
+            click.echo(
+                f"error: sync {d}: tracking store unreachable or failing ({e}); nothing lost, try again later", err=True
+            )
     if failed:
         sys.exit(EXIT_BAD_INPUT)
 
@@ -530,8 +603,20 @@ def ui(tracking_uri: str | None, host: str, port: int) -> None:
     # One user's UI: one worker starts in a fraction of the time of MLflow's default four, and the job
     # runner MLflow 3 starts beside it (for its GenAI features) has nothing to do for dinox's runs.
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port),
-               "--workers", "1"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     os.execv(sys.executable, command)
 
 

@@ -29,17 +29,43 @@ _NO_FIT = ("oom", "skipped")
 # Params shown as "the configuration" of a trial when present; any other param that varies between a
 # model's trials is shown too, so whatever a sweep swept is visible.
 CONFIG_KEYS = (
-    "batch.size", "batch.accumulation", "batch.effective", "precision", "model.img_size",
-    "model.grad_checkpointing", "model.compile", "model.channels_last", "loader.num_workers",
-    "loader.pin_memory", "loader.prefetch_factor", "loader.persistent_workers", "optimizer.fused",
-)  # fmt: skip
+    "batch.size",
+    "batch.accumulation",
+    "batch.effective",
+    "precision",
+    "model.img_size",
+    "model.grad_checkpointing",
+    "model.compile",
+    "model.channels_last",
+    "loader.num_workers",
+    "loader.pin_memory",
+    "loader.prefetch_factor",
+    "loader.persistent_workers",
+    "optimizer.fused",
+)
 # Params that do not describe the workload: never part of a grouping key.
-_NOT_CONFIG = {"name", "spec.name", "sweep.trials", "measure.timeout_s", "measure.bound_threshold",
-               "hardware.peak_tflops", "measure.warmup_steps", "measure.bench_steps", "measure.repeats",
-               "measure.unstable_threshold"}  # fmt: skip
+_NOT_CONFIG = {
+    "name",
+    "spec.name",
+    "sweep.trials",
+    "measure.timeout_s",
+    "measure.bound_threshold",
+    "hardware.peak_tflops",
+    "measure.warmup_steps",
+    "measure.bench_steps",
+    "measure.repeats",
+    "measure.unstable_threshold",
+}
 # What can change peak memory: trials that share these share an OOM boundary over batch size.
-_MEMORY_KEYS = ("precision", "model.img_size", "model.grad_checkpointing", "model.compile", "model.channels_last",
-                "hardware.memory_limit_gb", "objective.kind")  # fmt: skip
+_MEMORY_KEYS = (
+    "precision",
+    "model.img_size",
+    "model.grad_checkpointing",
+    "model.compile",
+    "model.channels_last",
+    "hardware.memory_limit_gb",
+    "objective.kind",
+)
 
 
 class DecisionError(Exception):
@@ -77,14 +103,23 @@ class Budget:
         return images_per_s * SECONDS_PER_DAY * self.utilization * self.days
 
     def describe(self) -> str:
-        schedule = (f"{self.target_images:,} images" if self.target_images is not None
-                    else f"{self.epochs:g} epochs of {self.dataset_size:,} images")  # fmt: skip
+        schedule = (
+            f"{self.target_images:,} images"
+            if self.target_images is not None
+            else f"{self.epochs:g} epochs of {self.dataset_size:,} images"
+        )
         util = f" at {self.utilization:.0%} utilization" if self.utilization != 1 else ""
         return f"{schedule} in {self.days:g} day{'' if self.days == 1 else 's'}{util}"
 
 
-def merge_budget(base: dict[str, Any], days: float | None, dataset_size: int | None, epochs: float | None,
-                 target_images: int | None, utilization: float) -> Budget:  # fmt: skip
+def merge_budget(
+    base: dict[str, Any],
+    days: float | None,
+    dataset_size: int | None,
+    epochs: float | None,
+    target_images: int | None,
+    utilization: float,
+) -> Budget:
     """The spec's budget (`base`, possibly empty) overridden field by field by the options given; a
     schedule given as images replaces one given as epochs, and the other way round."""
     merged = dict(base)
@@ -96,11 +131,17 @@ def merge_budget(base: dict[str, Any], days: float | None, dataset_size: int | N
         merged["target_images"] = None
         merged.update({k: v for k, v in (("dataset_size", dataset_size), ("epochs", epochs)) if v is not None})
     if merged.get("days") is None:
-        raise DecisionError("no budget: give --days with --dataset-size and --epochs (or --target-images), "
-                            "or a --spec with one")  # fmt: skip
+        raise DecisionError(
+            "no budget: give --days with --dataset-size and --epochs (or --target-images), or a --spec with one"
+        )
     _check_budget(merged, utilization)
-    return Budget(days=merged["days"], dataset_size=merged.get("dataset_size"), epochs=merged.get("epochs"),
-                  target_images=merged.get("target_images"), utilization=utilization)  # fmt: skip
+    return Budget(
+        days=merged["days"],
+        dataset_size=merged.get("dataset_size"),
+        epochs=merged.get("epochs"),
+        target_images=merged.get("target_images"),
+        utilization=utilization,
+    )
 
 
 _OPTION = {"days": "--days", "dataset_size": "--dataset-size", "epochs": "--epochs", "target_images": "--target-images"}
@@ -115,8 +156,10 @@ def _check_budget(merged: dict[str, Any], utilization: float) -> None:
     try:
         BudgetSpec.model_validate({k: v for k, v in merged.items() if v is not None})
     except ValidationError as e:
-        problems = [f"{_OPTION.get(p.loc[0], p.loc[0]) if p.loc else 'budget'}: {p.message}"
-                    for p in field_problems(e, BudgetSpec)]  # fmt: skip
+        problems = [
+            f"{_OPTION.get(p.loc[0], p.loc[0]) if p.loc else 'budget'}: {p.message}"
+            for p in field_problems(e, BudgetSpec)
+        ]
         raise DecisionError("; ".join(problems)) from None
     if not (math.isfinite(utilization) and 0 < utilization <= 1):
         raise DecisionError(f"--utilization: must be in (0, 1], got {utilization}")
@@ -233,8 +276,10 @@ class LoaderFindings:
         median = statistics.median(ratios)
         faster = sum(r > 1 for r in ratios)
         verdict = "helps" if median > 1.02 else "hurts" if median < 0.98 else "makes no clear difference"
-        return (f"pinned memory {verdict}: faster in {faster} of {len(ratios)} otherwise-equal pairs, "
-                f"median {median - 1:+.1%}")  # fmt: skip
+        return (
+            f"pinned memory {verdict}: faster in {faster} of {len(ratios)} otherwise-equal pairs, "
+            f"median {median - 1:+.1%}"
+        )
 
 
 @dataclass
@@ -370,8 +415,9 @@ def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
     return out
 
 
-def _model_verdict(key: str, name: str, kwargs: dict[str, str], records: list[TrialRecord], budget: Budget,
-                   policy: Policy) -> ModelVerdict:  # fmt: skip
+def _model_verdict(
+    key: str, name: str, kwargs: dict[str, str], records: list[TrialRecord], budget: Budget, policy: Policy
+) -> ModelVerdict:
     statuses: dict[str, int] = defaultdict(int)
     for r in records:
         statuses[r.status or "unknown"] += 1
@@ -422,11 +468,15 @@ def _loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFind
     for settings, (_key, on, off) in zip(_telling([k for k, _, _ in pairs]), pairs, strict=True):
         findings.pin.append(PinRow(settings, on, off))
     findings.io_bound = [
-        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"],
-         r.metrics.get("loader_cost"))
+        (
+            r.run_name or r.run_id,
+            r.params.get("model.name", "?"),
+            r.metrics["images_per_s"],
+            r.metrics.get("loader_cost"),
+        )
         for r in ok
         if r.tags.get("dinox.bound") == "io_bound"
-    ]  # fmt: skip
+    ]
     findings.host_bound = [
         (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])
         for r in ok
@@ -462,8 +512,17 @@ def _memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
         if predicted is None or r.status not in ("ok", "oom"):
             continue
         measured = r.metrics.get("peak_mem_allocated_gb") if r.status == "ok" else None
-        out.append(MemoryCheck(r.run_name or r.run_id, model_key(r)[0], r.batch_size, predicted, measured, r.status,
-                               "dinox.predicted_oom" in r.tags))  # fmt: skip
+        out.append(
+            MemoryCheck(
+                r.run_name or r.run_id,
+                model_key(r)[0],
+                r.batch_size,
+                predicted,
+                measured,
+                r.status,
+                "dinox.predicted_oom" in r.tags,
+            )
+        )
     return sorted(out, key=lambda c: (c.model, c.batch or 0, c.run))
 
 
@@ -482,8 +541,11 @@ def _scaling(records: list[TrialRecord]) -> list[ScalingRow]:
             single[key] = max(single.get(key, 0.0), r.metrics["images_per_s"])
         else:
             multi.append((key, r, gpus))
-    return [ScalingRow(r.run_name or r.run_id, model_key(r)[0], gpus, r.metrics["images_per_s"], single[key])
-            for key, r, gpus in multi if key in single]  # fmt: skip
+    return [
+        ScalingRow(r.run_name or r.run_id, model_key(r)[0], gpus, r.metrics["images_per_s"], single[key])
+        for key, r, gpus in multi
+        if key in single
+    ]
 
 
 def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
@@ -495,8 +557,9 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
     left_out = [(r.run_name or r.run_id, why) for r in records if (why := record_problem(r))]
     records = [r for r in records if not record_problem(r)]
     if not records:
-        raise DecisionError(f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: "
-                            f"{left_out[0][1]}")  # fmt: skip
+        raise DecisionError(
+            f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
+        )
     _check_something_measured(records)
     by_model: dict[str, list[TrialRecord]] = defaultdict(list)
     names: dict[str, tuple[str, dict[str, str]]] = {}
@@ -542,14 +605,21 @@ def _check_something_measured(records: list[TrialRecord]) -> None:
     raise DecisionError(f"nothing was measured ({status_summary(records)}){commonest}")
 
 
-def _reason(records: list[TrialRecord], models: list[ModelVerdict], recommended: ModelVerdict | None,
-            budget: Budget, needed: float) -> str:  # fmt: skip
+def _reason(
+    records: list[TrialRecord],
+    models: list[ModelVerdict],
+    recommended: ModelVerdict | None,
+    budget: Budget,
+    needed: float,
+) -> str:
     if recommended is not None:
         b = recommended.best
         assert b is not None
-        return (f"{recommended.label} is the largest model that finishes {budget.describe()}: "
-                f"{b.conservative_ips:.1f} {IPS_P90} -> {fmt_days(b.days)} days, "
-                f"{fmt_days(recommended.margin_days or 0.0)} days to spare")  # fmt: skip
+        return (
+            f"{recommended.label} is the largest model that finishes {budget.describe()}: "
+            f"{b.conservative_ips:.1f} {IPS_P90} -> {fmt_days(b.days)} days, "
+            f"{fmt_days(recommended.margin_days or 0.0)} days to spare"
+        )
     if not any(r.status == "ok" for r in records):
         tried = sorted({r.batch_size for r in records if r.batch_size is not None})
         smallest = f"; the smallest batch tried was {tried[0]}" if tried else ""
@@ -564,9 +634,11 @@ def _reason(records: list[TrialRecord], models: list[ModelVerdict], recommended:
     fb = fastest.best
     assert fb is not None
     epochs = f", {fastest.epochs_in_budget:.1f} epochs in the budget" if fastest.epochs_in_budget else ""
-    return (f"no model finishes {budget.describe()}; it needs {needed:.1f} {IPS_P90}. The fastest, "
-            f"{fastest.label}, reaches {fb.conservative_ips:.1f} {IPS_P90} -> {fmt_days(fb.days)} days"
-            f"{epochs}")  # fmt: skip
+    return (
+        f"no model finishes {budget.describe()}; it needs {needed:.1f} {IPS_P90}. The fastest, "
+        f"{fastest.label}, reaches {fb.conservative_ips:.1f} {IPS_P90} -> {fmt_days(fb.days)} days"
+        f"{epochs}"
+    )
 
 
 def _unstable_warning(recommended: ModelVerdict | None) -> str:

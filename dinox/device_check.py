@@ -12,8 +12,14 @@ import sys
 
 # What a GPU driver leaves on Linux: NVIDIA's proc entry and device nodes, WSL2's GPU paravirtualisation,
 # Jetson's memory manager, ROCm's kernel fusion driver. Any of them: the estimate child gives the answer.
-_GPU_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg", "/dev/nvmap",
-                     "/dev/kfd")  # fmt: skip
+_GPU_DRIVER_PATHS = (
+    "/proc/driver/nvidia/version",
+    "/dev/nvidia0",
+    "/dev/nvidiactl",
+    "/dev/dxg",
+    "/dev/nvmap",
+    "/dev/kfd",
+)
 
 
 def without_torch(kind: str) -> str:
@@ -26,6 +32,8 @@ def without_torch(kind: str) -> str:
 
 
 def missing_message(spec_path: str, kind: str, has: str) -> str:
-    return (f"{spec_path}: hardware.device: {kind} is not on this machine, which has {has}; set hardware.device: "
-            f"auto to run the spec here, or `dinox plan {spec_path}` plans it for the spec's hardware without "
-            "running it")  # fmt: skip
+    return (
+        f"{spec_path}: hardware.device: {kind} is not on this machine, which has {has}; set hardware.device: "
+        f"auto to run the spec here, or `dinox plan {spec_path}` plans it for the spec's hardware without "
+        "running it"
+    )

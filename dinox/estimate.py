@@ -113,13 +113,19 @@ def _step(spec: TrialSpec, grad_checkpointing: bool) -> tuple[float, float, dict
     inputs: list[int] = []
     segments: list[int] = []
     counter = FlopCounterMode(display=False)
-    with (counter, _segments_measured(inputs, segments, parameters),
-          torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t)):  # fmt: skip
+    with (
+        counter,
+        _segments_measured(inputs, segments, parameters),
+        torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t),
+    ):
         objective.loss((images, labels)).backward()
     kept = saved.total + sum(inputs) + max(segments, default=0)
     trainable = sum(p.numel() for p in objective.parameters())
-    counts = {"params": sum(p.numel() for p in model.parameters()), "trainable": trainable,
-              "frozen": sum(p.numel() for p in everything.values()) - trainable}  # fmt: skip
+    counts = {
+        "params": sum(p.numel() for p in model.parameters()),
+        "trainable": trainable,
+        "frozen": sum(p.numel() for p in everything.values()) - trainable,
+    }
     return float(counter.get_total_flops()), float(kept), counts
 
 

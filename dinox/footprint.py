@@ -68,12 +68,16 @@ class MemoryPlan:
 
     @property
     def device_gb(self) -> float:
-        return (self.weights_gb + self.grads_gb + self.optimizer_gb + self.activations_gb + self.batch_gb
-                + self.runtime_gb)  # fmt: skip
+        return (
+            self.weights_gb + self.grads_gb + self.optimizer_gb + self.activations_gb + self.batch_gb + self.runtime_gb
+        )
 
     def metrics(self) -> dict[str, float]:
-        return {"predicted_device_mem_gb": self.device_gb, "predicted_activations_gb": self.activations_gb,
-                "predicted_loader_host_gb": self.loader_host_gb}  # fmt: skip
+        return {
+            "predicted_device_mem_gb": self.device_gb,
+            "predicted_activations_gb": self.activations_gb,
+            "predicted_loader_host_gb": self.loader_host_gb,
+        }
 
 
 def estimate_key(spec: TrialSpec) -> str:
@@ -119,13 +123,16 @@ def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPla
     ranks = spec.hardware.gpus  # each rank: its own loader, and on the CPU its own copy of everything
     host_use = ranks * (plan.loader_host_gb + (plan.device_gb if on_cpu else 0.0))
     if host_use > HEADROOM * machine.host_total_gb:
-        reasons.append(f"host {host_use:.1f} GB (loader {plan.loader_host_gb:.1f} GB) > {HEADROOM:.0%} of "
-                       f"{machine.host_total_gb:.1f} GB")  # fmt: skip
+        reasons.append(
+            f"host {host_use:.1f} GB (loader {plan.loader_host_gb:.1f} GB) > {HEADROOM:.0%} of "
+            f"{machine.host_total_gb:.1f} GB"
+        )
     return replace(plan, over="; ".join(reasons))
 
 
-def compute_metrics(cost: ModelCost, images_per_s: float, device_name: str, precision: str,
-                    override: float | None, devices: int = 1) -> tuple[dict[str, float], dict[str, str]]:  # fmt: skip
+def compute_metrics(
+    cost: ModelCost, images_per_s: float, device_name: str, precision: str, override: float | None, devices: int = 1
+) -> tuple[dict[str, float], dict[str, str]]:
     """TFLOPs achieved and MFU against the devices' peak (metrics), and where the peak came from (tags).
     With several devices, images_per_s is the global throughput and the peak is per device x devices."""
     achieved = cost.flops_per_image * images_per_s / 1e12

@@ -76,22 +76,46 @@ class Journal:
         except OSError as e:
             raise WorkdirError(e.errno, f"cannot write {self.path}: {e.strerror or e}") from e
 
-    def sweep(self, tracking_uri: str, experiment_id: str, parent_run_id: str, name: str,
-              process: dict[str, str] | None = None) -> None:  # fmt: skip
-        self._append({"event": "sweep", "tracking_uri": tracking_uri, "experiment_id": experiment_id,
-                      "parent_run_id": parent_run_id, "name": name, "process": process or {}})  # fmt: skip
+    def sweep(
+        self,
+        tracking_uri: str,
+        experiment_id: str,
+        parent_run_id: str,
+        name: str,
+        process: dict[str, str] | None = None,
+    ) -> None:
+        self._append(
+            {
+                "event": "sweep",
+                "tracking_uri": tracking_uri,
+                "experiment_id": experiment_id,
+                "parent_run_id": parent_run_id,
+                "name": name,
+                "process": process or {},
+            }
+        )
 
     def opened(self, result_id: str, run_id: str) -> None:
         """The run that will carry a result exists: sync completes it rather than opening another."""
         self._append({"event": "opened", "result_id": result_id, "run_id": run_id})
 
     def result(self, result_id: str, trial: Trial, result: TrialResult, run_id: str | None, log_path: str) -> None:
-        self._append({
-            "event": "result", "result_id": result_id, "run_id": run_id, "log_path": log_path,
-            "trial": {"index": trial.index, "total": trial.total, "trial_id": trial.trial_id,
-                      "overrides": trial.overrides, "spec": trial.spec.model_dump(mode="json")},
-            "result": json.loads(result.to_json()),
-        })  # fmt: skip
+        self._append(
+            {
+                "event": "result",
+                "result_id": result_id,
+                "run_id": run_id,
+                "log_path": log_path,
+                "trial": {
+                    "index": trial.index,
+                    "total": trial.total,
+                    "trial_id": trial.trial_id,
+                    "overrides": trial.overrides,
+                    "spec": trial.spec.model_dump(mode="json"),
+                },
+                "result": json.loads(result.to_json()),
+            }
+        )
 
     def logged(self, result_id: str, run_id: str) -> None:
         self._append({"event": "logged", "result_id": result_id, "run_id": run_id})
@@ -152,8 +176,9 @@ def _on_result(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
     t = e["trial"]
     trial = Trial(t["index"], t["total"], t["overrides"], TrialSpec.model_validate(t["spec"]), t["trial_id"])
     result_id = str(e["result_id"])
-    state.results[result_id] = PendingResult(result_id, trial, TrialResult(**e["result"]), e.get("run_id"),
-                                             e.get("log_path", ""))  # fmt: skip
+    state.results[result_id] = PendingResult(
+        result_id, trial, TrialResult(**e["result"]), e.get("run_id"), e.get("log_path", "")
+    )
 
 
 def _on_opened(e: dict, _state: JournalState, opened: dict[str, str]) -> None:
@@ -175,5 +200,11 @@ def _on_sweep_closed(_e: dict, state: JournalState, _opened: dict[str, str]) -> 
     state.closed = True
 
 
-_EVENTS = {"sweep": _on_sweep, "result": _on_result, "opened": _on_opened, "logged": _on_logged,
-           "sweep_end": _on_sweep_end, "sweep_closed": _on_sweep_closed}  # fmt: skip
+_EVENTS = {
+    "sweep": _on_sweep,
+    "result": _on_result,
+    "opened": _on_opened,
+    "logged": _on_logged,
+    "sweep_end": _on_sweep_end,
+    "sweep_closed": _on_sweep_closed,
+}

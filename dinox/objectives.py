@@ -85,8 +85,9 @@ class Dino:
 
     def __init__(self, backbone: nn.Module, spec: DinoObjective):
         self.spec = spec
-        head = DINOHead(backbone.num_features, spec.out_dim, spec.head_hidden_dim, spec.head_bottleneck_dim,
-                        spec.head_layers)  # fmt: skip
+        head = DINOHead(
+            backbone.num_features, spec.out_dim, spec.head_hidden_dim, spec.head_bottleneck_dim, spec.head_layers
+        )
         device = next(backbone.parameters()).device
         self.student = _Branch(backbone, head).to(device)
         self.teacher = copy.deepcopy(self.student)

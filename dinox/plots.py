@@ -35,8 +35,9 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
         for status, marker, y in (("oom", "x", 0.05), ("skipped", "|", 0.05)):
             sizes = failed[status].get(mv.key, [])
             if sizes:  # at the foot of the axes whatever the scale: no throughput to draw
-                ax.scatter(sizes, [y] * len(sizes), marker=marker, s=70, color=color,
-                           transform=ax.get_xaxis_transform())  # fmt: skip
+                ax.scatter(
+                    sizes, [y] * len(sizes), marker=marker, s=70, color=color, transform=ax.get_xaxis_transform()
+                )
         if not mv.candidates and (failed["oom"].get(mv.key) or failed["skipped"].get(mv.key)):
             ax.plot([], [], marker="o", color=color, label=_short(mv.label))
     if any(failed["oom"].values()):
@@ -44,8 +45,10 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
     if any(failed["skipped"].values()):
         ax.scatter([], [], marker="|", color="black", label="skipped: pruned after an OOM (at the foot)")
     _needed_line(ax, d.needed_ips, values)
-    sizes = sorted({int(c.configuration.get("batch.size", 0)) for mv in d.models for c in mv.candidates}
-                   | {b for by in failed.values() for bs in by.values() for b in bs} - {0})  # fmt: skip
+    sizes = sorted(
+        {int(c.configuration.get("batch.size", 0)) for mv in d.models for c in mv.candidates}
+        | {b for by in failed.values() for bs in by.values() for b in bs} - {0}
+    )
     if sizes:
         ax.set_xscale("log", base=2)
         ax.set_xlim(sizes[0] / 1.3, sizes[-1] * 1.3)
@@ -76,8 +79,10 @@ def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[str, list[int]
 
 def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> list[float]:
     """Every trial faint with its windows' min-max as a bar, the best per batch joined; its values."""
-    pts = sorted(((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.conservative_ips > 0),
-                 key=lambda p: (p[0], p[1].conservative_ips))  # fmt: skip
+    pts = sorted(
+        ((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.conservative_ips > 0),
+        key=lambda p: (p[0], p[1].conservative_ips),
+    )
     if not pts:
         return []
     best: dict[int, float] = {}
@@ -107,8 +112,16 @@ def _needed_line(ax, needed: float, values: list[float]) -> None:
         ax.axhline(needed, color="grey", linestyle="--", label=label)
         return
     y, va, arrow = (0.97, "top", "\u2191") if far_above else (0.03, "bottom", "\u2193")
-    ax.text(0.99, y, f"{arrow} {label} ({needed / hi:.0f}x the fastest)" if far_above else f"{arrow} {label}",
-            transform=ax.transAxes, ha="right", va=va, fontsize=8, color="dimgrey")  # fmt: skip
+    ax.text(
+        0.99,
+        y,
+        f"{arrow} {label} ({needed / hi:.0f}x the fastest)" if far_above else f"{arrow} {label}",
+        transform=ax.transAxes,
+        ha="right",
+        va=va,
+        fontsize=8,
+        color="dimgrey",
+    )
 
 
 def _short(label: str, limit: int = 60) -> str:
@@ -140,8 +153,14 @@ def _workers(d: Decision, path: Path) -> Path:
         label = ", ".join(f"{key.rsplit('.', 1)[-1]}={v}" for key, v in k.settings.items()) or "all trials"
         (line,) = ax.plot([w for w, _ in k.points], [ips for _, ips in k.points], marker="o", label=_short(label))
         if k.loader_points:  # what the loader alone delivers: where the step's curve meets it, the loader paces
-            ax.plot([w for w, _ in k.loader_points], [ips for _, ips in k.loader_points], linestyle="--",
-                    marker=".", color=line.get_color(), alpha=0.7)  # fmt: skip
+            ax.plot(
+                [w for w, _ in k.loader_points],
+                [ips for _, ips in k.loader_points],
+                linestyle="--",
+                marker=".",
+                color=line.get_color(),
+                alpha=0.7,
+            )
         knee_ips = dict(k.points)[k.knee_workers]
         ax.scatter([k.knee_workers], [knee_ips], s=160, facecolors="none", edgecolors=line.get_color())
     shown = d.loader.knees[:12]

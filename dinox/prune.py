@@ -45,5 +45,7 @@ class Pruner:
             return None
         size, run_id = seen
         where = f" (run {run_id})" if run_id else ""
-        return (f"pruned: batch.size {spec.size} > {size}, which ran out of memory with the same "
-                f"configuration{where}; --no-prune runs it")  # fmt: skip
+        return (
+            f"pruned: batch.size {spec.size} > {size}, which ran out of memory with the same "
+            f"configuration{where}; --no-prune runs it"
+        )

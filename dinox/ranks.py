@@ -17,8 +17,14 @@ from dinox.result import TrialResult, one_line
 
 # Figures shown per rank beside the global ones, as rank{r}_<name>.
 PER_RANK = ("images_per_s", "step_s_p50", "peak_mem_allocated_gb", "child_peak_rss_gb", "data_s")
-_MAX = ("peak_mem_allocated_gb", "peak_mem_reserved_gb", "child_peak_rss_gb", "window_spread", "step_s_p50",
-        "step_s_p90")  # fmt: skip
+_MAX = (
+    "peak_mem_allocated_gb",
+    "peak_mem_reserved_gb",
+    "child_peak_rss_gb",
+    "window_spread",
+    "step_s_p50",
+    "step_s_p90",
+)
 
 
 def result_name(base: str, rank: int) -> str:
@@ -33,8 +39,13 @@ def exit_codes(torchrun_log: str) -> dict[int, int]:
     return {int(rank): int(code) for rank, code in _FAILURE.findall(torchrun_log)}
 
 
-def merge(results: dict[int, TrialResult | None], world: int, missing_status: str, missing_why: str,
-          exits: dict[int, int] | None = None) -> TrialResult:  # fmt: skip
+def merge(
+    results: dict[int, TrialResult | None],
+    world: int,
+    missing_status: str,
+    missing_why: str,
+    exits: dict[int, int] | None = None,
+) -> TrialResult:
     """The trial's result from each rank's (None: the rank left none); `exits`: torchrun's exit codes."""
     present = {r: res for r, res in results.items() if res is not None}
     # Killed by a signal other than torchrun's own SIGTERM (with which it stops the survivors).
@@ -49,12 +60,18 @@ def merge(results: dict[int, TrialResult | None], world: int, missing_status: st
             first = present[failed[0]]
             others = [r for r in range(world) if r not in present]
             tail = f"; rank(s) {', '.join(map(str, others))} stopped by torchrun" if others else ""
-            return TrialResult(status, error=one_line(f"rank {failed[0]}: {first.error}{tail}"),
-                               metrics=dict(first.metrics), tags=dict(first.tags), marks=dict(first.marks))  # fmt: skip
+            return TrialResult(
+                status,
+                error=one_line(f"rank {failed[0]}: {first.error}{tail}"),
+                metrics=dict(first.metrics),
+                tags=dict(first.tags),
+                marks=dict(first.marks),
+            )
     missing = [r for r in range(world) if r not in present]
     if missing:
-        return TrialResult(missing_status, error=one_line(f"rank(s) {', '.join(map(str, missing))} left no "
-                                                          f"result: {missing_why}"))  # fmt: skip
+        return TrialResult(
+            missing_status, error=one_line(f"rank(s) {', '.join(map(str, missing))} left no result: {missing_why}")
+        )
     return _merge_ok(present, world)
 
 
@@ -80,8 +97,9 @@ def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
     tags = dict(ranks[0].tags)
     tags["dinox.world_size"] = str(world)
     tags["dinox.unstable"] = str(any(res.tags.get("dinox.unstable") == "true" for res in ranks.values())).lower()
-    return TrialResult("ok", bound=slowest.bound, metrics=m, tags=tags, step_s=list(slowest.step_s),
-                       marks=dict(ranks[0].marks))  # fmt: skip
+    return TrialResult(
+        "ok", bound=slowest.bound, metrics=m, tags=tags, step_s=list(slowest.step_s), marks=dict(ranks[0].marks)
+    )
 
 
 def _signame(number: int) -> str:

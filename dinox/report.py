@@ -51,16 +51,26 @@ def to_json(d: Decision) -> dict[str, Any]:
         }
     models = []
     for mv in d.models:
-        models.append({
-            "model": mv.name, "model_kwargs": mv.kwargs, "key": mv.key, "params_m": mv.params_m,
-            "trials": mv.trials, "statuses": mv.statuses, "verdict": "GO" if mv.go else "NO-GO",
-            "best": _candidate_json(mv.best), "days": mv.best.days if mv.best else None,
-            "margin_days": mv.margin_days, "epochs_in_budget": mv.epochs_in_budget,
-            "images_in_budget": mv.images_in_budget,
-            "excluded": [{"run_id": c.run_id, "run_name": c.run_name, "why": c.excluded}
-                         for c in mv.candidates if c.excluded],
-            "oom_boundary": [asdict(b) for b in mv.oom],
-        })  # fmt: skip
+        models.append(
+            {
+                "model": mv.name,
+                "model_kwargs": mv.kwargs,
+                "key": mv.key,
+                "params_m": mv.params_m,
+                "trials": mv.trials,
+                "statuses": mv.statuses,
+                "verdict": "GO" if mv.go else "NO-GO",
+                "best": _candidate_json(mv.best),
+                "days": mv.best.days if mv.best else None,
+                "margin_days": mv.margin_days,
+                "epochs_in_budget": mv.epochs_in_budget,
+                "images_in_budget": mv.images_in_budget,
+                "excluded": [
+                    {"run_id": c.run_id, "run_name": c.run_name, "why": c.excluded} for c in mv.candidates if c.excluded
+                ],
+                "oom_boundary": [asdict(b) for b in mv.oom],
+            }
+        )
     budget = {**asdict(d.budget), "images_needed": d.budget.images_needed, "needed_images_per_s_p90": d.needed_ips}
     return _clean(
         {
@@ -110,8 +120,10 @@ def render_terminal(d: Decision) -> str:
     flag = " (on an UNSTABLE measurement)" if d.unstable else ""
     lines = [f"{d.verdict}{flag}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else []) + [""]
     width = max(5, *(len(mv.label) for mv in d.models))
-    header = (f"{'model':<{width}} {'params M':>9} {'p90 step':>10} {'p50 step':>9} {'MFU':>6} {'days':>7}  "
-              f"{'verdict':<6} trials   (img/s from the p90 and p50 step times)")  # fmt: skip
+    header = (
+        f"{'model':<{width}} {'params M':>9} {'p90 step':>10} {'p50 step':>9} {'MFU':>6} {'days':>7}  "
+        f"{'verdict':<6} trials   (img/s from the p90 and p50 step times)"
+    )
     lines.append(header)
     for mv in d.models:
         b = mv.best
@@ -124,9 +136,11 @@ def render_terminal(d: Decision) -> str:
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}")
     if d.left_out:
-        lines.append(f"left out {len(d.left_out)} record(s) that cannot be trusted: "
-                     + "; ".join(f"{run}: {why}" for run, why in d.left_out[:3])
-                     + ("; ..." if len(d.left_out) > 3 else ""))  # fmt: skip
+        lines.append(
+            f"left out {len(d.left_out)} record(s) that cannot be trusted: "
+            + "; ".join(f"{run}: {why}" for run, why in d.left_out[:3])
+            + ("; ..." if len(d.left_out) > 3 else "")
+        )
     return "\n".join(lines)
 
 
@@ -139,8 +153,11 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     out = [f"# Throughput decision: {d.verdict}", ""]
     out += ["## Summary", "", f"**{d.verdict}.** {d.reason}.", ""]
     if d.unstable:
-        out += [f"> **Warning:** {d.unstable}. `dinox.unstable` marks such trials; `dinox decide "
-                "--exclude-unstable` decides without them.", ""]  # fmt: skip
+        out += [
+            f"> **Warning:** {d.unstable}. `dinox.unstable` marks such trials; `dinox decide "
+            "--exclude-unstable` decides without them.",
+            "",
+        ]
     out += [
         f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} {IPS_P90}** "
         f"(the slow end of the step-time distribution).",
@@ -161,17 +178,30 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     out += _loader_section(d.loader, d.policy.knee_tolerance)
     out += _memory_section(d.memory)
     if d.scaling:
-        out += ["## Scaling", "", "Global images/s of each multi-device trial against N x the same configuration on "
-                "one device.", "", "| trial | model | devices | img/s | one device | efficiency |",
-                "|---|---|---|---|---|---|"]  # fmt: skip
-        out += [f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
-                f"{row.efficiency:.0%} |" for row in d.scaling]  # fmt: skip
+        out += [
+            "## Scaling",
+            "",
+            "Global images/s of each multi-device trial against N x the same configuration on one device.",
+            "",
+            "| trial | model | devices | img/s | one device | efficiency |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
+            f"{row.efficiency:.0%} |"
+            for row in d.scaling
+        ]
         out.append("")
     if plots:
         out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     if d.left_out:
-        out += ["## Records left out", "", "These runs carry figures no real trial has (not finite, not positive, "
-                "or physically impossible), so the decision does not use them:", ""]  # fmt: skip
+        out += [
+            "## Records left out",
+            "",
+            "These runs carry figures no real trial has (not finite, not positive, "
+            "or physically impossible), so the decision does not use them:",
+            "",
+        ]
         out += [f"- `{run}`: {why}" for run, why in d.left_out] + [""]
     if d.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
@@ -228,8 +258,11 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
             line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget."
         else:
             line += f", {-mv.margin_days:.1f} days over the budget"  # type: ignore[operator]
-            line += (f"; the budget buys {mv.epochs_in_budget:.1f} epochs." if mv.epochs_in_budget is not None
-                     else f"; the budget buys {mv.images_in_budget:,.0f} images.")  # fmt: skip
+            line += (
+                f"; the budget buys {mv.epochs_in_budget:.1f} epochs."
+                if mv.epochs_in_budget is not None
+                else f"; the budget buys {mv.images_in_budget:,.0f} images."
+            )
         out += [line, ""]
     elif mv.candidates:
         out += ["No trial qualifies under the policy.", ""]
@@ -242,8 +275,13 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
         common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in keys_varying}
         if common:
             out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-        out.append("| " + " | ".join([*keys_varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound",
-                                      "loader cost", "note"]) + " |")  # fmt: skip
+        out.append(
+            "| "
+            + " | ".join(
+                [*keys_varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound", "loader cost", "note"]
+            )
+            + " |"
+        )
         out.append("|" + "---|" * (len(keys_varying) + 9))
         for c in mv.candidates:
             mem = f"{c.memory_share:.0%}" if c.memory_share is not None else "-"
@@ -253,8 +291,17 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
             mfu = f"{c.mfu:.1%}" if c.mfu is not None else "-"
             cells = [c.configuration.get(k, "") for k in keys_varying]
             loader = f"{c.loader_cost:.0%}" if c.loader_cost is not None else "-"
-            cells += [f"{c.conservative_ips:.2f}", f"{c.median_ips:.2f}", f"{c.measured_ips:.2f}", mfu,
-                      fmt_days(c.days), mem, c.bound, loader, "; ".join(n for n in notes if n)]  # fmt: skip
+            cells += [
+                f"{c.conservative_ips:.2f}",
+                f"{c.median_ips:.2f}",
+                f"{c.measured_ips:.2f}",
+                mfu,
+                fmt_days(c.days),
+                mem,
+                c.bound,
+                loader,
+                "; ".join(n for n in notes if n),
+            ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     for ob in mv.oom:
@@ -269,16 +316,23 @@ def _memory_section(checks: list[MemoryCheck]) -> list[str]:
     if not checks:
         return []
     out = ["## Memory: predicted before the sweep, measured in it", ""]
-    out += ["Predicted device memory (`dinox plan`: weights, gradients, optimizer state, saved activations, the "
-            "batch; on the CPU the process too) beside the measured peak (CUDA: peak allocated; CPU: the trial "
-            "process's peak resident set).", ""]  # fmt: skip
-    out += ["| trial | model | batch | predicted GB | measured GB | measured / predicted | status | predicted OOM |",
-            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out += [
+        "Predicted device memory (`dinox plan`: weights, gradients, optimizer state, saved activations, the "
+        "batch; on the CPU the process too) beside the measured peak (CUDA: peak allocated; CPU: the trial "
+        "process's peak resident set).",
+        "",
+    ]
+    out += [
+        "| trial | model | batch | predicted GB | measured GB | measured / predicted | status | predicted OOM |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in checks:
         measured = f"{c.measured_gb:.2f}" if c.measured_gb is not None else "-"
         ratio = f"{c.ratio:.2f}" if c.ratio is not None else "-"
-        out.append(f"| {c.run} | {c.model} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
-                   f"{measured} | {ratio} | {c.status} | {'yes' if c.predicted_oom else 'no'} |")  # fmt: skip
+        out.append(
+            f"| {c.run} | {c.model} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
+            f"{measured} | {ratio} | {c.status} | {'yes' if c.predicted_oom else 'no'} |"
+        )
     hits = sum(c.predicted_oom == (c.status == "oom") for c in checks)
     out += ["", f"The OOM prediction matched the outcome in {hits} of {len(checks)} trials.", ""]
     return out
@@ -289,27 +343,39 @@ def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
         return []
     out = ["## Input pipeline", ""]
     if f.knees:
-        out += [f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal). "
-                "\"Loader alone\" is what the input pipeline delivers with the model idle (`loader_images_per_s`): "
-                "where it is close to the step's rate, the loader sets the pace.", ""]  # fmt: skip
-        out += ["| settings | knee | best | best img/s | img/s by workers | loader alone by workers |",
-                "|---|---|---|---|---|---|"]  # fmt: skip
+        out += [
+            f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal). "
+            '"Loader alone" is what the input pipeline delivers with the model idle (`loader_images_per_s`): '
+            "where it is close to the step's rate, the loader sets the pace.",
+            "",
+        ]
+        out += [
+            "| settings | knee | best | best img/s | img/s by workers | loader alone by workers |",
+            "|---|---|---|---|---|---|",
+        ]
         for k in f.knees:
             curve = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.points)
             ceiling = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.loader_points) or "-"
-            out.append(f"| {_fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
-                       f"{curve} | {ceiling} |")  # fmt: skip
+            out.append(
+                f"| {_fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
+                f"{curve} | {ceiling} |"
+            )
         out.append("")
     if f.pin:
         out += [f"{f.pin_summary[0].upper()}{f.pin_summary[1:]}.", ""]
     if f.io_bound:
-        shown = ", ".join(f"{n} ({ips:.0f} img/s" + (f", the loader costs {cost:.0%}" if cost is not None else "") + ")"
-                          for n, _m, ips, cost in f.io_bound)  # fmt: skip
+        shown = ", ".join(
+            f"{n} ({ips:.0f} img/s" + (f", the loader costs {cost:.0%}" if cost is not None else "") + ")"
+            for n, _m, ips, cost in f.io_bound
+        )
         out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
     if f.host_bound:
         shown = ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound)
-        out += [f"host_bound trials ({len(f.host_bound)}): {shown}. The device waits on Python and kernel launches, "
-                "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.", ""]  # fmt: skip
+        out += [
+            f"host_bound trials ({len(f.host_bound)}): {shown}. The device waits on Python and kernel launches, "
+            "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.",
+            "",
+        ]
     return out
 
 

@@ -184,8 +184,9 @@ class _PhaseReader:
             self.on_phase(text)
 
 
-def _watch(proc: Any, memory: TreeMemory, phase: _PhaseReader, results: list[Path], deadline: float,
-           poll_s: float) -> bool:  # fmt: skip
+def _watch(
+    proc: Any, memory: TreeMemory, phase: _PhaseReader, results: list[Path], deadline: float, poll_s: float
+) -> bool:
     """Poll the child until it exits, or EXIT_GRACE_S after its result(s) appeared, or past `deadline`
     without one (then True: timed out), sampling its memory and passing its phase on meanwhile."""
     result_seen_at: float | None = None
@@ -206,8 +207,15 @@ def _watch(proc: Any, memory: TreeMemory, phase: _PhaseReader, results: list[Pat
     return False
 
 
-def _result(trial_dir: Path, result_path: Path, rank_paths: list[Path], log_path: Path, timed_out: bool,
-            timeout: float, returncode: int) -> TrialResult:  # fmt: skip
+def _result(
+    trial_dir: Path,
+    result_path: Path,
+    rank_paths: list[Path],
+    log_path: Path,
+    timed_out: bool,
+    timeout: float,
+    returncode: int,
+) -> TrialResult:
     """The child's result (all ranks' merged), or what its death says: timeout or crashed."""
     if rank_paths:
         missing = "timeout" if timed_out else "crashed"
@@ -300,8 +308,9 @@ def _check_writable(folder: Path, size: int = 1 << 18) -> None:
             probe.unlink(missing_ok=True)
 
 
-def _launch(module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path: Path,
-            server: ForkServer | None) -> tuple[subprocess.Popen | ForkedChild, str]:  # fmt: skip
+def _launch(
+    module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path: Path, server: ForkServer | None
+) -> tuple[subprocess.Popen | ForkedChild, str]:
     """A child running `module` on in_path -> out_path: forked from the server, else a fresh interpreter."""
     if server is not None:
         try:
@@ -327,17 +336,31 @@ def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO) -> s
     a result, not something to retry."""
     # torchrun is not dinox code: the lifeline wrapper asks for its death with this process, then execs it;
     # each rank (dinox.trial) asks for its own with torchrun.
-    command = [sys.executable, "-m", "dinox.lifeline", "--", sys.executable, "-m", "torch.distributed.run",
-               "--standalone", f"--nproc-per-node={world}", "--max-restarts=0", "-m", "dinox.trial", str(in_path),
-               str(out_path)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "dinox.lifeline",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world}",
+        "--max-restarts=0",
+        "-m",
+        "dinox.trial",
+        str(in_path),
+        str(out_path),
+    ]
     env = lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
     return subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
 
 
-def run_estimate(request: dict[str, Any], work_dir: Path, server: ForkServer | None = None,
-                 timeout: float = 600.0) -> tuple[dict[str, Any] | None, str]:  # fmt: skip
+def run_estimate(
+    request: dict[str, Any], work_dir: Path, server: ForkServer | None = None, timeout: float = 600.0
+) -> tuple[dict[str, Any] | None, str]:
     """Run the meta-device estimate child on `request`; (its result, "") or (None, why not). Never raises."""
     in_path, out_path, log_path = work_dir / "request.json", work_dir / "estimate.json", work_dir / "estimate.log"
     with _workdir(work_dir):

@@ -403,16 +403,22 @@ def consistency_problems(t: TrialSpec) -> list[tuple[str, str]]:
     b, lo, hw = t.batch, t.loader, t.hardware
     if b.auto:
         if b.accumulation is not None and b.effective is not None:
-            problems.append(("batch.accumulation", "with batch.size auto give batch.accumulation (the effective "
-                                                   "batch follows from the batch found) or batch.effective (the "
-                                                   "accumulation follows), not both"))  # fmt: skip
+            problems.append(
+                (
+                    "batch.accumulation",
+                    "with batch.size auto give batch.accumulation (the effective "
+                    "batch follows from the batch found) or batch.effective (the "
+                    "accumulation follows), not both",
+                )
+            )
         if b.auto_min > b.auto_max:
             problems.append(("batch.auto_min", f"{b.auto_min} > batch.auto_max {b.auto_max}"))
         elif b.effective is not None and b.effective % hw.gpus:
             problems.append(("batch.effective", f"{b.effective} is not a multiple of hardware.gpus {hw.gpus}"))
         elif b.effective is not None and b.auto_min * hw.gpus > b.effective:
-            problems.append(("batch.auto_min", f"{b.auto_min} x hardware.gpus {hw.gpus} > batch.effective "
-                                               f"{b.effective}"))  # fmt: skip
+            problems.append(
+                ("batch.auto_min", f"{b.auto_min} x hardware.gpus {hw.gpus} > batch.effective {b.effective}")
+            )
     elif b.effective is not None:
         per_step = b.size * hw.gpus
         if b.effective % per_step:
@@ -568,8 +574,16 @@ def load(path: str | Path) -> SpecDocument:
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise SpecError(name, [Problem("", f"a spec is a YAML mapping of sections; this is {got}")])
     if node is not None and _expanded_size(node, MAX_YAML_NODES) > MAX_YAML_NODES:
-        raise SpecError(name, [Problem("", f"the YAML expands to more than {MAX_YAML_NODES} values through "
-                                           "anchors and aliases; a spec needs far fewer")])  # fmt: skip
+        raise SpecError(
+            name,
+            [
+                Problem(
+                    "",
+                    f"the YAML expands to more than {MAX_YAML_NODES} values through "
+                    "anchors and aliases; a spec needs far fewer",
+                )
+            ],
+        )
     lines: dict[tuple[str, ...], int] = {}
     duplicates: list[Problem] = []
     if node is not None:
@@ -598,8 +612,9 @@ def _nesting_problem(text: str) -> Problem | None:
                 depth += 1
                 if depth > MAX_YAML_DEPTH:
                     line = event.start_mark.line + 1 if event.start_mark else None
-                    return Problem("", f"YAML nested more than {MAX_YAML_DEPTH} levels deep; a spec needs far fewer",
-                                   line)  # fmt: skip
+                    return Problem(
+                        "", f"YAML nested more than {MAX_YAML_DEPTH} levels deep; a spec needs far fewer", line
+                    )
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     except yaml.YAMLError:

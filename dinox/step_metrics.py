@@ -33,37 +33,55 @@ def _idle_share(window: Window | None) -> float | None:
 def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
     out = Summary(step_s=stats.periods)
     p50 = stats.quantile(0.5)
-    out.metrics.update({
-        "images_per_s": stats.images_per_s, "step_s_p50": p50, "step_s_p90": stats.quantile(0.9),
-        "data_s": stats.mean("data"), "h2d_s": stats.mean("copy"), "compute_s": stats.mean("compute"),
-        "window_s": stats.window_s, "images_per_s_min": min(stats.window_images_per_s),
-        "images_per_s_max": max(stats.window_images_per_s), "window_spread": stats.spread,
-        "warmup_s": stats.warmup_s, "loader_start_s": stats.loader_start_s, "first_step_s": stats.first_step_s,
-    })  # fmt: skip
+    out.metrics.update(
+        {
+            "images_per_s": stats.images_per_s,
+            "step_s_p50": p50,
+            "step_s_p90": stats.quantile(0.9),
+            "data_s": stats.mean("data"),
+            "h2d_s": stats.mean("copy"),
+            "compute_s": stats.mean("compute"),
+            "window_s": stats.window_s,
+            "images_per_s_min": min(stats.window_images_per_s),
+            "images_per_s_max": max(stats.window_images_per_s),
+            "window_spread": stats.spread,
+            "warmup_s": stats.warmup_s,
+            "loader_start_s": stats.loader_start_s,
+            "first_step_s": stats.first_step_s,
+        }
+    )
     if compiled:
         out.metrics["compile_s"] = max(0.0, stats.first_step_s - p50)
     device_timeline = stats.clock != "host"
     if device_timeline and stats.steps:
         busy, idle = stats.mean("busy"), stats.mean("idle")
         idle_total = sum(s.idle for s in stats.steps)
-        out.metrics.update({
-            "device_busy_s": busy, "device_idle_s": idle, "device_idle_share": idle / (busy + idle),
-            "idle_loader_share": sum(s.idle_loading for s in stats.steps) / idle_total if idle_total else 0.0,
-            "device_lag_s": stats.mean("lag"),
-        })  # fmt: skip
+        out.metrics.update(
+            {
+                "device_busy_s": busy,
+                "device_idle_s": idle,
+                "device_idle_share": idle / (busy + idle),
+                "idle_loader_share": sum(s.idle_loading for s in stats.steps) / idle_total if idle_total else 0.0,
+                "device_lag_s": stats.mean("lag"),
+            }
+        )
     loader_cost, transfer_cost = _ablation(stats, out.metrics)
     # One window cannot disagree with itself: only repeated windows can call a trial unstable.
     out.tags["dinox.unstable"] = str(m.repeats > 1 and stats.spread > m.unstable_threshold).lower()
     out.tags["dinox.step_clock"] = stats.clock
     timed = device_timeline and bool(stats.steps)
     evidence = Evidence(
-        period=statistics.fmean(stats.periods), data=stats.mean("data"), copy=stats.mean("copy"),
-        idle=stats.mean("idle") if timed else None, idle_loading=stats.mean("idle_loading") if timed else None,
-        loader_cost=loader_cost, transfer_cost=transfer_cost,
-        compute_only_idle_share=_idle_share(stats.compute_only[0]) if device_timeline and stats.compute_only
-        else None,
-        fixed_share=out.metrics.get("fixed_share"), noise=max(stats.spread, out.metrics.get("ablation_noise", 0.0)),
-    )  # fmt: skip
+        period=statistics.fmean(stats.periods),
+        data=stats.mean("data"),
+        copy=stats.mean("copy"),
+        idle=stats.mean("idle") if timed else None,
+        idle_loading=stats.mean("idle_loading") if timed else None,
+        loader_cost=loader_cost,
+        transfer_cost=transfer_cost,
+        compute_only_idle_share=_idle_share(stats.compute_only[0]) if device_timeline and stats.compute_only else None,
+        fixed_share=out.metrics.get("fixed_share"),
+        noise=max(stats.spread, out.metrics.get("ablation_noise", 0.0)),
+    )
     out.bound, out.tags["dinox.bound_rule"] = classify(evidence, m.bound_threshold)
     return out
 

@@ -39,10 +39,29 @@ from dinox.tracking import SweepRecorder, configure_client, result_summary
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
 CSV_LEAD = [
-    "index", "trial_id", "run_id", "label", "status", "bound", "images_per_s", "step_s_p50", "step_s_p90",
-    "data_s", "h2d_s", "compute_s", "loader_cost", "transfer_cost", "loader_images_per_s", "device_idle_share",
-    "peak_mem_allocated_gb", "peak_mem_reserved_gb", "device_mem_total_gb", "host_peak_rss_gb", "params_m", "error",
-]  # fmt: skip
+    "index",
+    "trial_id",
+    "run_id",
+    "label",
+    "status",
+    "bound",
+    "images_per_s",
+    "step_s_p50",
+    "step_s_p90",
+    "data_s",
+    "h2d_s",
+    "compute_s",
+    "loader_cost",
+    "transfer_cost",
+    "loader_images_per_s",
+    "device_idle_share",
+    "peak_mem_allocated_gb",
+    "peak_mem_reserved_gb",
+    "device_mem_total_gb",
+    "host_peak_rss_gb",
+    "params_m",
+    "error",
+]
 
 
 class DeviceMissing(ValueError):
@@ -76,9 +95,10 @@ class SweepReport:
         n = len(measured)
         if not n:
             return {}
-        mean = {k: sum(r.metrics.get(k, 0.0) for r in measured) / n
-                for k in ("startup_s", "setup_s", "data_setup_s", "build_s", "measure_s", "teardown_s",
-                          "trial_wall_s")}  # fmt: skip
+        mean = {
+            k: sum(r.metrics.get(k, 0.0) for r in measured) / n
+            for k in ("startup_s", "setup_s", "data_setup_s", "build_s", "measure_s", "teardown_s", "trial_wall_s")
+        }
         loop = sum(self.trial_loop_s) / len(self.trial_loop_s) if self.trial_loop_s else mean["trial_wall_s"]
         mean["recording_s"] = loop - mean["trial_wall_s"]
         mean["per_trial_s"] = loop
@@ -104,8 +124,9 @@ def _signals_raise() -> Iterator[None]:
 class _Store:
     """MLflow, best effort: a failed call is reported once per outage and the sweep goes on."""
 
-    def __init__(self, recorder: SweepRecorder, journal: Journal | None, echo: Callable[[str], None],
-                 report: SweepReport):  # fmt: skip
+    def __init__(
+        self, recorder: SweepRecorder, journal: Journal | None, echo: Callable[[str], None], report: SweepReport
+    ):
         self.recorder, self.journal, self.echo, self.report = recorder, journal, echo, report
         self.down = False
 
@@ -115,8 +136,14 @@ class _Store:
         except Exception as e:  # noqa: BLE001 - any failure of the store: the result is in the journal
             self.report.store_failures += 1
             if not self.down:
-                kept = (f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` once it "
-                        f"is back") if self.journal is not None else "nothing was measured yet"  # fmt: skip
+                kept = (
+                    (
+                        f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` once it "
+                        f"is back"
+                    )
+                    if self.journal is not None
+                    else "nothing was measured yet"
+                )
                 self.echo(f"warning: tracking store {self.recorder.uri} failed ({self.recorder.explain(e)}); {kept}")
             self.down = True
             return False, None
@@ -128,9 +155,14 @@ class _Store:
 
 def _row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
     row: dict[str, object] = {
-        "index": trial.index, "trial_id": trial.trial_id, "run_id": run_id, "label": trial.label,
-        "status": r.status, "bound": r.bound, "error": r.error,
-    }  # fmt: skip
+        "index": trial.index,
+        "trial_id": trial.trial_id,
+        "run_id": run_id,
+        "label": trial.label,
+        "status": r.status,
+        "bound": r.bound,
+        "error": r.error,
+    }
     row.update({k: round(v, 6) for k, v in r.metrics.items()})
     row.update(trial.spec.flat_params())
     return row
@@ -213,9 +245,14 @@ def _annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: 
             result.tags["dinox.predicted_oom"] = plan.over
     cost = estimates.cost(spec)
     if cost is not None and result.status == "ok" and "images_per_s" in result.metrics:
-        metrics, tags = footprint.compute_metrics(cost, result.metrics["images_per_s"],
-                                                  result.tags.get("dinox.device_name", ""), spec.precision,
-                                                  spec.hardware.peak_tflops, spec.hardware.gpus)  # fmt: skip
+        metrics, tags = footprint.compute_metrics(
+            cost,
+            result.metrics["images_per_s"],
+            result.tags.get("dinox.device_name", ""),
+            spec.precision,
+            spec.hardware.peak_tflops,
+            spec.hardware.gpus,
+        )
         result.metrics.update(metrics)
         result.tags.update(tags)
 
@@ -243,9 +280,17 @@ class Sweep:
     then closes the sweep. Every result reaches the journal before MLflow; a failure of the store never
     stops the sweep, a failure of the workdir (where trials write their results) does, cleanly."""
 
-    def __init__(self, doc: SpecDocument, trials: list[Trial], recorder: SweepRecorder, workdir: Path,
-                 echo: Callable[[str], None], on_spawn: Callable[[Trial, int], None] | None, options: SweepOptions,
-                 server: ForkServer | None):  # fmt: skip
+    def __init__(
+        self,
+        doc: SpecDocument,
+        trials: list[Trial],
+        recorder: SweepRecorder,
+        workdir: Path,
+        echo: Callable[[str], None],
+        on_spawn: Callable[[Trial, int], None] | None,
+        options: SweepOptions,
+        server: ForkServer | None,
+    ):
         self.doc, self.trials, self.recorder, self.workdir = doc, trials, recorder, workdir
         self.progress = Progress(len(trials), echo, options.live)
         self.echo, self.on_spawn, self.options, self.server = self.progress.line, on_spawn, options, server
@@ -291,8 +336,7 @@ class Sweep:
         self.report = SweepReport("", self.recorder.experiment_id, Path())
         self._close_orphans()
         self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
-        self.done = {} if o.force else {
-            r.tags["dinox.trial_id"]: r for r in self.recorded if r.status in FINAL}  # fmt: skip
+        self.done = {} if o.force else {r.tags["dinox.trial_id"]: r for r in self.recorded if r.status in FINAL}
 
     def _nothing_left(self) -> bool:
         """Every trial already recorded: say so and open no parent run (an empty one would top the runs table).
@@ -303,9 +347,11 @@ class Sweep:
         for t in self.trials:
             self._echo_recorded(t)
         counts = Counter(status for _t, status in self.report.resumed)
-        self.echo(f"dinox: nothing left to measure: all {len(self.trials)} trials of {self.name!r} are recorded in "
-                  f"experiment {self.recorder.experiment_id} ({', '.join(f'{n} {k}' for k, n in counts.items())}); "
-                  "--force measures them again")  # fmt: skip
+        self.echo(
+            f"dinox: nothing left to measure: all {len(self.trials)} trials of {self.name!r} are recorded in "
+            f"experiment {self.recorder.experiment_id} ({', '.join(f'{n} {k}' for k, n in counts.items())}); "
+            "--force measures them again"
+        )
         return True
 
     def _setup_parent(self) -> None:
@@ -324,8 +370,15 @@ class Sweep:
     def _setup_workdir(self) -> None:
         sweep_dir = self.workdir / "sweeps" / self.name / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.parent[:8]}"
         self.report.sweep_dir = sweep_dir
-        normalized = [{"index": t.index, "trial_id": t.trial_id, "sweep_values": t.overrides,
-                       "spec": t.spec.model_dump(mode="json")} for t in self.trials]  # fmt: skip
+        normalized = [
+            {
+                "index": t.index,
+                "trial_id": t.trial_id,
+                "sweep_values": t.overrides,
+                "spec": t.spec.model_dump(mode="json"),
+            }
+            for t in self.trials
+        ]
         try:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             (sweep_dir / "spec.yaml").write_text(self.doc.text)
@@ -338,8 +391,9 @@ class Sweep:
                 self.estimate_dir.parent.rmdir()  # the tmp folder, once no other sweep uses it
         configure_client(sweep_dir / "store.log")  # the store libraries' own tracebacks go there, not here
         self.journal = Journal(sweep_dir)
-        self.journal.sweep(self.recorder.uri, self.recorder.experiment_id, self.parent, self.name,
-                           ProcessRef.me().tags())  # fmt: skip
+        self.journal.sweep(
+            self.recorder.uri, self.recorder.experiment_id, self.parent, self.name, ProcessRef.me().tags()
+        )
         self.store = _Store(self.recorder, self.journal, self.echo, self.report)
         self.store.call(self.recorder.tag_sweep_dir, sweep_dir)
         self.csv_path = sweep_dir / "results.csv"
@@ -385,8 +439,9 @@ class Sweep:
         rows, summary = self.report.rows, result_summary(self.report.results)
         note = sweep_summary.sweep_note(self.name, rows, len(self.report.resumed))
         extra = {"note": note, "metrics": sweep_summary.sweep_metrics(rows)}
-        if self.store.call(self.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])],
-                           "", extra)[0]:  # fmt: skip
+        if self.store.call(
+            self.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra
+        )[0]:
             self.journal.sweep_closed()
         self.report.wall_s = time.time() - self.t0
 
@@ -458,8 +513,10 @@ class Sweep:
 
     def _echo_recorded(self, trial: Trial) -> None:
         prior = self.done[trial.trial_id]
-        self.echo(f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
-                  f"{prior.run_id}; --force measures it again")  # fmt: skip
+        self.echo(
+            f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
+            f"{prior.run_id}; --force measures it again"
+        )
 
     def _open_run(self, flight: _InFlight, role: str = "trial") -> None:
         """The trial's run, opened once: its id goes to the journal at once, so a store failure later never
@@ -469,13 +526,15 @@ class Sweep:
             self.journal.opened(flight.result_id, flight.run_id)
             self.store.call(self.recorder.log_params, flight.run_id, flight.trial)
 
-    def _measure(self, trial: Trial, search: BatchSearch | None,
-                 failure: TrialResult | None) -> tuple[TrialResult, Path | None, bool]:  # fmt: skip
+    def _measure(
+        self, trial: Trial, search: BatchSearch | None, failure: TrialResult | None
+    ) -> tuple[TrialResult, Path | None, bool]:
         """The trial's result, its log, and whether it was measured (not skipped or settled by its search)."""
         spec = trial.spec
         if search is not None and spec.batch.auto:
-            result = failure or TrialResult("oom", error=f"batch.size auto: not even batch.auto_min={search.low} "
-                                                         f"fits (probes {search.describe()})")  # fmt: skip
+            result = failure or TrialResult(
+                "oom", error=f"batch.size auto: not even batch.auto_min={search.low} fits (probes {search.describe()})"
+            )
             return result, None, False
         reason = self.pruner.reason(spec) if self.options.prune else None
         plan = self.estimates.memory(spec)
@@ -484,8 +543,13 @@ class Sweep:
         if reason:
             return TrialResult("skipped", error=reason, marks={"result_written": time.time()}), None, False
         spawn = (lambda pid, t=trial: self.on_spawn(t, pid)) if self.on_spawn else None
-        outcome = runner.run_trial(trial, self._trial_dir(trial), spawn, server=self.server,
-                                   on_phase=lambda text: self.progress.phase(trial.label, text))  # fmt: skip
+        outcome = runner.run_trial(
+            trial,
+            self._trial_dir(trial),
+            spawn,
+            server=self.server,
+            on_phase=lambda text: self.progress.phase(trial.label, text),
+        )
         return outcome.result, outcome.log_path, True
 
     def _trial_dir(self, trial: Trial, suffix: str = "") -> Path:
@@ -505,8 +569,9 @@ class Sweep:
             if result.status not in ("crashed", "timeout"):
                 self._log(flight, result, log_path, journal=False)
             raise
-        result.tags[sweep_summary.NOTE_TAG] = sweep_summary.trial_note(trial.label, result.status, result.bound,
-                                                                       result.metrics, result.error)  # fmt: skip
+        result.tags[sweep_summary.NOTE_TAG] = sweep_summary.trial_note(
+            trial.label, result.status, result.bound, result.metrics, result.error
+        )
         self._log(flight, result, log_path, journal=True)
         self.report.rows.append(_row(trial, flight.run_id or "", result))
         self.report.results.append(result)
@@ -536,8 +601,9 @@ class Sweep:
         search = BatchSearch.for_spec(trial.spec)
         while (size := search.next_size()) is not None:
             spec = _probe_spec(trial.spec, size)
-            probe = Trial(trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec),
-                          trial.locations)  # fmt: skip
+            probe = Trial(
+                trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec), trial.locations
+            )
             flight = self.in_flight = _InFlight(probe, new_result_id())
             self._open_run(flight, "probe")
             outcome = runner.run_trial(probe, self._trial_dir(trial, f"-probe{size}"), server=self.server)
@@ -546,11 +612,14 @@ class Sweep:
                 flight.closed = self.store.call(self.recorder.close_trial, flight.run_id, probe, r, outcome.log_path)[0]
             self.in_flight = None
             self.pruner.observe(spec.flat_params(), size, r.status, flight.run_id or "")
-            self.echo(f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"
-                      + (f" | {r.error[:160]}" if r.status not in ("ok", "oom") else ""))  # fmt: skip
+            self.echo(
+                f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"
+                + (f" | {r.error[:160]}" if r.status not in ("ok", "oom") else "")
+            )
             if r.status not in ("ok", "oom"):
-                failure = TrialResult(r.status, error=one_line(f"batch.size auto: the probe at batch {size} ended "
-                                                               f"{r.status}: {r.error}"))  # fmt: skip
+                failure = TrialResult(
+                    r.status, error=one_line(f"batch.size auto: the probe at batch {size} ended {r.status}: {r.error}")
+                )
                 return search, failure
             search.record(size, r.status == "ok")
         return search, None

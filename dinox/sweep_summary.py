@@ -22,9 +22,11 @@ def trial_body(status: str, bound: str, metrics: dict[str, float], error: str) -
     if status != "ok" or "images_per_s" not in m:
         return error[:200] or status
     why = f" (loader {m['loader_cost']:.0%}, copies {m['transfer_cost']:.0%})" if "loader_cost" in m else ""
-    return (f"{m['images_per_s']:.1f} {IPS_WINDOWS}, step p50 {m['step_s_p50']:.3f}s p90 {m['step_s_p90']:.3f}s, "
-            f"{bound}{why}, peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, "
-            f"trial {m.get('trial_wall_s', 0):.1f}s")  # fmt: skip
+    return (
+        f"{m['images_per_s']:.1f} {IPS_WINDOWS}, step p50 {m['step_s_p50']:.3f}s p90 {m['step_s_p90']:.3f}s, "
+        f"{bound}{why}, peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, "
+        f"trial {m.get('trial_wall_s', 0):.1f}s"
+    )
 
 
 def trial_note(label: str, status: str, bound: str, metrics: dict[str, float], error: str) -> str:
@@ -44,8 +46,12 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     """The parent run's description: counts, then every trial ranked by throughput (failures last)."""
     counted = Counter(str(r["status"]) for r in rows)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
-    lines = [f"**{name}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
-             + (f", {resumed} already recorded" if resumed else "") + ".", ""]  # fmt: skip
+    lines = [
+        f"**{name}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
+        + (f", {resumed} already recorded" if resumed else "")
+        + ".",
+        "",
+    ]
     ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -float(r.get("images_per_s") or 0.0)))
     lines += [
         f"| # | trial | status | {IPS_WINDOWS} | step p90 s | bound | peak GiB |",
@@ -79,8 +85,14 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
         (line,) = ax.plot(xs, ys, marker="o", linestyle="none" if len(set(xs)) < len(xs) else "-", label=model)
         for b, r in pts:
             if "images_per_s_min" in r and "images_per_s_max" in r:
-                ax.vlines(b, float(r["images_per_s_min"]), float(r["images_per_s_max"]), color=line.get_color(),
-                          alpha=0.5, linewidth=2)  # fmt: skip
+                ax.vlines(
+                    b,
+                    float(r["images_per_s_min"]),
+                    float(r["images_per_s_max"]),
+                    color=line.get_color(),
+                    alpha=0.5,
+                    linewidth=2,
+                )
     sizes = sorted({int(r["batch.size"]) for r in ok})
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])

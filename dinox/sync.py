@@ -23,8 +23,10 @@ from dinox.journal import JOURNAL, Journal, JournalState
 from dinox.lifeline import ProcessRef
 from dinox.tracking import RUN_STATUS, SweepRecorder, TrackingError, describe_store_error, result_summary
 
-GONE = ("the sweep process ({where}) is gone without closing its runs (SIGKILL, the OOM killer or a closed "
-        "session); closed by a later dinox command")  # fmt: skip
+GONE = (
+    "the sweep process ({where}) is gone without closing its runs (SIGKILL, the OOM killer or a closed "
+    "session); closed by a later dinox command"
+)
 
 
 class SyncError(Exception):
@@ -76,8 +78,10 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[
         _close_parent(recorder, journal, state, report)
     except MlflowException as e:
         raise TrackingError(describe_store_error(e)) from None
-    echo(f"sync {sweep_dir}: {report.logged} result(s) logged, {report.already} already in the store"
-         + (f", sweep closed as {report.closed_sweep}" if report.closed_sweep else ""))  # fmt: skip
+    echo(
+        f"sync {sweep_dir}: {report.logged} result(s) logged, {report.already} already in the store"
+        + (f", sweep closed as {report.closed_sweep}" if report.closed_sweep else "")
+    )
     return report
 
 
@@ -121,8 +125,10 @@ def close_orphans(recorder: SweepRecorder) -> list[str]:
         try:
             if sweep_dir and (Path(sweep_dir) / JOURNAL).exists():
                 report = sync_sweep(Path(sweep_dir), recorder.uri, echo=lambda _line: None)
-                notes.append(f"closed sweep run {run_id} as {report.closed_sweep or 'it was'}: its process "
-                             f"({where}) is gone; {report.logged} result(s) from its journal logged")  # fmt: skip
+                notes.append(
+                    f"closed sweep run {run_id} as {report.closed_sweep or 'it was'}: its process "
+                    f"({where}) is gone; {report.logged} result(s) from its journal logged"
+                )
             else:
                 n = recorder.kill_sweep(run_id, GONE.format(where=where))
                 notes.append(f"closed sweep run {run_id} and {n} of its runs as KILLED: its process ({where}) is gone")

@@ -92,8 +92,13 @@ class Timeline:
     the same one the loop times fetches with); `synchronize` waits for the device (at the window's edges
     only)."""
 
-    def __init__(self, new_event: Callable[[], Event], synchronize: Callable[[], None],
-                 host_clock: Callable[[], float] = time.perf_counter, device_clock: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        new_event: Callable[[], Event],
+        synchronize: Callable[[], None],
+        host_clock: Callable[[], float] = time.perf_counter,
+        device_clock: bool = True,
+    ):
         self.new_event, self.synchronize, self.host_clock = new_event, synchronize, host_clock
         self.device_clock = device_clock  # False: markers are the host's clock (CPU), there is no lag
         self._pool: list[Event] = []
@@ -180,10 +185,16 @@ class WindowRecorder:
         fetches = [(a - self.host_start, b - self.host_start) for a, b in step.fetches]
         loading = sum(_overlap(gap, fetch) for gap in gaps for fetch in fetches)
         lag = end - (step.enqueued - self.host_start) if self.tl.device_clock else 0.0
-        return StepTimes(period=end - previous_end, copy=copy, forward_backward=forward_backward,
-                         update=end - backwards[-1],
-                         idle=sum(max(0.0, b - a) for a, b in gaps), idle_loading=loading,
-                         data=sum(b - a for a, b in step.fetches), lag=lag)  # fmt: skip
+        return StepTimes(
+            period=end - previous_end,
+            copy=copy,
+            forward_backward=forward_backward,
+            update=end - backwards[-1],
+            idle=sum(max(0.0, b - a) for a, b in gaps),
+            idle_loading=loading,
+            data=sum(b - a for a, b in step.fetches),
+            lag=lag,
+        )
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> float:

@@ -260,8 +260,13 @@ class SweepRecorder:
                     self.experiment_id, run_name=f"{name} sweep{suffix} {time.strftime('%Y-%m-%d %H:%M:%S')}"
                 )
                 self.parent_run_id = run.info.run_id
-            tags = {"dinox.role": "sweep", "dinox.spec_path": spec_path, "dinox.spec_name": name,
-                    **ProcessRef.me().tags(), **({"dinox.shard": shard} if shard else {})}  # fmt: skip
+            tags = {
+                "dinox.role": "sweep",
+                "dinox.spec_path": spec_path,
+                "dinox.spec_name": name,
+                **ProcessRef.me().tags(),
+                **({"dinox.shard": shard} if shard else {}),
+            }
             self.client.log_batch(
                 self.parent_run_id,
                 params=[Param("spec.name", name), Param("sweep.trials", str(n_trials))],
@@ -305,8 +310,9 @@ class SweepRecorder:
                 raise
             return exp.experiment_id
 
-    def close_sweep(self, status: str, summary: dict[str, int], artifacts: list[Path], error: str = "",
-                    extra: dict | None = None) -> None:  # fmt: skip
+    def close_sweep(
+        self, status: str, summary: dict[str, int], artifacts: list[Path], error: str = "", extra: dict | None = None
+    ) -> None:
         """extra: {"note": the run's Markdown description, "metrics": summary metrics}."""
         tags = [RunTag("dinox.counts", " ".join(f"{k}={v}" for k, v in sorted(summary.items())))]
         if error:
@@ -431,8 +437,9 @@ class SweepRecorder:
             chosen = runs[0].info.run_id
             for dup in runs[1:]:
                 if dup.info.status == "RUNNING":
-                    self.kill_trial(dup.info.run_id, f"a duplicate run of result {result_id}; the result is in "
-                                                     f"run {chosen}")  # fmt: skip
+                    self.kill_trial(
+                        dup.info.run_id, f"a duplicate run of result {result_id}; the result is in run {chosen}"
+                    )
             return chosen
         if run_id_hint and self.run_exists(run_id_hint):
             return run_id_hint
@@ -518,8 +525,14 @@ def result_summary(results: list[TrialResult]) -> dict[str, int]:
 
 
 def _record(run) -> TrialRecord:
-    return TrialRecord(run.info.run_id, run.info.experiment_id, run.info.run_name or "", dict(run.data.params),
-                       dict(run.data.metrics), dict(run.data.tags))  # fmt: skip
+    return TrialRecord(
+        run.info.run_id,
+        run.info.experiment_id,
+        run.info.run_name or "",
+        dict(run.data.params),
+        dict(run.data.metrics),
+        dict(run.data.tags),
+    )
 
 
 # --- reading back, and the decision run ------------------------------------------------------------
@@ -545,8 +558,10 @@ def fetch_trials(
     check_reachable(tracking_uri)
     path = sqlite_path(tracking_uri)
     if path is not None and not path.exists():  # reading never creates a store
-        raise TrackingError(f"no tracking store at {path}: `dinox run SPEC` records the trials there first "
-                            "(or pass --tracking-uri / set MLFLOW_TRACKING_URI to where they are)")  # fmt: skip
+        raise TrackingError(
+            f"no tracking store at {path}: `dinox run SPEC` records the trials there first "
+            "(or pass --tracking-uri / set MLFLOW_TRACKING_URI to where they are)"
+        )
     client = MlflowClient(tracking_uri=tracking_uri)
     found: dict[str, tuple[int, TrialRecord]] = {}
     sources: list[str] = []
@@ -555,8 +570,10 @@ def fetch_trials(
         for name in experiments:
             exp = client.get_experiment_by_name(name)
             if exp is None or exp.lifecycle_stage == "deleted":
-                raise TrackingError(f"experiment {name!r} not found in {tracking_uri}: `dinox run SPEC` records a "
-                                    "spec's trials in the experiment named by its `name`")  # fmt: skip
+                raise TrackingError(
+                    f"experiment {name!r} not found in {tracking_uri}: `dinox run SPEC` records a "
+                    "spec's trials in the experiment named by its `name`"
+                )
             home = home or exp.experiment_id
             sources.append(f"experiment {name}")
             for run in _search_all(client, [exp.experiment_id]):
@@ -594,9 +611,14 @@ def _keep(run, found: dict[str, tuple[int, TrialRecord]]) -> None:
 
 
 def log_decision(
-    tracking_uri: str, experiment_id: str, verdict: str, params: dict[str, str], metrics: dict[str, float],
-    files: list[Path], note: str = "",
-) -> str:  # fmt: skip
+    tracking_uri: str,
+    experiment_id: str,
+    verdict: str,
+    params: dict[str, str],
+    metrics: dict[str, float],
+    files: list[Path],
+    note: str = "",
+) -> str:
     """Record a decision as a run of its own (dinox.role = decision) with the report files as artifacts.
     Under `mlflow run`, the run MLflow started is that run."""
     client = MlflowClient(tracking_uri=tracking_uri)

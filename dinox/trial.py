@@ -80,8 +80,14 @@ class TrialRun:
     """One trial in the child, as named steps: the device, the loader, the model and optimizer, the step
     functions, the loop, and its summary (dinox.step_metrics)."""
 
-    def __init__(self, spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float], tags: dict[str, str],
-                 on_phase: Callable[[str], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        spec: TrialSpec,
+        marks: dict[str, float],
+        metrics: dict[str, float],
+        tags: dict[str, str],
+        on_phase: Callable[[str], None] | None = None,
+    ):
         self.spec, self.marks, self.metrics, self.tags = spec, marks, metrics, tags
         self.on_phase = on_phase
         self.accumulation = spec.accumulation
@@ -141,8 +147,9 @@ class TrialRun:
     def _setup_loader(self) -> None:
         spec, lo = self.spec, self.spec.loader
         t = time.time()
-        dataset = build_dataset(spec, models.in_chans(spec.model), max(self.num_classes, 1), self._samples_needed(),
-                                self.plan)  # fmt: skip
+        dataset = build_dataset(
+            spec, models.in_chans(spec.model), max(self.num_classes, 1), self._samples_needed(), self.plan
+        )
         self.pin = lo.pin_memory and self.dev.type == "cuda"
         self.tags["dinox.pin_memory_applied"] = str(self.pin)
         iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
@@ -152,8 +159,9 @@ class TrialRun:
             from torch.utils.data.distributed import DistributedSampler
 
             # Each rank its own shard of the data (webdataset splits its shards by rank itself).
-            sampler = DistributedSampler(dataset, num_replicas=self.world, rank=self.distributed[0], shuffle=True,
-                                         seed=seed, drop_last=True)  # fmt: skip
+            sampler = DistributedSampler(
+                dataset, num_replicas=self.world, rank=self.distributed[0], shuffle=True, seed=seed, drop_last=True
+            )
         self.loader = DataLoader(
             dataset,
             batch_size=spec.size,
@@ -233,15 +241,34 @@ class TrialRun:
     def _loop(self) -> bench.LoopStats:
         m, lo = self.spec.measure, self.spec.loader
         ablation = self._ablation_steps()
-        loop = bench.Loop(self.loader, self.to_device, self.micro_step, self.optimizer_step, self.dev,
-                          self.accumulation, self.spec.size, halve=self.halve, on_phase=self.on_phase)  # fmt: skip
-        return loop.run(m.warmup_steps, m.bench_steps, m.repeats, ablation_steps=ablation,
-                        loader_batches=ablation * self.accumulation,
-                        loader_buffered=lo.num_workers * (lo.prefetch_factor or 2))  # fmt: skip
+        loop = bench.Loop(
+            self.loader,
+            self.to_device,
+            self.micro_step,
+            self.optimizer_step,
+            self.dev,
+            self.accumulation,
+            self.spec.size,
+            halve=self.halve,
+            on_phase=self.on_phase,
+        )
+        return loop.run(
+            m.warmup_steps,
+            m.bench_steps,
+            m.repeats,
+            ablation_steps=ablation,
+            loader_batches=ablation * self.accumulation,
+            loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),
+        )
 
 
-def measure(spec: TrialSpec, marks: dict[str, float], metrics: dict[str, float], tags: dict[str, str],
-            on_phase: Callable[[str], None] | None = None) -> TrialResult:  # fmt: skip
+def measure(
+    spec: TrialSpec,
+    marks: dict[str, float],
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    on_phase: Callable[[str], None] | None = None,
+) -> TrialResult:
     return TrialRun(spec, marks, metrics, tags, on_phase).measure()
 
 

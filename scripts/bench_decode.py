@@ -31,8 +31,17 @@ _spec.loader.exec_module(demo)  # type: ignore[union-attr]
 
 
 def loader_ips(index: Path, decoder: str, workers: int, batch: int, batches: int) -> float:
-    ds = CtPngSlices(str(index), None, ViewPlan(full_size=224), HuWindow(), decoder=decoder, subset_size=None,
-                     seed=0, inflation=100, num_classes=1000)  # fmt: skip
+    ds = CtPngSlices(
+        str(index),
+        None,
+        ViewPlan(full_size=224),
+        HuWindow(),
+        decoder=decoder,
+        subset_size=None,
+        seed=0,
+        inflation=100,
+        num_classes=1000,
+    )
     loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True)
     it = iter(loader)
     next(it)  # worker start-up is not decoding
@@ -71,8 +80,10 @@ def main() -> None:
         print(f"decode one 512x512 16-bit PNG (median of {args.rounds} rounds over {len(pngs)} files):")
         for d in decoders:
             print(f"  {d:<12} {statistics.median(single[d]):6.2f} ms")
-        print(f"loader images/s (3 slices + HU window + resize to 224 per image; batch {args.batch}, "
-              f"median of {args.rounds} rounds):")  # fmt: skip
+        print(
+            f"loader images/s (3 slices + HU window + resize to 224 per image; batch {args.batch}, "
+            f"median of {args.rounds} rounds):"
+        )
         print(f"  {'workers':>7} {'torchvision':>12} {'pil':>8} {'tv/pil':>7}")
         for w in args.workers:
             ips = {d: [] for d in decoders}

@@ -44,8 +44,18 @@ def main() -> None:
     a = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spec.yaml"
-        path.write_text(SPEC.format(model=a.model, img=a.img, precision=a.precision, batch=a.batch, steps=a.steps,
-                                    out_dim=a.out_dim, locals=a.locals, local=a.local))  # fmt: skip
+        path.write_text(
+            SPEC.format(
+                model=a.model,
+                img=a.img,
+                precision=a.precision,
+                batch=a.batch,
+                steps=a.steps,
+                out_dim=a.out_dim,
+                locals=a.locals,
+                local=a.local,
+            )
+        )
         results = {}
         for trial in grid.expand(spec.load(path)):
             r = runner.run_trial(trial, Path(tmp) / str(trial.index)).result
@@ -53,8 +63,10 @@ def main() -> None:
                 raise SystemExit(f"{trial.spec.objective.kind}: {r.status}: {r.error}")
             results[trial.spec.objective.kind] = r.metrics
     c, d = results["classification"], results["dino"]
-    print(f"{a.model} at {a.img} px, batch {a.batch}, {a.precision}; DINO: 2 x {a.img} + {a.locals} x {a.local} "
-          f"crops, out_dim {a.out_dim}")  # fmt: skip
+    print(
+        f"{a.model} at {a.img} px, batch {a.batch}, {a.precision}; DINO: 2 x {a.img} + {a.locals} x {a.local} "
+        f"crops, out_dim {a.out_dim}"
+    )
     print(f"  {'objective':<15} {'step p50 s':>10} {'img/s':>8} {'trainable M':>12}")
     for kind, m in (("classification", c), ("dino", d)):
         print(f"  {kind:<15} {m['step_s_p50']:>10.3f} {m['images_per_s']:>8.2f} {m['trainable_params_m']:>12.1f}")

@@ -51,14 +51,21 @@ def hand_loop(a: argparse.Namespace) -> float:
     except TypeError:
         model = timm.create_model(a.model, pretrained=False, num_classes=100)
     model = model.to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05,
-                            **({"fused": True} if device.type == "cuda" else {}))  # fmt: skip
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=1e-3, weight_decay=0.05, **({"fused": True} if device.type == "cuda" else {})
+    )
     dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(a.precision)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     n = (a.warmup + a.steps) * a.accum * a.batch
     data = SyntheticImages(n, 3, ViewPlan(full_size=a.img), 100, 0)
-    loader = DataLoader(data, batch_size=a.batch, shuffle=True, num_workers=a.workers, drop_last=True,
-                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    loader = DataLoader(
+        data,
+        batch_size=a.batch,
+        shuffle=True,
+        num_workers=a.workers,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     it = iter(loader)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -136,8 +143,9 @@ def main() -> None:
     if a.hand_loop:
         print(json.dumps({"images_per_s": hand_loop(a)}))
         return
-    args = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-            if k not in ("rounds", "hand_loop", "system_metrics")]  # fmt: skip
+    args = [
+        f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in ("rounds", "hand_loop", "system_metrics")
+    ]
     dinox, hand, sampled, cpu = [], [], [], {False: [], True: []}
     global SERVER
     from dinox.forkserver import ForkServer
@@ -149,20 +157,25 @@ def main() -> None:
                 ips, parent_cpu = dinox_trial(a, Path(tmp), i, sampled=on)
                 (sampled if on else dinox).append(ips)
                 cpu[on].append(parent_cpu)
-            out = subprocess.run([sys.executable, __file__, "--hand-loop", *args], capture_output=True, text=True,
-                                 check=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, __file__, "--hand-loop", *args], capture_output=True, text=True, check=True
+            )
             hand.append(json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"])
     SERVER.close()
-    print(f"{a.model} at {a.img} px, batch {a.batch} x {a.accum}, {a.precision}, {a.workers} workers, "
-          f"{a.steps} timed steps, {a.rounds} rounds")  # fmt: skip
+    print(
+        f"{a.model} at {a.img} px, batch {a.batch} x {a.accum}, {a.precision}, {a.workers} workers, "
+        f"{a.steps} timed steps, {a.rounds} rounds"
+    )
     print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
     print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
     print(
         f"fidelity_ratio {statistics.median(dinox) / statistics.median(hand):.3f}  (dinox / hand loop; target >= 0.98)"
     )
     if sampled:
-        print(f"dinox + system metrics images/s  {' '.join(f'{v:.1f}' for v in sampled)}  "
-              f"median {statistics.median(sampled):.1f}")  # fmt: skip
+        print(
+            f"dinox + system metrics images/s  {' '.join(f'{v:.1f}' for v in sampled)}  "
+            f"median {statistics.median(sampled):.1f}"
+        )
         cost = 1 - statistics.median(sampled) / statistics.median(dinox)
         print(f"system_metrics_cost {cost:+.3f}  (1 - sampled / unsampled median; within this box's noise)")
         # The sampler's own CPU, measured in this process: what it can take from a trial that saturates the

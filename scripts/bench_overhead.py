@@ -38,8 +38,14 @@ def sweep(isolation: str, trials: int) -> tuple[dict[str, float], float]:
         path.write_text(SPEC.format(seeds=list(range(trials))))
         doc = spec.load(path)
         recorder = SweepRecorder(f"sqlite:///{tmp}/mlflow.db")
-        report = run_sweep(doc, grid.expand(doc), recorder=recorder, workdir=Path(tmp) / "work",
-                           echo=lambda _line: None, isolation=isolation)  # fmt: skip
+        report = run_sweep(
+            doc,
+            grid.expand(doc),
+            recorder=recorder,
+            workdir=Path(tmp) / "work",
+            echo=lambda _line: None,
+            isolation=isolation,
+        )
     bad = [r.status for r in report.results if r.status != "ok"]
     if bad:
         raise SystemExit(f"{isolation}: trials failed: {bad}")
@@ -60,8 +66,10 @@ def main() -> int:
         print(f"{key:<14}" + "".join(f"{results[m][0][key]:>10.3f}" for m in modes))
     print(f"{'sweep wall':<14}" + "".join(f"{results[m][1]:>10.2f}" for m in modes))
     for m in modes:
-        print(f"overhead_per_trial_s[{m}] {results[m][0]['overhead_s']:.3f}  "
-              f"(per trial: not data setup, model build or measured steps)")  # fmt: skip
+        print(
+            f"overhead_per_trial_s[{m}] {results[m][0]['overhead_s']:.3f}  "
+            f"(per trial: not data setup, model build or measured steps)"
+        )
     return 0
 
 

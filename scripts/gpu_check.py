@@ -68,31 +68,76 @@ def cases(index_csv: str, small: bool) -> list[Case]:
         Case("fp16 GradScaler", {"precision": "fp16-mixed", "batch.size": batch, "model.img_size": img}),
         Case("tf32", {"precision": "tf32", "model.channels_last": False, "batch.size": batch, "model.img_size": img}),
         Case("compile", {"model.compile": True, "batch.size": batch, "model.img_size": img}, hand_loop=True),
-        Case("pinned copies", {"model.name": "resnet18", "batch.size": 2 * batch, "model.img_size": img},
-             hand_loop=True),
-        Case("unpinned copies", {"model.name": "resnet18", "batch.size": 2 * batch, "model.img_size": img,
-                                 "loader.pin_memory": False}),
-        Case("OOM under a memory cap", {"model.name": "vit_large_patch16_224", "batch.size": 512,
-                                        "hardware.memory_limit_gb": 6, "model.channels_last": False},
-             expect_status="oom"),
-        Case("batch.size auto", {"batch.size": "auto", "batch.auto_min": 16, "batch.auto_max": 1024,
-                                 "hardware.memory_limit_gb": 12, "model.img_size": img}),
-        Case("DINO ViT-S/14 multi-crop", {"model.name": "vit_small_patch14_dinov2", "model.channels_last": False,
-                                          "objective": {"kind": "dino", "out_dim": 65536, "local_crops": 8,
-                                                        "local_crop_size": 98}, "batch.size": 64}),
-        Case("CT PNG, 0 workers (built io_bound)", {"data": {"source": "ct_png", "index_csv": index_csv},
-                                                   "loader.num_workers": 0, "loader.prefetch_factor": None,
-                                                   "loader.persistent_workers": False, "batch.size": batch,
-                                                   "model.img_size": img}, expect_bound="io_bound"),
-        Case("large synthetic (built compute_bound)", {"model.name": big, "model.channels_last": False,
-                                                       "batch.size": batch, "model.img_size": img},
-             expect_bound="compute_bound"),
-    ]  # fmt: skip
+        Case(
+            "pinned copies", {"model.name": "resnet18", "batch.size": 2 * batch, "model.img_size": img}, hand_loop=True
+        ),
+        Case(
+            "unpinned copies",
+            {"model.name": "resnet18", "batch.size": 2 * batch, "model.img_size": img, "loader.pin_memory": False},
+        ),
+        Case(
+            "OOM under a memory cap",
+            {
+                "model.name": "vit_large_patch16_224",
+                "batch.size": 512,
+                "hardware.memory_limit_gb": 6,
+                "model.channels_last": False,
+            },
+            expect_status="oom",
+        ),
+        Case(
+            "batch.size auto",
+            {
+                "batch.size": "auto",
+                "batch.auto_min": 16,
+                "batch.auto_max": 1024,
+                "hardware.memory_limit_gb": 12,
+                "model.img_size": img,
+            },
+        ),
+        Case(
+            "DINO ViT-S/14 multi-crop",
+            {
+                "model.name": "vit_small_patch14_dinov2",
+                "model.channels_last": False,
+                "objective": {"kind": "dino", "out_dim": 65536, "local_crops": 8, "local_crop_size": 98},
+                "batch.size": 64,
+            },
+        ),
+        Case(
+            "CT PNG, 0 workers (built io_bound)",
+            {
+                "data": {"source": "ct_png", "index_csv": index_csv},
+                "loader.num_workers": 0,
+                "loader.prefetch_factor": None,
+                "loader.persistent_workers": False,
+                "batch.size": batch,
+                "model.img_size": img,
+            },
+            expect_bound="io_bound",
+        ),
+        Case(
+            "large synthetic (built compute_bound)",
+            {"model.name": big, "model.channels_last": False, "batch.size": batch, "model.img_size": img},
+            expect_bound="compute_bound",
+        ),
+    ]
     if small:  # the CPU smoke test: what a CPU can run, at CPU sizes
-        out = [c for c in out if c.label in ("tf32", "large synthetic (built compute_bound)",
-                                               "CT PNG, 0 workers (built io_bound)")]  # fmt: skip
-        out = [Case(c.label, {**c.overrides, "precision": "fp32", "model.name": "resnet18"}, c.expect_status,
-                    c.expect_bound, c.label == "tf32") for c in out]  # fmt: skip
+        out = [
+            c
+            for c in out
+            if c.label in ("tf32", "large synthetic (built compute_bound)", "CT PNG, 0 workers (built io_bound)")
+        ]
+        out = [
+            Case(
+                c.label,
+                {**c.overrides, "precision": "fp32", "model.name": "resnet18"},
+                c.expect_status,
+                c.expect_bound,
+                c.label == "tf32",
+            )
+            for c in out
+        ]
     return out
 
 
@@ -118,8 +163,12 @@ def make_ct(tmp: Path) -> str:
 def run_dinox(tmp: Path, spec: Path) -> list[dict[str, str]]:
     """`dinox run` in the temporary folder (store, workdir and all); the sweep's results.csv rows."""
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
-    proc = subprocess.run([sys.executable, "-m", "dinox", "run", str(spec), "--tracking-uri", uri, "--workdir",
-                           str(tmp / ".dinox")], cwd=tmp, text=True, capture_output=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "dinox", "run", str(spec), "--tracking-uri", uri, "--workdir", str(tmp / ".dinox")],
+        cwd=tmp,
+        text=True,
+        capture_output=True,
+    )
     print(proc.stdout, end="")
     if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)
@@ -151,8 +200,16 @@ def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
     scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 else None
     workers, pin = int(row["loader.num_workers"]), row["loader.pin_memory"] == "True" and dev.type == "cuda"
     data = SyntheticImages((warmup + steps) * size, 3, ViewPlan(full_size=img), 1000, 0)
-    loader = DataLoader(data, batch_size=size, shuffle=True, num_workers=workers, pin_memory=pin, drop_last=True,
-                        persistent_workers=workers > 0, prefetch_factor=4 if workers else None)  # fmt: skip
+    loader = DataLoader(
+        data,
+        batch_size=size,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=pin,
+        drop_last=True,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers else None,
+    )
     it, loss_fn = iter(loader), torch.nn.CrossEntropyLoss()
 
     def step() -> None:
@@ -186,8 +243,12 @@ def _hand_in_child(row: dict[str, str], steps: int, warmup: int) -> float:
         "import json, sys; sys.path.insert(0, sys.argv[1]); import gpu_check; "
         "print(json.dumps(gpu_check.hand_loop(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "scripts"), json.dumps(row), str(steps),
-                          str(warmup)], capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "scripts"), json.dumps(row), str(steps), str(warmup)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -225,11 +286,21 @@ def table(lines: list[Line]) -> str:
     rows = []
     for ln in lines:
         r = ln.row
-        ips, idle, peak, mfu = (_num(r.get(k)) for k in ("images_per_s", "device_idle_share",
-                                                            "peak_mem_reserved_gb", "mfu"))  # fmt: skip
-        rows.append([ln.case.label, r["status"], f"{ips:.1f}" if ips else "-",
-                     f"{ln.ratio:.3f}" if ln.ratio else "-", r["bound"] or "-", f"{idle:.1%}" if idle is not None
-                     else "-", f"{peak:.2f}" if peak else "-", f"{mfu:.1%}" if mfu else "-"])  # fmt: skip
+        ips, idle, peak, mfu = (
+            _num(r.get(k)) for k in ("images_per_s", "device_idle_share", "peak_mem_reserved_gb", "mfu")
+        )
+        rows.append(
+            [
+                ln.case.label,
+                r["status"],
+                f"{ips:.1f}" if ips else "-",
+                f"{ln.ratio:.3f}" if ln.ratio else "-",
+                r["bound"] or "-",
+                f"{idle:.1%}" if idle is not None else "-",
+                f"{peak:.2f}" if peak else "-",
+                f"{mfu:.1%}" if mfu else "-",
+            ]
+        )
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     return "\n".join([fmt(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(fmt, rows)])
@@ -257,8 +328,10 @@ def main() -> int:
         spec.write_text(spec_text(index, a.small, device))
         rows = run_dinox(tmp, spec)
         steps, warmup = (4, 2) if a.small else (40, 10)
-        lines = [Line(c, r, _hand_in_child(r, steps, warmup) if c.hand_loop and r["status"] == "ok" else None)
-                 for c, r in zip(cases(index, a.small), rows, strict=True)]  # fmt: skip
+        lines = [
+            Line(c, r, _hand_in_child(r, steps, warmup) if c.hand_loop and r["status"] == "ok" else None)
+            for c, r in zip(cases(index, a.small), rows, strict=True)
+        ]
         name_ = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
         print(f"\n{name_}, torch {torch.__version__}, {time.time() - t0:.0f} s\n")
         print(table(lines))

@@ -38,9 +38,18 @@ def phantom(rows: int, cols: int, t: float, rng: np.random.Generator) -> np.ndar
     return hu + rng.normal(0, 15, size=hu.shape)
 
 
-def write_series(out_dir: Path, slices: int = 32, rows: int = 256, cols: int = 256, *, seed: int = 0,
-                 patient: str = "DEMO-0001", spacing: float = 0.7, thickness: float = 2.5,
-                 modality: str = "CT") -> str:  # fmt: skip
+def write_series(
+    out_dir: Path,
+    slices: int = 32,
+    rows: int = 256,
+    cols: int = 256,
+    *,
+    seed: int = 0,
+    patient: str = "DEMO-0001",
+    spacing: float = 0.7,
+    thickness: float = 2.5,
+    modality: str = "CT",
+) -> str:
     """Write one series into out_dir; return its SeriesInstanceUID."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

@@ -67,14 +67,29 @@ class MlflowServer:
 
         log = open(self.root / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root / 'm.db'}",
-             "--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1", "--port",
-             str(self.port), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'm.db'}",
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
             # MLflow 3's server starts a job runner with a handful of huey workers by default; dinox uses none,
             # and on 2 cores their start-up slows every test that starts a server.
             env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
-        )  # fmt: skip
+        )
         deadline = time.time() + timeout
         while True:
             try:

@@ -13,30 +13,65 @@ VIT_L = {"model.name": "vit_large_patch14_dinov2", "model.kwargs.embed_dim": "10
 VIT_G = {"model.name": "vit_giant_patch14_dinov2", "model.kwargs.embed_dim": "1536", "model.kwargs.depth": "40"}
 
 
-def trial(model: dict, size: int, accum: int, ips: float | None, status: str = "ok", *, ckpt: bool = True,
-          workers: int = 4, pin: bool = True, reserved_gb: float = 10.0, params_m: float = 304.0,
-          bound: str = "compute_bound", run_id: str = "") -> dict:  # fmt: skip
+def trial(
+    model: dict,
+    size: int,
+    accum: int,
+    ips: float | None,
+    status: str = "ok",
+    *,
+    ckpt: bool = True,
+    workers: int = 4,
+    pin: bool = True,
+    reserved_gb: float = 10.0,
+    params_m: float = 304.0,
+    bound: str = "compute_bound",
+    run_id: str = "",
+) -> dict:
     """One trial in the DESIGN.md record. `ips` is the p90 figure: step_s_p90 = images per step / ips."""
-    params = {**model, "batch.size": str(size), "batch.accumulation": str(accum),
-              "batch.effective": str(size * accum), "precision": "bf16-mixed",
-              "model.grad_checkpointing": str(ckpt), "loader.num_workers": str(workers),
-              "loader.pin_memory": str(pin), "model.img_size": "224"}  # fmt: skip
+    params = {
+        **model,
+        "batch.size": str(size),
+        "batch.accumulation": str(accum),
+        "batch.effective": str(size * accum),
+        "precision": "bf16-mixed",
+        "model.grad_checkpointing": str(ckpt),
+        "loader.num_workers": str(workers),
+        "loader.pin_memory": str(pin),
+        "model.img_size": "224",
+    }
     metrics: dict[str, float] = {"params_m": params_m, "device_mem_total_gb": 96.0}
     tags = {"dinox.status": status, "dinox.role": "trial"}
     if status == "ok":
         p90 = size * accum / ips  # type: ignore[operator]
-        metrics.update({"images_per_s": ips * 1.02, "step_s_p90": p90, "step_s_p50": p90 * 0.97,  # type: ignore[operator]
-                        "peak_mem_reserved_gb": reserved_gb, "peak_mem_allocated_gb": reserved_gb * 0.9})  # fmt: skip
+        metrics.update(
+            {
+                "images_per_s": ips * 1.02,
+                "step_s_p90": p90,
+                "step_s_p50": p90 * 0.97,  # type: ignore[operator]
+                "peak_mem_reserved_gb": reserved_gb,
+                "peak_mem_allocated_gb": reserved_gb * 0.9,
+            }
+        )
         tags["dinox.bound"] = bound
     else:
         tags["dinox.error"] = "CUDA out of memory" if status == "oom" else "boom"
-    return {"run_id": run_id or f"{params['model.name'][:9]}-{size}x{accum}-w{workers}-{pin}-{status}",
-            "params": params, "metrics": metrics, "tags": tags}  # fmt: skip
+    return {
+        "run_id": run_id or f"{params['model.name'][:9]}-{size}x{accum}-w{workers}-{pin}-{status}",
+        "params": params,
+        "metrics": metrics,
+        "tags": tags,
+    }
 
 
 def study() -> list[dict]:
-    large = [trial(VIT_L, 48, 4, 23.54), trial(VIT_L, 64, 4, 23.51), trial(VIT_L, 96, 2, 23.22),
-             trial(VIT_L, 128, 2, 22.46), trial(VIT_L, 160, 2, 22.40)]  # fmt: skip
+    large = [
+        trial(VIT_L, 48, 4, 23.54),
+        trial(VIT_L, 64, 4, 23.51),
+        trial(VIT_L, 96, 2, 23.22),
+        trial(VIT_L, 128, 2, 22.46),
+        trial(VIT_L, 160, 2, 22.40),
+    ]
     giant = [
         trial(VIT_G, 4, 1, 2.71, ckpt=False, params_m=1100.0),
         trial(VIT_G, 8, 1, None, "oom", ckpt=False, params_m=1100.0),
@@ -50,8 +85,19 @@ def loader_study() -> list[dict]:
     """The loader sweep at batch 32 (seed 001): workers x pin_memory, a small model."""
     model = {"model.name": "resnet18"}
     curve = {0: 78, 4: 337, 8: 495, 16: 482, 24: 503, 32: 485}
-    out = [trial(model, 32, 1, float(ips), workers=w, pin=True, params_m=11.7,
-                 bound="io_bound" if w == 0 else "compute_bound") for w, ips in curve.items()]  # fmt: skip
+    out = [
+        trial(
+            model,
+            32,
+            1,
+            float(ips),
+            workers=w,
+            pin=True,
+            params_m=11.7,
+            bound="io_bound" if w == 0 else "compute_bound",
+        )
+        for w, ips in curve.items()
+    ]
     out += [trial(model, 32, 1, ips * 0.94, workers=w, pin=False, params_m=11.7) for w, ips in curve.items() if w]
     return out
 
@@ -71,9 +117,12 @@ def log(client: MlflowClient, experiment: str, rows: list[dict], parent: bool = 
     for r in rows:
         tags = {**r["tags"], **({"mlflow.parentRunId": parent_id} if parent_id else {})}
         run = client.create_run(exp_id, run_name=r["run_id"], tags=tags)
-        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in r["params"].items()],
-                         metrics=[Metric(k, v, 0, 0) for k, v in r["metrics"].items()],
-                         tags=[RunTag("dinox.role", "trial")])  # fmt: skip
+        client.log_batch(
+            run.info.run_id,
+            params=[Param(k, v) for k, v in r["params"].items()],
+            metrics=[Metric(k, v, 0, 0) for k, v in r["metrics"].items()],
+            tags=[RunTag("dinox.role", "trial")],
+        )
         client.set_terminated(run.info.run_id, "FINISHED" if r["tags"]["dinox.status"] == "ok" else "FAILED")
         ids[r["run_id"]] = run.info.run_id
     if parent_id:

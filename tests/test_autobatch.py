@@ -119,8 +119,9 @@ def test_auto_batch_on_a_capped_cpu_finds_the_boundary_within_the_budget(tmp_pat
     assert huge.data.tags["dinox.error"].startswith("predicted out of memory: device ")
     assert "images_per_s" not in huge.data.metrics  # skipped, never run
     # decide reads the measured trial, never a probe.
-    proc = run_dinox(["decide", "--experiment", "auto", "--days", "1", "--target-images", "1000", "--no-log"],
-                     cwd=tmp_path)  # fmt: skip
+    proc = run_dinox(
+        ["decide", "--experiment", "auto", "--days", "1", "--target-images", "1000", "--no-log"], cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = (tmp_path / "decision" / "report.md").read_text()
     assert "2 trials (1 ok, 1 skipped)" in report and "MFU" in report

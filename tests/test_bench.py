@@ -26,9 +26,18 @@ class Images(Dataset):
 
 
 def loop(loader, micro_step, optimizer_step=lambda: None, accumulation=2, batch_size=4, warmup=2, steps=6, **kw):
-    return bench.run(loader, to_device=lambda b: b, micro_step=micro_step, optimizer_step=optimizer_step,
-                     device=torch.device("cpu"), accumulation=accumulation, batch_size=batch_size,
-                     warmup_steps=warmup, bench_steps=steps, **kw)  # fmt: skip
+    return bench.run(
+        loader,
+        to_device=lambda b: b,
+        micro_step=micro_step,
+        optimizer_step=optimizer_step,
+        device=torch.device("cpu"),
+        accumulation=accumulation,
+        batch_size=batch_size,
+        warmup_steps=warmup,
+        bench_steps=steps,
+        **kw,
+    )
 
 
 def test_images_per_s_matches_an_independent_clock():
@@ -56,8 +65,13 @@ def test_images_per_s_matches_an_independent_clock():
 
 
 def test_a_step_splits_into_data_copy_compute_and_idle():
-    stats = loop(DataLoader(Images(200, delay_s=0.005), batch_size=2), lambda b: time.sleep(0.02), batch_size=2,
-                 warmup=1, steps=4)  # fmt: skip
+    stats = loop(
+        DataLoader(Images(200, delay_s=0.005), batch_size=2),
+        lambda b: time.sleep(0.02),
+        batch_size=2,
+        warmup=1,
+        steps=4,
+    )
     for s in stats.steps:
         assert s.busy + s.idle == pytest.approx(s.period, abs=1e-6)
         # 2 micro-batches x 2 samples x 5 ms of loading; 2 x 20 ms of compute.
@@ -106,8 +120,15 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
             fetched[0] += 1
             return super().__getitem__(i)
 
-    stats = loop(DataLoader(Counting(400, delay_s=0.005), batch_size=2), lambda b: time.sleep(0.01), batch_size=2,
-                 warmup=1, steps=4, ablation_steps=4, loader_batches=6)  # fmt: skip
+    stats = loop(
+        DataLoader(Counting(400, delay_s=0.005), batch_size=2),
+        lambda b: time.sleep(0.01),
+        batch_size=2,
+        warmup=1,
+        steps=4,
+        ablation_steps=4,
+        loader_batches=6,
+    )
     # Warm-up, the timed window and the loader windows run beside the ablation windows, which never fetch.
     assert fetched[0] == (1 + 4 + 4) * 2 * 2 + 6 * 2
     timed = stats.images_per_s
@@ -124,7 +145,15 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
 def test_the_loop_tells_its_phases_in_order_outside_the_windows():
     """What the live progress line shows; told between windows, never inside one."""
     phases: list[str] = []
-    loop_ = bench.Loop(DataLoader(Images(400), batch_size=2), lambda b: b, lambda b: None, lambda: None,
-                       torch.device("cpu"), 1, 2, on_phase=phases.append)  # fmt: skip
+    loop_ = bench.Loop(
+        DataLoader(Images(400), batch_size=2),
+        lambda b: b,
+        lambda b: None,
+        lambda: None,
+        torch.device("cpu"),
+        1,
+        2,
+        on_phase=phases.append,
+    )
     loop_.run(1, 2, repeats=3, ablation_steps=2, loader_batches=2)
     assert phases == ["warm-up", "window 1/3", "window 2/3", "window 3/3", "ablation windows", "loader alone"]

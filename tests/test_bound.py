@@ -56,10 +56,11 @@ def measured(tmp_path_factory):
     workers) against a 2-layer ViT at 32 px, and ResNet-18 at 64 px on noise that costs nothing to make."""
     tmp = tmp_path_factory.mktemp("bound")
     cases = {
-        "io": dict(model="vit_tiny_patch16_224", img=32, kwargs=", kwargs: {patch_size: 8, depth: 2}", batch=4,
-                   delay=20),
+        "io": dict(
+            model="vit_tiny_patch16_224", img=32, kwargs=", kwargs: {patch_size: 8, depth: 2}", batch=4, delay=20
+        ),
         "compute": dict(model="resnet18", img=64, kwargs="", batch=8, delay=0),
-    }  # fmt: skip
+    }
     server = ForkServer()
     try:
         out = {}

@@ -13,17 +13,40 @@ from tests.conftest import TINY, run_dinox
 
 # DESIGN.md's record: every ok trial carries all of these.
 RECORD_METRICS = {
-    "images_per_s", "step_s_p50", "step_s_p90", "data_s", "h2d_s", "compute_s", "peak_mem_allocated_gb",
-    "peak_mem_reserved_gb", "device_mem_total_gb", "host_peak_rss_gb", "params_m",
-}  # fmt: skip
+    "images_per_s",
+    "step_s_p50",
+    "step_s_p90",
+    "data_s",
+    "h2d_s",
+    "compute_s",
+    "peak_mem_allocated_gb",
+    "peak_mem_reserved_gb",
+    "device_mem_total_gb",
+    "host_peak_rss_gb",
+    "params_m",
+}
 RECORD_PARAMS = {
-    "model.name", "batch.size", "batch.accumulation", "batch.effective", "precision", "loader.num_workers",
-    "loader.pin_memory", "loader.prefetch_factor", "loader.persistent_workers", "model.img_size",
-}  # fmt: skip
+    "model.name",
+    "batch.size",
+    "batch.accumulation",
+    "batch.effective",
+    "precision",
+    "loader.num_workers",
+    "loader.pin_memory",
+    "loader.prefetch_factor",
+    "loader.persistent_workers",
+    "model.img_size",
+}
 RECORD_TAGS = {
-    "dinox.role", "dinox.status", "dinox.trial_id", "dinox.device_name", "dinox.torch_version",
-    "dinox.cuda_version", "dinox.hip_version", "mlflow.parentRunId",
-}  # fmt: skip
+    "dinox.role",
+    "dinox.status",
+    "dinox.trial_id",
+    "dinox.device_name",
+    "dinox.torch_version",
+    "dinox.cuda_version",
+    "dinox.hip_version",
+    "mlflow.parentRunId",
+}
 
 # A 1.5 GB cap: the 1024 x 224 px batch cannot fit, the 4 x 32 px one does, in that order.
 OOM_THEN_OK = (
@@ -63,8 +86,10 @@ def test_store_holds_the_design_record(oom_sweep):
     exp = client.get_experiment_by_name("oom_then_ok")
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("dinox.role") == "sweep"]
-    trials = sorted((r for r in runs if r.data.tags.get("dinox.role") == "trial"),
-                    key=lambda r: int(r.data.tags["dinox.trial_index"]))  # fmt: skip
+    trials = sorted(
+        (r for r in runs if r.data.tags.get("dinox.role") == "trial"),
+        key=lambda r: int(r.data.tags["dinox.trial_index"]),
+    )
     assert len(parents) == 1 and len(trials) == 2
     parent = parents[0]
     assert parent.info.status == "FINISHED"
@@ -100,8 +125,10 @@ def test_the_ui_answers_without_a_click(oom_sweep):
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     runs = client.search_runs([exp.experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("dinox.role") == "sweep"]
-    oom, ok = sorted((r for r in runs if r.data.tags.get("dinox.role") == "trial"),
-                     key=lambda r: int(r.data.tags["dinox.trial_index"]))  # fmt: skip
+    oom, ok = sorted(
+        (r for r in runs if r.data.tags.get("dinox.role") == "trial"),
+        key=lambda r: int(r.data.tags["dinox.trial_index"]),
+    )
     note = parent.data.tags["mlflow.note.content"]
     assert note.startswith("**oom_then_ok**: 2 trials measured (1 ok, 1 oom).")
     rows = [ln for ln in note.splitlines() if ln.startswith("| 1 ") or ln.startswith("| 2 ")]
@@ -178,8 +205,14 @@ def test_sigterm_mid_trial_marks_killed_and_leaves_no_process(tmp_path):
     (tmp_path / "s.yaml").write_text(text)
     env = dict(os.environ)
     env.pop("MLFLOW_RUN_ID", None)
-    proc = subprocess.Popen([sys.executable, "-m", "dinox", "run", "s.yaml"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "run", "s.yaml"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     from tests.conftest import trial_process
 
     deadline = time.time() + 120
@@ -198,8 +231,9 @@ def test_sigterm_mid_trial_marks_killed_and_leaves_no_process(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("sigterm").experiment_id])
     assert sorted((r.data.tags["dinox.role"], r.info.status) for r in runs) == [
-        ("sweep", "KILLED"), ("trial", "KILLED")
-    ]  # fmt: skip
+        ("sweep", "KILLED"),
+        ("trial", "KILLED"),
+    ]
     (trial,) = [r for r in runs if r.data.tags["dinox.role"] == "trial"]
     assert trial.data.tags["dinox.error"] == "interrupted by SIGTERM"
 
@@ -219,8 +253,14 @@ def test_ui_listens_on_loopback_only(tmp_path):
         port = s.getsockname()[1]
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "dinox", "ui", "--port", str(port)], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline, listening = time.time() + 90, []
 

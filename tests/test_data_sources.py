@@ -39,8 +39,17 @@ def expected_window(hu: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("decoder", ["torchvision", "pil"])
 def test_ct_png_sample_stacks_neighbours_in_hu_and_windows_them(ct, decoder):
     root, hu = ct
-    ds = CtPngSlices(str(root / "png" / "_index" / "index.csv"), None, ViewPlan(full_size=32), FIXED,
-                     decoder=decoder, subset_size=None, seed=0, inflation=1, num_classes=10)  # fmt: skip
+    ds = CtPngSlices(
+        str(root / "png" / "_index" / "index.csv"),
+        None,
+        ViewPlan(full_size=32),
+        FIXED,
+        decoder=decoder,
+        subset_size=None,
+        seed=0,
+        inflation=1,
+        num_classes=10,
+    )
     assert len(ds) == 5
     for z in range(5):
         raw = ds.hu(z)
@@ -56,8 +65,17 @@ def test_ct_png_sample_stacks_neighbours_in_hu_and_windows_them(ct, decoder):
 def test_ct_png_resizes_to_the_model_input_and_draws_windows_in_range(ct):
     root, _hu = ct
     window = HuWindow((-700.0, 100.0), (300.0, 2000.0))
-    ds = CtPngSlices(str(root / "png" / "_index" / "index.csv"), None, ViewPlan(full_size=48), window,
-                     decoder="torchvision", subset_size=None, seed=0, inflation=1, num_classes=10)  # fmt: skip
+    ds = CtPngSlices(
+        str(root / "png" / "_index" / "index.csv"),
+        None,
+        ViewPlan(full_size=48),
+        window,
+        decoder="torchvision",
+        subset_size=None,
+        seed=0,
+        inflation=1,
+        num_classes=10,
+    )
     image, _ = ds[2]
     assert image.shape == (3, 48, 48) and 0.0 <= float(image.min()) and float(image.max()) <= 1.0
     draws = {float(ds[2][0].mean()) for _ in range(5)}
@@ -80,8 +98,17 @@ def test_subset_and_inflation(ct):
 def test_dino_views_have_the_crop_sizes(ct):
     root, _ = ct
     plan = ViewPlan(full_size=None, global_count=2, global_size=32, local_count=3, local_size=16)
-    ds = CtPngSlices(str(root / "png" / "_index" / "index.csv"), None, plan, FIXED, decoder="torchvision",
-                     subset_size=None, seed=0, inflation=1, num_classes=1)  # fmt: skip
+    ds = CtPngSlices(
+        str(root / "png" / "_index" / "index.csv"),
+        None,
+        plan,
+        FIXED,
+        decoder="torchvision",
+        subset_size=None,
+        seed=0,
+        inflation=1,
+        num_classes=1,
+    )
     views, _ = ds[1]
     assert [tuple(v.shape) for v in views] == [(3, 32, 32)] * 2 + [(3, 16, 16)] * 3
     batch = next(iter(DataLoader(ds, batch_size=2)))
@@ -96,8 +123,17 @@ def test_corrupt_png_names_the_file(ct, tmp_path):
     shutil.copytree(root / "png", copy)
     victim = sorted(copy.rglob("00002.png"))[0]
     victim.write_bytes(victim.read_bytes()[:40])
-    ds = CtPngSlices(str(copy / "_index" / "index.csv"), None, ViewPlan(full_size=32), FIXED, decoder="torchvision",
-                     subset_size=None, seed=0, inflation=1, num_classes=1)  # fmt: skip
+    ds = CtPngSlices(
+        str(copy / "_index" / "index.csv"),
+        None,
+        ViewPlan(full_size=32),
+        FIXED,
+        decoder="torchvision",
+        subset_size=None,
+        seed=0,
+        inflation=1,
+        num_classes=1,
+    )
     with pytest.raises(DataError, match=f"cannot decode {victim}"):
         ds[2]
 
@@ -105,19 +141,45 @@ def test_corrupt_png_names_the_file(ct, tmp_path):
 def test_index_that_is_not_an_index(tmp_path):
     (tmp_path / "index.csv").write_text("a,b\n1,2\n")
     with pytest.raises(DataError, match="missing columns png_path, series_dir, slice_index"):
-        CtPngSlices(str(tmp_path / "index.csv"), None, ViewPlan(full_size=8), FIXED, decoder="pil",
-                    subset_size=None, seed=0, inflation=1, num_classes=1)  # fmt: skip
+        CtPngSlices(
+            str(tmp_path / "index.csv"),
+            None,
+            ViewPlan(full_size=8),
+            FIXED,
+            decoder="pil",
+            subset_size=None,
+            seed=0,
+            inflation=1,
+            num_classes=1,
+        )
 
 
 @pytest.mark.parametrize("decoder", ["torchvision", "pil"])
 def test_webdataset_shards_carry_the_same_pixels(ct, tmp_path, decoder):
     root, hu = ct
-    proc = run_dinox(["shards", "--index-csv", str(root / "png" / "_index" / "index.csv"), "--out",
-                      str(tmp_path / "shards"), "--shard-size", "2"], cwd=tmp_path)  # fmt: skip
+    proc = run_dinox(
+        [
+            "shards",
+            "--index-csv",
+            str(root / "png" / "_index" / "index.csv"),
+            "--out",
+            str(tmp_path / "shards"),
+            "--shard-size",
+            "2",
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"wrote 3 shards to {tmp_path / 'shards'}"
-    ds = CtShards(str(tmp_path / "shards"), ViewPlan(full_size=32), FIXED, decoder=decoder, shuffle_buffer=0,
-                  seed=0, num_classes=10)  # fmt: skip
+    ds = CtShards(
+        str(tmp_path / "shards"),
+        ViewPlan(full_size=32),
+        FIXED,
+        decoder=decoder,
+        shuffle_buffer=0,
+        seed=0,
+        num_classes=10,
+    )
     images = [img for img, _ in ds]
     assert len(images) == 5
     for z, image in enumerate(images):  # unshuffled: shard order, then sample order
@@ -129,8 +191,15 @@ def test_webdataset_shards_carry_the_same_pixels(ct, tmp_path, decoder):
 def test_webdataset_splits_shards_across_workers(ct, tmp_path):
     root, _ = ct
     write_shards(root / "png" / "_index" / "index.csv", tmp_path / "s", shard_size=1)
-    ds = CtShards(str(tmp_path / "s"), ViewPlan(full_size=32), FIXED, decoder="torchvision", shuffle_buffer=4,
-                  seed=0, num_classes=10_000)  # fmt: skip
+    ds = CtShards(
+        str(tmp_path / "s"),
+        ViewPlan(full_size=32),
+        FIXED,
+        decoder="torchvision",
+        shuffle_buffer=4,
+        seed=0,
+        num_classes=10_000,
+    )
     # 5 shards over 3 workers: every sample exactly once per epoch, none duplicated across workers.
     labels = [int(y) for _x, ys in DataLoader(ds, batch_size=1, num_workers=3) for y in ys]
     assert sorted(labels) == sorted((0 * 7919 + z) % 10_000 for z in range(5))
@@ -140,8 +209,15 @@ def test_missing_shards_are_named(tmp_path):
     with pytest.raises(DataError, match="no .tar shards found"):
         CtShards(str(tmp_path), ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)
     with pytest.raises(DataError, match=r"ct-000000.tar does not exist \(2 of 2 shards missing\)"):
-        CtShards(str(tmp_path / "ct-{000000..000001}.tar"), ViewPlan(full_size=8), FIXED, decoder="pil",
-                 shuffle_buffer=0, seed=0, num_classes=1)  # fmt: skip
+        CtShards(
+            str(tmp_path / "ct-{000000..000001}.tar"),
+            ViewPlan(full_size=8),
+            FIXED,
+            decoder="pil",
+            shuffle_buffer=0,
+            seed=0,
+            num_classes=1,
+        )
 
 
 def test_synthetic_views():

@@ -104,9 +104,14 @@ def test_worker_knee_and_pinned_memory():
     knees = {tuple(sorted(k.settings.items())): k for k in d.loader.knees}
     pinned = knees[(("loader.pin_memory", "True"),)]
     # Best 503 img/s at 24 workers; 8 workers give 495 >= 0.95 x 503: the knee is 8.
-    assert pinned.points == [(0, pytest.approx(78 * 1.02)), (4, pytest.approx(337 * 1.02)),
-                             (8, pytest.approx(495 * 1.02)), (16, pytest.approx(482 * 1.02)),
-                             (24, pytest.approx(503 * 1.02)), (32, pytest.approx(485 * 1.02))]  # fmt: skip
+    assert pinned.points == [
+        (0, pytest.approx(78 * 1.02)),
+        (4, pytest.approx(337 * 1.02)),
+        (8, pytest.approx(495 * 1.02)),
+        (16, pytest.approx(482 * 1.02)),
+        (24, pytest.approx(503 * 1.02)),
+        (32, pytest.approx(485 * 1.02)),
+    ]
     assert (pinned.knee_workers, pinned.best_workers) == (8, 24)
     assert len(d.loader.pin) == 5 and all(p.ratio == pytest.approx(1 / 0.94) for p in d.loader.pin)
     assert d.loader.pin_summary.startswith("pinned memory helps: faster in 5 of 5")
@@ -133,8 +138,14 @@ def test_the_loader_ceiling_and_costs_reach_the_findings_and_the_report():
 
 def test_records_from_another_tool_without_optional_fields():
     # Only the names of the record: no batch.effective, no step-time quantiles.
-    r = TrialRecord("x", "0", "other", {"model.name": "m", "batch.size": "16", "batch.accumulation": "2"},
-                    {"images_per_s": 50.0}, {"dinox.status": "ok"})  # fmt: skip
+    r = TrialRecord(
+        "x",
+        "0",
+        "other",
+        {"model.name": "m", "batch.size": "16", "batch.accumulation": "2"},
+        {"images_per_s": 50.0},
+        {"dinox.status": "ok"},
+    )
     d = decide.decide([r], decide.Budget(days=1, target_images=50 * 86400))
     (mv,) = d.models
     assert mv.best.effective_batch == 32 and mv.best.conservative_ips == 50.0
@@ -148,8 +159,10 @@ def test_nothing_measured_is_an_error_naming_the_statuses_and_the_commonest_erro
         row["tags"]["dinox.error"] = "hardware.device: cuda was asked for" if i else "another"
     with pytest.raises(decide.DecisionError) as e:
         decide.decide(study.records(rows), BUDGET)
-    assert str(e.value) == ("nothing was measured (5 trials: error 3, oom 1, crashed 1); the commonest error (2x): "
-                            "hardware.device: cuda was asked for")  # fmt: skip
+    assert str(e.value) == (
+        "nothing was measured (5 trials: error 3, oom 1, crashed 1); the commonest error (2x): "
+        "hardware.device: cuda was asked for"
+    )
 
 
 def test_every_configuration_out_of_memory_is_no_go_nothing_fits():
@@ -195,8 +208,9 @@ def test_json_has_the_contract_keys():
     assert rec["configuration"]["batch.size"] == "48"
     assert payload["budget"]["images_needed"] == IMAGES
     assert {m["model"]: m["verdict"] for m in payload["models"]} == {
-        "vit_giant_patch14_dinov2": "NO-GO", "vit_large_patch14_dinov2": "GO"
-    }  # fmt: skip
+        "vit_giant_patch14_dinov2": "NO-GO",
+        "vit_large_patch14_dinov2": "GO",
+    }
 
 
 def test_options_override_the_spec_budget_field_by_field():
@@ -267,7 +281,7 @@ HOSTILE = [
     (_hostile("batch-0", {"batch.size": "0"}), "batch.size '0' is not a positive integer"),
     (_hostile("batch-neg", {"batch.size": "-32", "batch.effective": "-256"}), "batch.size '-32' is not a positive"),
     (_hostile("gpus-inf", {"hardware.gpus": "inf"}), "hardware.gpus 'inf' is not a positive integer"),
-]  # fmt: skip
+]
 
 
 def test_records_that_cannot_be_true_are_left_out_with_the_reason():
@@ -308,8 +322,11 @@ def test_budget_options_are_validated_like_spec_fields(kwargs, message):
 
 
 def test_policy_options_are_validated():
-    cases = [({"max_memory_share": float("nan")}, "--max-memory-share"), ({"knee_tolerance": 2.0}, "--knee-tolerance"),
-             ({"effective_batch": -4}, "--effective-batch")]  # fmt: skip
+    cases = [
+        ({"max_memory_share": float("nan")}, "--max-memory-share"),
+        ({"knee_tolerance": 2.0}, "--knee-tolerance"),
+        ({"effective_batch": -4}, "--effective-batch"),
+    ]
     for kwargs, message in cases:
         with pytest.raises(decide.DecisionError, match=message):
             decide.Policy(**kwargs)

@@ -30,8 +30,11 @@ def sqlite_store(tmp_path_factory):
     for row in errors:
         row["tags"]["dinox.error"] = "hardware.device: cuda was asked for but torch.cuda.is_available() is False"
     study.log(client, "all_error", errors)
-    study.log(client, "all_oom", [study.trial(study.VIT_G, 8, 1, None, "oom"),
-                                  study.trial(study.VIT_G, 16, 1, None, "skipped")])  # fmt: skip
+    study.log(
+        client,
+        "all_oom",
+        [study.trial(study.VIT_G, 8, 1, None, "oom"), study.trial(study.VIT_G, 16, 1, None, "skipped")],
+    )
     return work, uri, parent
 
 
@@ -61,8 +64,12 @@ def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
     assert run.data.tags["dinox.verdict"] == "GO" and run.info.status == "FINISHED"
     assert run.data.params["budget.days"] == "15.0"
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {
-        "report.md", "report.html", "decision.json", "throughput_vs_batch.png", "days_vs_budget.png"
-    }  # fmt: skip
+        "report.md",
+        "report.html",
+        "decision.json",
+        "throughput_vs_batch.png",
+        "days_vs_budget.png",
+    }
     assert run.data.tags["mlflow.note.content"].startswith("**GO**")  # the run's description in the UI
     page = (work / "go" / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count('src="data:image/png;base64,') == 2
@@ -71,8 +78,9 @@ def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
 
 def test_no_go_exits_1(sqlite_store):
     work, uri, _ = sqlite_store
-    proc = decide(work, uri, "--experiment", "study", "--days", "10", "--target-images", "24452700", "--no-log",
-                  "--out", "nogo")  # fmt: skip
+    proc = decide(
+        work, uri, "--experiment", "study", "--days", "10", "--target-images", "24452700", "--no-log", "--out", "nogo"
+    )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("NO-GO: no model finishes 24,452,700 images in 10 days; it needs 28.3 img/s")
 
@@ -100,8 +108,10 @@ def test_loader_sweep_knee_plot_and_several_experiments(sqlite_store):
 
 def test_budget_and_experiment_from_the_spec(sqlite_store):
     work, uri, _ = sqlite_store
-    (work / "s.yaml").write_text(f"name: study\nmodel: {{name: resnet18}}\nbudget: {{days: 15, dataset_size: "
-                                 f"{study.DATASET}, epochs: {study.EPOCHS}}}\n")  # fmt: skip
+    (work / "s.yaml").write_text(
+        f"name: study\nmodel: {{name: resnet18}}\nbudget: {{days: 15, dataset_size: "
+        f"{study.DATASET}, epochs: {study.EPOCHS}}}\n"
+    )
     proc = decide(work, uri, "--spec", "s.yaml", "--no-log", "--out", "sp")
     assert proc.returncode == 0, proc.stderr
     # An option overrides the spec's budget field by field.
@@ -132,8 +142,9 @@ def test_decide_against_a_real_tracking_server(mlflow_server, tmp_path):
     url = mlflow_server.url
     client = MlflowClient(url)
     study.log(client, "served", study.study())
-    proc = run_dinox(["decide", "--experiment", "served", *BUDGET, "--out", "out"], cwd=tmp_path,
-                     env={"MLFLOW_TRACKING_URI": url})  # fmt: skip
+    proc = run_dinox(
+        ["decide", "--experiment", "served", *BUDGET, "--out", "out"], cwd=tmp_path, env={"MLFLOW_TRACKING_URI": url}
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "out" / "decision.json").read_text())["verdict"] == "GO"
     exp = client.get_experiment_by_name("served")
@@ -142,9 +153,24 @@ def test_decide_against_a_real_tracking_server(mlflow_server, tmp_path):
     assert "decision.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
     local = client.download_artifacts(run.info.run_id, "decision.json", str(tmp_path))
     assert json.loads(open(local).read())["verdict"] == "GO"
-    proc = run_dinox(["decide", "--experiment", "served", "--days", "10", "--dataset-size", str(study.DATASET),
-                      "--epochs", "100", "--no-log", "--out", "out2"], cwd=tmp_path,
-                     env={"MLFLOW_TRACKING_URI": url})  # fmt: skip
+    proc = run_dinox(
+        [
+            "decide",
+            "--experiment",
+            "served",
+            "--days",
+            "10",
+            "--dataset-size",
+            str(study.DATASET),
+            "--epochs",
+            "100",
+            "--no-log",
+            "--out",
+            "out2",
+        ],
+        cwd=tmp_path,
+        env={"MLFLOW_TRACKING_URI": url},
+    )
     assert proc.returncode == 1
 
 
@@ -160,10 +186,29 @@ def test_mlproject_decide_entry_point(sqlite_store, tmp_path):
     env.pop("MLFLOW_RUN_ID", None)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
-        [sys.executable, "-m", "mlflow", "run", str(ROOT), "-e", "decide", "--env-manager", "local",
-         "--experiment-name", "study", "-P", f"spec={spec}", "-P", f"out={tmp_path / 'out'}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "run",
+            str(ROOT),
+            "-e",
+            "decide",
+            "--env-manager",
+            "local",
+            "--experiment-name",
+            "study",
+            "-P",
+            f"spec={spec}",
+            "-P",
+            f"out={tmp_path / 'out'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr  # NO-GO is a decision, not a failed run
     assert "NO-GO" in proc.stdout
     client = MlflowClient(uri)
@@ -216,8 +261,9 @@ def test_reading_never_creates_a_store_and_a_dead_server_is_named(tmp_path):
     assert proc.returncode == 2 and "`dinox run SPEC` records the trials there first" in proc.stderr, proc.stderr
     assert not (tmp_path / "mlflow.db").exists()
     url = "http://127.0.0.1:9"  # the discard port: nothing listens there
-    proc = run_dinox(["decide", "--experiment", "x", "--days", "1", "--target-images", "9", "--tracking-uri", url],
-                     cwd=tmp_path)  # fmt: skip
+    proc = run_dinox(
+        ["decide", "--experiment", "x", "--days", "1", "--target-images", "9", "--tracking-uri", url], cwd=tmp_path
+    )
     assert proc.returncode == 2 and proc.stderr.strip() == (
         f"error: cannot reach the tracking server at {url} (connection refused)"
     ), proc.stderr

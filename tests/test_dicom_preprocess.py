@@ -81,8 +81,10 @@ def test_converts_orders_skips_and_reports(tree, tmp_path):
     text = proc.stdout
     assert f"skipped series P3/DX ({uids['dx']}): modality DX is not CT" in text
     assert f"skipped series P4/scout ({uids['short']}): too few readable slices (2 < 3)" in text
-    assert "1 file(s) skipped: compressed (JPEG-LS Lossless Image Compression) and no decoder installed; " \
-           "pip install one of: gdcm, pylibjpeg, pyjpegls" in text  # fmt: skip
+    assert (
+        "1 file(s) skipped: compressed (JPEG-LS Lossless Image Compression) and no decoder installed; "
+        "pip install one of: gdcm, pylibjpeg, pyjpegls" in text
+    )
     assert "1 file(s) skipped: pixel data shorter than Rows x Columns (truncated file?)" in text
     assert "2 file(s) skipped: not a DICOM file" in text
     assert "preprocess: 3 series converted, 0 reused, 2 skipped; 13 slices" in text
@@ -240,8 +242,12 @@ def test_malformed_tags_skip_the_file_or_the_series_and_the_run_goes_on(tmp_path
     root = tmp_path / "dicom"
     good = demo.write_series(root / "GOOD", slices=8, rows=16, cols=16, seed=1)
     files = sorted((root / "GOOD").glob("*.dcm"))
-    per_file = [("RescaleSlope", "DS", "abc"), ("InstanceNumber", "IS", "xyz"),
-                ("ImagePositionPatient", "DS", "a\\b\\c"), ("RescaleIntercept", "DS", "nan")]  # fmt: skip
+    per_file = [
+        ("RescaleSlope", "DS", "abc"),
+        ("InstanceNumber", "IS", "xyz"),
+        ("ImagePositionPatient", "DS", "a\\b\\c"),
+        ("RescaleIntercept", "DS", "nan"),
+    ]
     for f, (keyword, vr, value) in zip(files, per_file, strict=False):
         set_raw(f, keyword, vr, value)
     series_level = {"SPACING": ("PixelSpacing", "DS", "0.7"), "THICK": ("SliceThickness", "DS", "thick")}
@@ -268,9 +274,12 @@ def test_malformed_tags_skip_the_file_or_the_series_and_the_run_goes_on(tmp_path
         assert len(rows) == 7 and {r["series_uid"] for r in rows} == {good, long_uid}
     first = pp.preprocess(root, tmp_path / "fresh", progress=False)
     skipped = {s.series_uid: s for s in first.series}[good].files_skipped
-    assert skipped == {"malformed RescaleSlope 'abc'": 1, "malformed InstanceNumber 'xyz'": 1,
-                       "malformed ImagePositionPatient 'a\\b\\c' (needs 3 numbers)": 1,
-                       "malformed RescaleIntercept 'nan'": 1}, skipped  # fmt: skip
+    assert skipped == {
+        "malformed RescaleSlope 'abc'": 1,
+        "malformed InstanceNumber 'xyz'": 1,
+        "malformed ImagePositionPatient 'a\\b\\c' (needs 3 numbers)": 1,
+        "malformed RescaleIntercept 'nan'": 1,
+    }, skipped
 
 
 def test_an_unreadable_folder_is_reported(tmp_path, monkeypatch):

@@ -113,9 +113,17 @@ def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlf
     (tmp_path / "s.yaml").write_text(SHARDED)
     env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_server.url)
     env.pop("MLFLOW_RUN_ID", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "dinox", "run", "s.yaml", "--shard", f"{i}/2"], cwd=tmp_path,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in (1, 2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dinox", "run", "s.yaml", "--shard", f"{i}/2"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in (1, 2)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     client = MlflowClient(mlflow_server.url)

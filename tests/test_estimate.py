@@ -16,16 +16,20 @@ def spec(model: dict, **over) -> TrialSpec:
 RESNET = spec({"name": "resnet18", "img_size": 224})
 VIT = spec({"name": "vit_tiny_patch16_224", "img_size": 64})
 VIT_CKPT = spec({"name": "vit_tiny_patch16_224", "img_size": 64, "grad_checkpointing": True})
-DINO = spec({"name": "vit_tiny_patch16_224", "img_size": 64},
-            objective={"kind": "dino", "out_dim": 1024, "local_crops": 2, "local_crop_size": 32})  # fmt: skip
-BAD = spec({"name": "vit_tiny_patch16_224", "img_size": 64},
-           objective={"kind": "dino", "local_crop_size": 40})  # not a multiple of the patch size  # fmt: skip
+DINO = spec(
+    {"name": "vit_tiny_patch16_224", "img_size": 64},
+    objective={"kind": "dino", "out_dim": 1024, "local_crops": 2, "local_crop_size": 32},
+)
+BAD = spec(
+    {"name": "vit_tiny_patch16_224", "img_size": 64}, objective={"kind": "dino", "local_crop_size": 40}
+)  # not a multiple of the patch size
 
 
 @pytest.fixture(scope="module")
 def estimates(tmp_path_factory) -> Estimates:
-    data, failure = runner.run_estimate(Estimates.request([RESNET, VIT, VIT_CKPT, DINO, BAD]),
-                                        tmp_path_factory.mktemp("estimate"))  # fmt: skip
+    data, failure = runner.run_estimate(
+        Estimates.request([RESNET, VIT, VIT_CKPT, DINO, BAD]), tmp_path_factory.mktemp("estimate")
+    )
     assert data is not None, failure
     return Estimates.parse(data, failure)
 

@@ -23,8 +23,9 @@ THREE = LONGER.format(name="faults") + "sweep:\n  grid:\n    batch.size: [2, 3, 
 
 def _tmpfs(path: Path, size: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                      capture_output=True).returncode:  # fmt: skip
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    ).returncode:
         pytest.skip("cannot mount a tmpfs here (needs root in a machine that allows it)")
 
 
@@ -42,8 +43,15 @@ def _fill(folder: Path) -> Path:
 
 
 def _states(runs) -> list[tuple[str, str, str, str]]:
-    return sorted((r.data.tags.get("dinox.role", ""), r.data.params.get("batch.size", ""), r.info.status,
-                   r.data.tags.get("dinox.status", "")) for r in runs)  # fmt: skip
+    return sorted(
+        (
+            r.data.tags.get("dinox.role", ""),
+            r.data.params.get("batch.size", ""),
+            r.info.status,
+            r.data.tags.get("dinox.status", ""),
+        )
+        for r in runs
+    )
 
 
 def test_sigkill_takes_every_child_along_and_sync_closes_the_runs(tmp_path):
@@ -103,8 +111,9 @@ def test_a_later_sweep_closes_an_orphan_of_its_experiment(tmp_path):
     recorder.connect("orphans")
     recorder.open_sweep("orphans", "s.yaml", 1)
     notes = close_orphans(recorder)
-    assert notes == [f"closed sweep run {parent} and 1 of its runs as KILLED: its process ({ref.host} pid "
-                     f"{dead.pid}) is gone"]  # fmt: skip
+    assert notes == [
+        f"closed sweep run {parent} and 1 of its runs as KILLED: its process ({ref.host} pid {dead.pid}) is gone"
+    ]
     assert client.get_run(parent).info.status == "KILLED" and client.get_run(child).info.status == "KILLED"
     assert client.get_run(alive).info.status == "RUNNING"  # a sweep whose process lives is left alone
 
@@ -121,8 +130,11 @@ def test_a_full_workdir_stops_the_sweep_in_one_line_keeping_what_was_measured(tm
         assert proc.returncode == 2, out + err
         assert "No space left on device" in err and err.count("\n") == 1 and "Traceback" not in err, err
         runs = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}", "faults")
-        assert _states(runs) == [("sweep", "", "FAILED", ""), ("trial", "2", "FINISHED", "ok"),
-                                 ("trial", "3", "KILLED", "")]  # fmt: skip
+        assert _states(runs) == [
+            ("sweep", "", "FAILED", ""),
+            ("trial", "2", "FINISHED", "ok"),
+            ("trial", "3", "KILLED", ""),
+        ]
         killed = next(r for r in runs if r.info.status == "KILLED")
         assert "No space left on device" in killed.data.tags["dinox.error"]
     finally:
@@ -182,8 +194,12 @@ def test_two_first_sweeps_on_a_new_store_do_not_race_in_its_migration(tmp_path):
             "import time\nfrom dinox.tracking import prepare_store\n"
             f"while time.time() < {at}: time.sleep(0.001)\nprepare_store('sqlite:///{db}')\nprint('ok')\n"
         )
-        procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
         for p in procs:
             out, err = p.communicate(timeout=120)
             assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
@@ -204,9 +220,13 @@ def test_bad_journal_lines_are_skipped_and_reported_and_the_rest_syncs(tmp_path)
     bad = [b"[1, 2]", b"null", b'{"event": "result"}', b"\xff\xfe not utf-8", b'{"event": "resu']
     (sweep_dir / "results.jsonl").write_bytes(b"\n".join([kept[0], *bad, *kept[1:]]) + b"\n")
     state = Journal(sweep_dir).read()
-    assert state.bad_lines == ["line 2: not a journal event (list)", "line 3: not a journal event (NoneType)",
-                               "line 4: result event without 'trial'", "line 5: not UTF-8 text",
-                               "line 6: not JSON (a line cut short by a crash?)"]  # fmt: skip
+    assert state.bad_lines == [
+        "line 2: not a journal event (list)",
+        "line 3: not a journal event (NoneType)",
+        "line 4: result event without 'trial'",
+        "line 5: not UTF-8 text",
+        "line 6: not JSON (a line cut short by a crash?)",
+    ]
     assert [p.result_id for p in state.pending] == [second]
     # A second sweep folder with nothing readable in it: reported, and the good one still syncs.
     broken = sweep_dir.parent / "broken"

@@ -8,8 +8,14 @@ from dinox import footprint, peaks
 from dinox.footprint import GB, Estimates, Machine, ModelCost
 from dinox.spec import TrialSpec
 
-COST = ModelCost(params=100_000_000, trainable_params=100_000_000, frozen_params=0, flops_per_image=3e10,
-                 saved_bytes_per_image=50 * 2**20, sample_bytes=3 * 224 * 224 * 4 + 8)  # fmt: skip
+COST = ModelCost(
+    params=100_000_000,
+    trainable_params=100_000_000,
+    frozen_params=0,
+    flops_per_image=3e10,
+    saved_bytes_per_image=50 * 2**20,
+    sample_bytes=3 * 224 * 224 * 4 + 8,
+)
 H100 = Machine("cuda", "NVIDIA H100 80GB HBM3", 79.1, 251.0, 0.6)
 CPU = Machine("cpu", "AMD EPYC (2 cpus)", 23.5, 23.5, 0.7)
 
@@ -57,8 +63,9 @@ def test_a_trial_over_the_device_or_the_cap_is_flagged():
     # On the CPU the device is host memory, and the process itself counts.
     on_cpu = footprint.plan_memory(spec(batch={"size": 512}, hardware={"device": "cpu"}), COST, CPU)
     assert on_cpu.runtime_gb == 0.7 and "host memory (23.5 GB)" in on_cpu.over and "host " in on_cpu.over
-    loader = footprint.plan_memory(spec(batch={"size": 128}, loader={"num_workers": 64, "prefetch_factor": 64}),
-                                   COST, H100)  # fmt: skip
+    loader = footprint.plan_memory(
+        spec(batch={"size": 128}, loader={"num_workers": 64, "prefetch_factor": 64}), COST, H100
+    )
     assert loader.device_gb < 79 and "loader" in loader.over  # 4096 batches of 128 in flight: host RAM, not the GPU
 
 
@@ -96,8 +103,13 @@ def test_estimates_key_trials_by_what_changes_the_model():
     c = spec(model={"name": "vit_base_patch16_224", "grad_checkpointing": True})
     assert footprint.estimate_key(a) == footprint.estimate_key(b) != footprint.estimate_key(c)
     assert len(Estimates.request([a, b, c])["specs"]) == 2
-    est = Estimates.parse({"machine": vars(H100), "costs": {footprint.estimate_key(a): vars(COST)},
-                           "errors": {footprint.estimate_key(c): "ValueError: x"}})  # fmt: skip
+    est = Estimates.parse(
+        {
+            "machine": vars(H100),
+            "costs": {footprint.estimate_key(a): vars(COST)},
+            "errors": {footprint.estimate_key(c): "ValueError: x"},
+        }
+    )
     assert est.cost(b) == COST and est.memory(b) is not None and est.cost(c) is None
     assert est.why_missing(c) == "ValueError: x"
     down = Estimates.parse(None, "child killed by SIGKILL")

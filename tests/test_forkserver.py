@@ -38,8 +38,9 @@ def test_a_dying_or_hung_forked_trial_does_not_harm_the_next(server, write_spec,
     trial = one_trial(write_spec)
     if fault == "hang":
         s = trial.spec
-        trial = grid.Trial(0, 1, {}, s.model_copy(update={"measure": s.measure.model_copy(update={"timeout_s": 3.0})}),
-                           "x")  # fmt: skip
+        trial = grid.Trial(
+            0, 1, {}, s.model_copy(update={"measure": s.measure.model_copy(update={"timeout_s": 3.0})}), "x"
+        )
     sig = signal.SIGABRT if fault == "abort" else signal.SIGSTOP
 
     def on_spawn(pid: int) -> None:

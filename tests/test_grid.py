@@ -27,10 +27,18 @@ def test_cases_cross_the_grid_in_file_order(write_spec):
     assert [t.index for t in trials] == list(range(12))
     assert all(t.total == 12 for t in trials)
     first, last = trials[0], trials[-1]
-    assert first.overrides == {"batch.size": 48, "batch.accumulation": 4, "loader.num_workers": 0,
-                               "loader.pin_memory": True}  # fmt: skip
-    assert last.overrides == {"batch.size": 64, "batch.accumulation": 4, "loader.num_workers": 4,
-                              "loader.pin_memory": False}  # fmt: skip
+    assert first.overrides == {
+        "batch.size": 48,
+        "batch.accumulation": 4,
+        "loader.num_workers": 0,
+        "loader.pin_memory": True,
+    }
+    assert last.overrides == {
+        "batch.size": 64,
+        "batch.accumulation": 4,
+        "loader.num_workers": 4,
+        "loader.pin_memory": False,
+    }
     assert [t.spec.loader.num_workers for t in trials[:6]] == [0, 0, 2, 2, 4, 4]
     assert first.spec.batch.size == 48 and first.spec.effective_batch == 192
     assert first.label == "size=48 accumulation=4 num_workers=0 pin_memory=True"

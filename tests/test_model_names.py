@@ -17,10 +17,17 @@ def test_the_cache_is_timms_registry_and_spares_the_import(tmp_path, monkeypatch
     assert model_names.architectures() == timm.list_models()  # written on first use
     (cache,) = (tmp_path / "dinox").glob("timm-*-models.txt")
     assert cache.read_text().split() == timm.list_models()
-    code = ("import sys\nfrom dinox.model_names import unknown_model\n"
-            "print(unknown_model('vit_tiny_patch16_224.augreg_in21k'), unknown_model('resnet5O'), "
-            "'timm' in sys.modules, 'torch' in sys.modules)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path))).stdout  # fmt: skip
+    code = (
+        "import sys\nfrom dinox.model_names import unknown_model\n"
+        "print(unknown_model('vit_tiny_patch16_224.augreg_in21k'), unknown_model('resnet5O'), "
+        "'timm' in sys.modules, 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)),
+    ).stdout
     assert out.strip() == f"None {unknown_model('resnet5O')} False False"
     assert "did you mean 'resnet50'" in out

@@ -12,11 +12,19 @@ from dinox.spec import DinoObjective
 
 def tiny_dino(**kw) -> objectives.Dino:
     torch.manual_seed(0)
-    backbone = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=32,
-                                 patch_size=8, depth=2, dynamic_img_size=True)  # fmt: skip
+    backbone = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        num_classes=0,
+        img_size=32,
+        patch_size=8,
+        depth=2,
+        dynamic_img_size=True,
+    )
     backbone.set_grad_checkpointing(True)
-    spec = DinoObjective(out_dim=64, head_hidden_dim=32, head_bottleneck_dim=16, local_crops=2, local_crop_size=16,
-                         **kw)  # fmt: skip
+    spec = DinoObjective(
+        out_dim=64, head_hidden_dim=32, head_bottleneck_dim=16, local_crops=2, local_crop_size=16, **kw
+    )
     return objectives.Dino(backbone, spec)
 
 

@@ -18,8 +18,9 @@ def test_values_are_yaml_and_land_in_every_trial(doc):
     trials = grid.expand(overrides.apply(doc, items))
     assert [t.spec.size for t in trials] == [8, 8] and {t.spec.precision for t in trials} == {"bf16-mixed"}
     assert trials[0].spec.data.sample_delay_ms == 2.5
-    assert overrides.apply(doc, items).text.endswith("# --set batch.size=8\n# --set precision=bf16-mixed\n"
-                                                    "# --set data.sample_delay_ms=2.5\n")  # fmt: skip
+    assert overrides.apply(doc, items).text.endswith(
+        "# --set batch.size=8\n# --set precision=bf16-mixed\n# --set data.sample_delay_ms=2.5\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -40,8 +41,9 @@ def test_bad_overrides_are_named(doc, item, message):
 
 def test_a_value_the_models_refuse_names_its_override_on_the_command_line(tmp_path):
     (tmp_path / "s.yaml").write_text(TINY.format(name="o"))
-    proc = run_dinox(["plan", "s.yaml", "--no-estimate", "--set", "batch.size=-3", "--set", "batch.sizee=3"],
-                     cwd=tmp_path)  # fmt: skip
+    proc = run_dinox(
+        ["plan", "s.yaml", "--no-estimate", "--set", "batch.size=-3", "--set", "batch.sizee=3"], cwd=tmp_path
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "batch.size: " in proc.stderr and "(from --set batch.size=-3)" in proc.stderr, proc.stderr
     assert "batch.sizee" in proc.stderr and "(from --set batch.sizee=3)" in proc.stderr

@@ -107,8 +107,9 @@ def test_parent_side_never_imports_torch_and_child_never_imports_mlflow():
 
 
 def test_ruff_clean():
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "dinox", "tests", "scripts"],
-                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "dinox", "tests", "scripts"], cwd=ROOT, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -119,10 +120,24 @@ def _mlflow_run(tmp_path: Path, extra: list[str]):
     # MLproject's command calls `python`: the interpreter of this environment, as in an activated venv.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
-        [sys.executable, "-m", "mlflow", "run", str(ROOT), "--env-manager", "local", *extra,
-         "-P", f"spec={tmp_path / 's.yaml'}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "run",
+            str(ROOT),
+            "--env-manager",
+            "local",
+            *extra,
+            "-P",
+            f"spec={tmp_path / 's.yaml'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]

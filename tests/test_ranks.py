@@ -9,12 +9,25 @@ from dinox.result import TrialResult
 
 
 def rank(ips: float, window: float, peak: float, status: str = "ok", error: str = "", unstable: bool = False):
-    metrics = {"images_per_s": ips, "window_s": window, "peak_mem_allocated_gb": peak, "step_s_p50": window / 10,
-               "step_s_p90": window / 8, "data_s": 0.01, "images_per_s_min": ips * 0.9,
-               "images_per_s_max": ips}  # fmt: skip
+    metrics = {
+        "images_per_s": ips,
+        "window_s": window,
+        "peak_mem_allocated_gb": peak,
+        "step_s_p50": window / 10,
+        "step_s_p90": window / 8,
+        "data_s": 0.01,
+        "images_per_s_min": ips * 0.9,
+        "images_per_s_max": ips,
+    }
     tags = {"dinox.device": "cpu", "dinox.unstable": str(unstable).lower()}
-    return TrialResult(status, error=error, bound="compute_bound" if status == "ok" else "", metrics=metrics,
-                       tags=tags, step_s=[window / 10] * 10)  # fmt: skip
+    return TrialResult(
+        status,
+        error=error,
+        bound="compute_bound" if status == "ok" else "",
+        metrics=metrics,
+        tags=tags,
+        step_s=[window / 10] * 10,
+    )
 
 
 def test_global_throughput_is_all_images_over_the_slowest_window():

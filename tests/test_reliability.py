@@ -20,8 +20,14 @@ from tests.conftest import TINY, MlflowServer, run_dinox, trial_process
 def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     full = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full.pop("MLFLOW_RUN_ID", None)
-    return subprocess.Popen([sys.executable, "-m", "dinox", *args], cwd=cwd, env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "dinox", *args],
+        cwd=cwd,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def trial_child(proc: subprocess.Popen, index: int, timeout: float = 120) -> psutil.Process:
@@ -64,8 +70,15 @@ def test_sigterm_then_sigint_mid_trial_then_resume(tmp_path):
     assert not alive
     runs = runs_of(uri, "resume")
     assert all(r.info.status != "RUNNING" for r in runs)
-    states = sorted((r.data.tags.get("dinox.role"), r.data.params.get("batch.size", ""), r.info.status,
-                     r.data.tags.get("dinox.status", "")) for r in runs)  # fmt: skip
+    states = sorted(
+        (
+            r.data.tags.get("dinox.role"),
+            r.data.params.get("batch.size", ""),
+            r.info.status,
+            r.data.tags.get("dinox.status", ""),
+        )
+        for r in runs
+    )
     assert states == [("sweep", "", "KILLED", ""), ("trial", "2", "FINISHED", "ok"), ("trial", "3", "KILLED", "")]
 
     # Resume: the ok trial is not measured again; the killed one and the last one are.
@@ -103,12 +116,22 @@ def test_pruning_on_a_real_oom_and_from_the_store(tmp_path):
     proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}", "prune")
-    by = {(r.data.params["model.kwargs.num_heads"] if "model.kwargs.num_heads" in r.data.params else "-",
-           r.data.params["batch.size"]): r for r in runs if r.data.tags.get("dinox.role") == "trial"}  # fmt: skip
+    by = {
+        (
+            r.data.params["model.kwargs.num_heads"] if "model.kwargs.num_heads" in r.data.params else "-",
+            r.data.params["batch.size"],
+        ): r
+        for r in runs
+        if r.data.tags.get("dinox.role") == "trial"
+    }
     assert {k: v.data.tags["dinox.status"] for k, v in by.items()} == {
-        ("-", "2"): "ok", ("-", "512"): "oom", ("-", "1024"): "skipped",
-        ("5", "2"): "error", ("5", "512"): "error", ("5", "1024"): "error",
-    }  # fmt: skip
+        ("-", "2"): "ok",
+        ("-", "512"): "oom",
+        ("-", "1024"): "skipped",
+        ("5", "2"): "error",
+        ("5", "512"): "error",
+        ("5", "1024"): "error",
+    }
     skipped = by[("-", "1024")]
     assert skipped.info.status == "FINISHED"
     assert skipped.data.tags["dinox.error"].startswith("pruned: batch.size 1024 > 512, which ran out of memory")
@@ -182,5 +205,8 @@ def test_two_sweeps_at_once_against_one_server(mlflow_server, tmp_path):
         mine = [t for t in trials if t.data.tags["mlflow.parentRunId"] == p.info.run_id]
         assert sorted(t.data.params["batch.size"] for t in mine) == ["2", "3"]
         assert all(t.data.tags["dinox.status"] == "ok" and t.info.status == "FINISHED" for t in mine)
-        assert {a.path for a in client.list_artifacts(p.info.run_id)} >= {"results.csv", "spec.yaml",
-                                                                          "throughput_vs_batch.png"}  # fmt: skip
+        assert {a.path for a in client.list_artifacts(p.info.run_id)} >= {
+            "results.csv",
+            "spec.yaml",
+            "throughput_vs_batch.png",
+        }

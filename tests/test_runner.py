@@ -132,8 +132,10 @@ def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tm
     preprocess(tmp_path / "dicom", tmp_path / "png", progress=False)
     victim = sorted((tmp_path / "png").rglob("00001.png"))[0]
     victim.write_bytes(victim.read_bytes()[:50])
-    extra = (f"data: {{source: ct_png, index_csv: {tmp_path / 'png' / '_index' / 'index.csv'}}}\n"
-             "loader: {num_workers: 1}\nsweep: {cases: [{batch.size: 3}]}\n")  # fmt: skip
+    extra = (
+        f"data: {{source: ct_png, index_csv: {tmp_path / 'png' / '_index' / 'index.csv'}}}\n"
+        "loader: {num_workers: 1}\nsweep: {cases: [{batch.size: 3}]}\n"
+    )
     (trial,) = grid.expand(spec.load(write_spec(TINY.format(name="corrupt") + extra)))
     r = runner.run_trial(trial, tmp_path / "t").result
     assert r.status == "error"

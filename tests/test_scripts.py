@@ -14,8 +14,13 @@ from tests.conftest import ROOT
 
 
 def run_script(name: str, *args: str, cwd) -> str:
-    proc = subprocess.run([sys.executable, "-W", "ignore", str(ROOT / "scripts" / name), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", str(ROOT / "scripts" / name), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -28,8 +33,21 @@ def test_bench_overhead_prints_its_figures(tmp_path):
 
 
 def test_bench_fidelity_prints_its_figures(tmp_path):
-    out = run_script("bench_fidelity.py", "--steps", "2", "--warmup", "1", "--rounds", "1", "--img", "32",
-                     "--batch", "4", "--system-metrics", cwd=tmp_path)  # fmt: skip
+    out = run_script(
+        "bench_fidelity.py",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--rounds",
+        "1",
+        "--img",
+        "32",
+        "--batch",
+        "4",
+        "--system-metrics",
+        cwd=tmp_path,
+    )
     assert re.search(r"^dinox images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^hand loop images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^fidelity_ratio \d+\.\d{3} ", out, re.M), out
@@ -75,13 +93,22 @@ def test_gpu_check_spec_covers_every_gpu_path_and_validates(tmp_path):
 
 def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status():
     gc = _gpu_check()
-    row = {"status": "ok", "bound": "io_bound", "images_per_s": "96.0", "error": "", "device_idle_share": "0.02",
-           "peak_mem_reserved_gb": "10.5", "mfu": "0.41"}  # fmt: skip
+    row = {
+        "status": "ok",
+        "bound": "io_bound",
+        "images_per_s": "96.0",
+        "error": "",
+        "device_idle_share": "0.02",
+        "peak_mem_reserved_gb": "10.5",
+        "mfu": "0.41",
+    }
     built = gc.Case("built compute_bound", {}, expect_bound="compute_bound", hand_loop=True)
     line = gc.Line(built, row, hand=100.0)
     assert line.ratio == pytest.approx(0.96)
-    assert line.problems() == ["built compute_bound: labelled io_bound, built to be compute_bound",
-                               "built compute_bound: dinox / hand loop = 0.960 < 0.98"]  # fmt: skip
+    assert line.problems() == [
+        "built compute_bound: labelled io_bound, built to be compute_bound",
+        "built compute_bound: dinox / hand loop = 0.960 < 0.98",
+    ]
     oom = gc.Line(gc.Case("OOM", {}, expect_status="oom"), {**row, "status": "ok", "bound": "compute_bound"})
     assert oom.problems() == ["OOM: ok where oom was expected ()"]
     fine = gc.Line(gc.Case("fine", {}), {**row, "bound": "compute_bound"}, hand=96.0)
@@ -92,14 +119,22 @@ def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status
 
 def test_gpu_check_hand_loop_runs_on_the_cpu():
     gc = _gpu_check()
-    row = {"batch.size": "2", "model.img_size": "32", "precision": "fp32", "model.channels_last": "True",
-           "model.name": "resnet18", "model.compile": "False", "loader.num_workers": "0",
-           "loader.pin_memory": "False"}  # fmt: skip
+    row = {
+        "batch.size": "2",
+        "model.img_size": "32",
+        "precision": "fp32",
+        "model.channels_last": "True",
+        "model.name": "resnet18",
+        "model.compile": "False",
+        "loader.num_workers": "0",
+        "loader.pin_memory": "False",
+    }
     assert gc.hand_loop(row, steps=2, warmup=1) > 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_check_passes_on_this_gpu():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py")], capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py")], capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

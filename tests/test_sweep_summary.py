@@ -2,8 +2,14 @@
 
 from dinox.sweep_summary import sweep_metrics, sweep_note, trial_body
 
-OK = {"label": "size=8", "status": "ok", "bound": "compute_bound", "images_per_s": 120.0, "step_s_p90": 0.07,
-      "peak_mem_reserved_gb": 0.5}  # fmt: skip
+OK = {
+    "label": "size=8",
+    "status": "ok",
+    "bound": "compute_bound",
+    "images_per_s": 120.0,
+    "step_s_p90": 0.07,
+    "peak_mem_reserved_gb": 0.5,
+}
 FAST = dict(OK, label="size=16", images_per_s=200.0)
 OOM = {"label": "size=1024", "status": "oom", "error": "CUDA out of memory. Tried to allocate 2.00 GiB"}
 
@@ -20,6 +26,7 @@ def test_summary_metrics_and_the_one_line_result():
     assert sweep_metrics([OK, OOM, FAST]) == {"trials_ok": 2.0, "trials_oom": 1.0, "best_images_per_s": 200.0}
     assert sweep_metrics([OOM]) == {"trials_oom": 1.0}
     metrics = {"images_per_s": 1.5, "step_s_p50": 0.1, "step_s_p90": 0.2, "loader_cost": 0.5, "transfer_cost": 0.0}
-    assert trial_body("ok", "io_bound", metrics, "").startswith("1.5 img/s (windows), step p50 0.100s p90 0.200s, "
-                                                                  "io_bound (loader 50%, copies 0%)")  # fmt: skip
+    assert trial_body("ok", "io_bound", metrics, "").startswith(
+        "1.5 img/s (windows), step p50 0.100s p90 0.200s, io_bound (loader 50%, copies 0%)"
+    )
     assert trial_body("error", "", {}, "boom") == "boom"

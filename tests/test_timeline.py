@@ -55,9 +55,20 @@ class FakeDevice:
         return Event()
 
 
-def run(dev: FakeDevice, *, fetch_s: float, launch_s: float, compute_s_per_image: float, batch: int = 8,
-        accumulation: int = 2, update_s: float = 0.002, copy_s: float = 0.001, steps: int = 10,
-        ablation: int = 0, halve=None) -> bench.LoopStats:  # fmt: skip
+def run(
+    dev: FakeDevice,
+    *,
+    fetch_s: float,
+    launch_s: float,
+    compute_s_per_image: float,
+    batch: int = 8,
+    accumulation: int = 2,
+    update_s: float = 0.002,
+    copy_s: float = 0.001,
+    steps: int = 10,
+    ablation: int = 0,
+    halve=None,
+) -> bench.LoopStats:
     """One trial on the fake device: fetching a micro-batch costs the host fetch_s, its forward/backward costs
     the host launch_s of launching and the device compute_s_per_image x its images."""
 
@@ -75,10 +86,20 @@ def run(dev: FakeDevice, *, fetch_s: float, launch_s: float, compute_s_per_image
         dev.launch(launch_s, compute_s_per_image * x.shape[0])
 
     timeline = Timeline(dev.event, dev.synchronize, dev.clock, device_clock=True)
-    return bench.run(Loader(), to_device=to_device, micro_step=micro_step,
-                     optimizer_step=lambda: dev.launch(0.0005, update_s), device=torch.device("cpu"),
-                     accumulation=accumulation, batch_size=batch, warmup_steps=2, bench_steps=steps,
-                     ablation_steps=ablation, timeline=timeline, halve=halve)  # fmt: skip
+    return bench.run(
+        Loader(),
+        to_device=to_device,
+        micro_step=micro_step,
+        optimizer_step=lambda: dev.launch(0.0005, update_s),
+        device=torch.device("cpu"),
+        accumulation=accumulation,
+        batch_size=batch,
+        warmup_steps=2,
+        bench_steps=steps,
+        ablation_steps=ablation,
+        timeline=timeline,
+        halve=halve,
+    )
 
 
 def test_a_device_bound_step_is_the_device_period_with_no_sync_inside_the_window():
@@ -127,8 +148,14 @@ def test_a_launch_bound_step_is_host_bound_by_the_half_batch_window():
     """Python launches each forward in 30 ms; the device needs 4 ms for it. No marker sees the device idle
     (it idles inside the forward's span), but half the batch takes nearly as long: the host sets the pace."""
     dev = FakeDevice()
-    stats = run(dev, fetch_s=0.0005, launch_s=0.030, compute_s_per_image=0.0005, ablation=6,
-                halve=lambda x: x[: x.shape[0] // 2])  # fmt: skip
+    stats = run(
+        dev,
+        fetch_s=0.0005,
+        launch_s=0.030,
+        compute_s_per_image=0.0005,
+        ablation=6,
+        halve=lambda x: x[: x.shape[0] // 2],
+    )
     summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
     assert summary.metrics["device_idle_share"] < 0.1
     assert summary.metrics["fixed_share"] > 0.8
@@ -138,8 +165,9 @@ def test_a_launch_bound_step_is_host_bound_by_the_half_batch_window():
 
 def test_a_compute_bound_step_stays_compute_bound_with_ablation():
     dev = FakeDevice()
-    stats = run(dev, fetch_s=0.001, launch_s=0.001, compute_s_per_image=0.005, ablation=6,
-                halve=lambda x: x[: x.shape[0] // 2])  # fmt: skip
+    stats = run(
+        dev, fetch_s=0.001, launch_s=0.001, compute_s_per_image=0.005, ablation=6, halve=lambda x: x[: x.shape[0] // 2]
+    )
     summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
     m = summary.metrics
     assert m["fixed_share"] < 0.1 and abs(m["loader_cost"]) < 0.05 and abs(m["transfer_cost"]) < 0.05
@@ -184,9 +212,17 @@ def test_on_cuda_the_window_synchronises_only_at_its_edges(monkeypatch):
             while True:
                 yield torch.zeros(8)
 
-    stats = bench.run(Loader(), to_device=lambda b: b.to(dev), micro_step=lambda b: x @ x,
-                      optimizer_step=lambda: None, device=dev, accumulation=2, batch_size=8, warmup_steps=2,
-                      bench_steps=20)  # fmt: skip
+    stats = bench.run(
+        Loader(),
+        to_device=lambda b: b.to(dev),
+        micro_step=lambda b: x @ x,
+        optimizer_step=lambda: None,
+        device=dev,
+        accumulation=2,
+        batch_size=8,
+        warmup_steps=2,
+        bench_steps=20,
+    )
     assert stats.clock == "cuda_events" and len(syncs) == 3 + 2
     assert sum(stats.periods) == pytest.approx(stats.window_s, rel=0.1)
     assert statistics_idle(stats) < 0.1  # a 4096^3 matmul per micro-batch keeps the device busy

@@ -23,8 +23,9 @@ def ct_data(tmp_path_factory):
     demo.make_demo(work / "dicom", patients=2, slices=10, size=64)
     proc = run_dinox(["preprocess", "--dicom-root", "dicom", "--out-root", "png"], cwd=work)
     assert proc.returncode == 0, proc.stderr
-    proc = run_dinox(["shards", "--index-csv", "png/_index/index.csv", "--out", "shards", "--shard-size", "6"],
-                     cwd=work)  # fmt: skip
+    proc = run_dinox(
+        ["shards", "--index-csv", "png/_index/index.csv", "--out", "shards", "--shard-size", "6"], cwd=work
+    )
     assert proc.returncode == 0, proc.stderr
     return work
 
@@ -59,11 +60,23 @@ def run_spec(work: Path, spec: dict) -> list:
 
 
 def test_vit_large_dino_on_ct_png_and_on_webdataset(ct_data):
-    crops = {"objective__out_dim": 512, "objective__head_hidden_dim": 64, "objective__head_bottleneck_dim": 32,
-             "objective__local_crops": 2, "objective__local_crop_size": 28}  # fmt: skip
+    crops = {
+        "objective__out_dim": 512,
+        "objective__head_hidden_dim": 64,
+        "objective__head_bottleneck_dim": 32,
+        "objective__local_crops": 2,
+        "objective__local_crop_size": 28,
+    }
     # The ablation windows on, here only: DINO's multi-crop views reused on the device and copied again.
-    spec = shrink("vit_large_sweep.yaml", model__kwargs=TINY_VIT, model__img_size=56, loader__num_workers=1,
-                  data__index_csv="png/_index/index.csv", measure__ablation=True, **crops)  # fmt: skip
+    spec = shrink(
+        "vit_large_sweep.yaml",
+        model__kwargs=TINY_VIT,
+        model__img_size=56,
+        loader__num_workers=1,
+        data__index_csv="png/_index/index.csv",
+        measure__ablation=True,
+        **crops,
+    )
     shards = {"source": "webdataset", "shards": "shards", "shuffle_buffer": 8}
     base = {"batch.size": 4, "batch.accumulation": 2}
     spec["sweep"] = {"cases": [base, {**base, "data": shards}]}
@@ -78,17 +91,31 @@ def test_vit_large_dino_on_ct_png_and_on_webdataset(ct_data):
 
 
 def test_vit_giant_cases_with_and_without_checkpointing(ct_data):
-    spec = shrink("vit_giant_sweep.yaml", model__kwargs=TINY_VIT, model__img_size=28, loader__num_workers=0,
-                  loader__persistent_workers=False, data__index_csv="png/_index/index.csv", objective__out_dim=256,
-                  objective__local_crops=1, objective__local_crop_size=14)  # fmt: skip
+    spec = shrink(
+        "vit_giant_sweep.yaml",
+        model__kwargs=TINY_VIT,
+        model__img_size=28,
+        loader__num_workers=0,
+        loader__persistent_workers=False,
+        data__index_csv="png/_index/index.csv",
+        objective__out_dim=256,
+        objective__local_crops=1,
+        objective__local_crop_size=14,
+    )
     spec["sweep"]["cases"] = [spec["sweep"]["cases"][0], {**spec["sweep"]["cases"][2], "batch.size": 2}]
     runs = run_spec(ct_data, spec)
     assert sorted(r.data.params["model.grad_checkpointing"] for r in runs) == ["False", "True"]
 
 
 def test_loader_knee_grid_classification_on_ct_png(ct_data):
-    spec = shrink("loader_knee.yaml", model__img_size=32, data__index_csv="png/_index/index.csv",
-                  data__subset_size=8, data__inflation=10, loader__pin_memory=False)  # fmt: skip
+    spec = shrink(
+        "loader_knee.yaml",
+        model__img_size=32,
+        data__index_csv="png/_index/index.csv",
+        data__subset_size=8,
+        data__inflation=10,
+        loader__pin_memory=False,
+    )
     spec["sweep"]["grid"] = {"batch.size": [4], "loader.num_workers": [0, 1]}
     runs = run_spec(ct_data, spec)
     assert sorted(r.data.params["loader.num_workers"] for r in runs) == ["0", "1"]

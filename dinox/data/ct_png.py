@@ -84,8 +84,19 @@ def neighbours(rows: list[dict[str, str]]) -> tuple[list[list[str]], list[tuple[
 
 
 class CtPngSlices(Dataset):
-    def __init__(self, index_csv: str, root: str | None, plan: ViewPlan, window: HuWindow, *, decoder: str,
-                 subset_size: int | None, seed: int, inflation: int, num_classes: int):  # fmt: skip
+    def __init__(
+        self,
+        index_csv: str,
+        root: str | None,
+        plan: ViewPlan,
+        window: HuWindow,
+        *,
+        decoder: str,
+        subset_size: int | None,
+        seed: int,
+        inflation: int,
+        num_classes: int,
+    ):
         self.root = Path(root) if root else default_root(index_csv)
         self.series, slices = neighbours(read_index(index_csv))
         if subset_size is not None:

@@ -42,9 +42,18 @@ from dinox.data.dicom_read import Slice, TagError, Walk, header, number, numbers
 ENCODING = "hu+32768_uint16"
 HU_OFFSET = 32768
 INDEX_COLUMNS = [
-    "png_path", "series_dir", "slice_index", "series_slices", "encoding", "rows", "cols",
-    "pixel_spacing_row_mm", "pixel_spacing_col_mm", "slice_thickness_mm", "series_uid",
-]  # fmt: skip
+    "png_path",
+    "series_dir",
+    "slice_index",
+    "series_slices",
+    "encoding",
+    "rows",
+    "cols",
+    "pixel_spacing_row_mm",
+    "pixel_spacing_col_mm",
+    "slice_thickness_mm",
+    "series_uid",
+]
 SERIES_FILE = "series.json"
 TMP_AREA = ".dinox-tmp"
 NAME_LIMIT = 64  # characters of a folder name taken from a tag (a UID is at most 64 by the standard)
@@ -169,9 +178,11 @@ def preprocess(
         _write_index(out_root, rows_out, summary)
     except OSError as e:
         if e.errno in _FATAL_ERRNOS:
-            raise PreprocessError(f"--out-root {out_root}: {e.strerror} ({e.filename or out_root}); "
-                                  f"{summary.count('converted')} series were converted before it; free space "
-                                  f"and run again, finished series are kept") from None  # fmt: skip
+            raise PreprocessError(
+                f"--out-root {out_root}: {e.strerror} ({e.filename or out_root}); "
+                f"{summary.count('converted')} series were converted before it; free space "
+                f"and run again, finished series are kept"
+            ) from None
         raise
     finally:
         if work.exists():
@@ -210,8 +221,11 @@ def _write_index(out_root: Path, rows_out: list[dict[str, object]], summary: Sum
     os.replace(tmp, index_path)
     summary.index_path = str(index_path)
     summary.slices_indexed = len(rows_out)
-    report = {"series": [asdict(s) for s in summary.series], "files_not_dicom": summary.files_not_dicom,
-              "folders_unreadable": summary.folders_unreadable}  # fmt: skip
+    report = {
+        "series": [asdict(s) for s in summary.series],
+        "files_not_dicom": summary.files_not_dicom,
+        "folders_unreadable": summary.folders_unreadable,
+    }
     (index_dir / "preprocess_report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
 
 
@@ -221,8 +235,15 @@ def _common_dir(root: Path, paths: list[Path]) -> str:
     return "" if str(rel) == "." else rel.as_posix()
 
 
-def _guarded_series(uid: str, members: list[tuple[Path, object]], source_dir: str, out_root: Path, work: Path,
-                    force: bool, min_slices: int) -> tuple[SeriesOutcome, list[dict[str, object]]]:  # fmt: skip
+def _guarded_series(
+    uid: str,
+    members: list[tuple[Path, object]],
+    source_dir: str,
+    out_root: Path,
+    work: Path,
+    force: bool,
+    min_slices: int,
+) -> tuple[SeriesOutcome, list[dict[str, object]]]:
     """One series; a problem that belongs to it (a malformed series-level tag, a name the file system refuses)
     skips it with the reason. A full disk is not its problem: that propagates."""
     try:
@@ -238,9 +259,15 @@ def _guarded_series(uid: str, members: list[tuple[Path, object]], source_dir: st
 def _series_meta(uid: str, first, source_dir: str) -> dict:
     """What series.json records about the series, from its first header. Raises TagError."""
     spacing = numbers(first, "PixelSpacing", 2) or [0.0, 0.0]
-    return {"series_uid": uid, "source_dir": source_dir, "rows": int(getattr(first, "Rows", 0) or 0),
-            "cols": int(getattr(first, "Columns", 0) or 0), "pixel_spacing_mm": spacing,
-            "slice_thickness_mm": number(first, "SliceThickness", 0.0), "encoding": ENCODING}  # fmt: skip
+    return {
+        "series_uid": uid,
+        "source_dir": source_dir,
+        "rows": int(getattr(first, "Rows", 0) or 0),
+        "cols": int(getattr(first, "Columns", 0) or 0),
+        "pixel_spacing_mm": spacing,
+        "slice_thickness_mm": number(first, "SliceThickness", 0.0),
+        "encoding": ENCODING,
+    }
 
 
 def _reuse(uid: str, source_dir: str, out_root: Path, final: Path) -> tuple[SeriesOutcome, list] | None:
@@ -251,8 +278,15 @@ def _reuse(uid: str, source_dir: str, out_root: Path, final: Path) -> tuple[Seri
         return None  # a damaged series.json: convert again
 
 
-def _one_series(uid: str, members: list[tuple[Path, object]], source_dir: str, out_root: Path, work: Path,
-                force: bool, min_slices: int) -> tuple[SeriesOutcome, list[dict[str, object]]]:  # fmt: skip
+def _one_series(
+    uid: str,
+    members: list[tuple[Path, object]],
+    source_dir: str,
+    out_root: Path,
+    work: Path,
+    force: bool,
+    min_slices: int,
+) -> tuple[SeriesOutcome, list[dict[str, object]]]:
     final = _series_out_dir(out_root, source_dir, uid)
     if (final / SERIES_FILE).exists() and not force and (reused := _reuse(uid, source_dir, out_root, final)):
         return reused
@@ -325,7 +359,7 @@ def _rows(out_root: Path, series_dir: Path, meta: dict) -> list[dict[str, object
             "pixel_spacing_col_mm": spacing[1],
             "slice_thickness_mm": meta["slice_thickness_mm"],
             "series_uid": meta["series_uid"],
-        }  # fmt: skip
+        }
         for i, s in enumerate(meta["slices"])
     ]
 

@@ -18,8 +18,7 @@ from dinox.data.views import ViewPlan
 
 
 class SyntheticImages(Dataset):
-    def __init__(self, length: int, channels: int, plan: ViewPlan, num_classes: int, seed: int,
-                 delay_s: float = 0.0):  # fmt: skip
+    def __init__(self, length: int, channels: int, plan: ViewPlan, num_classes: int, seed: int, delay_s: float = 0.0):
         self.length = length
         self.delay_s = delay_s
         self.channels = channels

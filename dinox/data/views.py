@@ -63,8 +63,10 @@ def make_views(hu: torch.Tensor, plan: ViewPlan, window: HuWindow) -> torch.Tens
     if plan.full_size is not None:
         return window.apply(F.resize(hu, [plan.full_size, plan.full_size], antialias=True))
     views = []
-    for count, size, scale in ((plan.global_count, plan.global_size, plan.global_scale),
-                               (plan.local_count, plan.local_size, plan.local_scale)):  # fmt: skip
+    for count, size, scale in (
+        (plan.global_count, plan.global_size, plan.global_scale),
+        (plan.local_count, plan.local_size, plan.local_scale),
+    ):
         for _ in range(count):
             top, left, h, w = RandomResizedCrop.get_params(hu, scale=list(scale), ratio=[3 / 4, 4 / 3])
             view = F.resized_crop(hu, top, left, h, w, [size, size], antialias=True)

@@ -22,8 +22,14 @@ from dinox.data.views import HuWindow, ViewPlan, make_views
 PARTS = ("prev.png", "cur.png", "next.png")
 
 
-def write_shards(index_csv: str | Path, out_dir: str | Path, *, root: str | Path | None = None,
-                 shard_size: int = 1000, prefix: str = "ct") -> list[Path]:  # fmt: skip
+def write_shards(
+    index_csv: str | Path,
+    out_dir: str | Path,
+    *,
+    root: str | Path | None = None,
+    shard_size: int = 1000,
+    prefix: str = "ct",
+) -> list[Path]:
     """Write every slice of the index as a sample; return the shard paths."""
     import webdataset as wds
 
@@ -67,8 +73,17 @@ def shard_urls(shards: str) -> list[str]:
 
 
 class CtShards(IterableDataset):
-    def __init__(self, shards: str, plan: ViewPlan, window: HuWindow, *, decoder: str, shuffle_buffer: int,
-                 seed: int, num_classes: int):  # fmt: skip
+    def __init__(
+        self,
+        shards: str,
+        plan: ViewPlan,
+        window: HuWindow,
+        *,
+        decoder: str,
+        shuffle_buffer: int,
+        seed: int,
+        num_classes: int,
+    ):
         self.urls = shard_urls(shards)
         self.plan, self.window, self.decoder = plan, window, decoder
         self.shuffle_buffer, self.seed, self.num_classes = shuffle_buffer, seed, num_classes
@@ -93,8 +108,9 @@ class CtShards(IterableDataset):
 
     def _sample(self, sample: dict):
         key = sample["__key__"]
-        stored = torch.stack([decode_png16_bytes(sample[p], self.decoder, f"{key}.{p} in {sample.get('__url__')}")
-                              for p in PARTS])  # fmt: skip
+        stored = torch.stack(
+            [decode_png16_bytes(sample[p], self.decoder, f"{key}.{p} in {sample.get('__url__')}") for p in PARTS]
+        )
         hu = (stored - HU_OFFSET).to(torch.float32)
         meta = json.load(io.BytesIO(sample["json"]))
         label = (int(meta["series"]) * 7919 + int(meta["slice"])) % self.num_classes
