@@ -20,52 +20,12 @@ from typing import Any
 
 from dinox.records import IPS_P90, TrialRecord, record_problem
 from dinox.result import one_line
+from dinox.spec import ROLES
 
 SECONDS_PER_DAY = 86400.0
 
 # Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
 _NO_FIT = ("oom", "skipped")
-
-# Params shown as "the configuration" of a trial when present; any other param that varies between a
-# model's trials is shown too, so whatever a sweep swept is visible.
-CONFIG_KEYS = (
-    "batch.size",
-    "batch.accumulation",
-    "batch.effective",
-    "precision",
-    "model.img_size",
-    "model.grad_checkpointing",
-    "model.compile",
-    "model.channels_last",
-    "loader.num_workers",
-    "loader.pin_memory",
-    "loader.prefetch_factor",
-    "loader.persistent_workers",
-    "optimizer.fused",
-)
-# Params that do not describe the workload: never part of a grouping key.
-_NOT_CONFIG = {
-    "name",
-    "spec.name",
-    "sweep.trials",
-    "measure.timeout_s",
-    "measure.bound_threshold",
-    "hardware.peak_tflops",
-    "measure.warmup_steps",
-    "measure.bench_steps",
-    "measure.repeats",
-    "measure.unstable_threshold",
-}
-# What can change peak memory: trials that share these share an OOM boundary over batch size.
-_MEMORY_KEYS = (
-    "precision",
-    "model.img_size",
-    "model.grad_checkpointing",
-    "model.compile",
-    "model.channels_last",
-    "hardware.memory_limit_gb",
-    "objective.kind",
-)
 
 
 class DecisionError(Exception):
@@ -345,7 +305,7 @@ def model_key(r: TrialRecord) -> tuple[str, str, dict[str, str]]:
 
 
 def _configuration(r: TrialRecord, varying: set[str]) -> dict[str, str]:
-    keys = [k for k in CONFIG_KEYS if k in r.params]
+    keys = [k for k in ROLES.shown_keys() if k in r.params]
     keys += sorted(k for k in varying if k not in keys and k in r.params)
     return {k: r.params[k] for k in keys}
 
@@ -356,7 +316,8 @@ def _varying(records: list[TrialRecord]) -> set[str]:
         for k, v in r.params.items():
             values[k].add(v)
     keys = {k for k, vs in values.items() if len(vs) > 1 or any(k not in r.params for r in records)}
-    return {k for k in keys if k not in _NOT_CONFIG and not k.startswith("model.kwargs")}
+    # The model's kwargs are part of the model's key, shown with its name.
+    return {k for k in keys if ROLES.describes(k) and not k.startswith("model.kwargs")}
 
 
 def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]) -> Candidate | None:
@@ -401,17 +362,24 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
     )
 
 
-def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
+def memory_groups(records: list[TrialRecord]) -> dict[tuple[tuple[str, str], ...], list[TrialRecord]]:
+    """The ok and oom trials by the params that bound their memory: each group has one OOM boundary over
+    the physical batch, the same grouping `dinox.prune` skips larger batches by."""
     groups: dict[tuple[tuple[str, str], ...], list[TrialRecord]] = defaultdict(list)
     for r in records:
         if r.status in ("ok", "oom") and r.batch_size is not None:
-            groups[tuple((k, r.params[k]) for k in _MEMORY_KEYS if k in r.params)].append(r)
+            groups[ROLES.memory_key(r.params)].append(r)
+    return dict(sorted(groups.items()))
+
+
+def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
+    groups = memory_groups(records)
     out = []
-    for settings, rs in sorted(groups.items()):
+    for settings, rs in zip(_telling(list(groups)), groups.values(), strict=True):
         oks = [r.batch_size for r in rs if r.status == "ok"]
         ooms = [r.batch_size for r in rs if r.status == "oom"]
         if ooms:
-            out.append(OomBoundary(dict(settings), max(oks) if oks else None, min(ooms)))  # type: ignore[type-var]
+            out.append(OomBoundary(settings, max(oks) if oks else None, min(ooms)))  # type: ignore[type-var]
     return out
 
 
@@ -490,7 +458,7 @@ def _groups_without(records: list[TrialRecord], swept: str) -> list[tuple[tuple,
     groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
     for r in records:
         if swept in r.params:
-            key = tuple(sorted((k, v) for k, v in r.params.items() if k != swept and k not in _NOT_CONFIG))
+            key = tuple(sorted((k, v) for k, v in r.params.items() if k != swept and ROLES.describes(k)))
             groups[key].append(r)
     return list(groups.items())
 
@@ -529,13 +497,13 @@ def _memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
 def _scaling(records: list[TrialRecord]) -> list[ScalingRow]:
     """Scaling efficiency = global images/s / (N x images/s of the same configuration on one device). The
     effective batch grows with the devices, so it is not part of "the same configuration"."""
-    free = {"hardware.gpus", "batch.effective"} | _NOT_CONFIG
+    free = {"hardware.gpus", "batch.effective"}
     single: dict[tuple, float] = {}
     multi: list[tuple[tuple, TrialRecord, int]] = []
     for r in records:
         if r.status != "ok" or "images_per_s" not in r.metrics:
             continue
-        key = tuple(sorted((k, v) for k, v in r.params.items() if k not in free))
+        key = tuple(sorted((k, v) for k, v in r.params.items() if k not in free and ROLES.describes(k)))
         gpus = r.param_int("hardware.gpus") or 1
         if gpus == 1:
             single[key] = max(single.get(key, 0.0), r.metrics["images_per_s"])

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, replace
 
 from dinox import peaks
-from dinox.spec import TrialSpec
+from dinox.spec import ROLES, TrialSpec
 
 GB = 2**30
 # Under autocast the tensors saved for backward are mostly 16-bit (matmul and attention inputs) but not all
@@ -81,9 +81,8 @@ class MemoryPlan:
 
 
 def estimate_key(spec: TrialSpec) -> str:
-    """Trials with the same key share a ModelCost: what changes the model, its inputs and its saved tensors."""
-    model = spec.model.model_dump(mode="json", exclude={"compile", "channels_last"})
-    return json.dumps({"model": model, "objective": spec.objective.model_dump(mode="json")}, sort_keys=True)
+    """Trials with the same key share a ModelCost: the params whose role is the model's shape (dinox.roles)."""
+    return json.dumps(ROLES.shape_key(spec.flat_params()))
 
 
 def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPlan:

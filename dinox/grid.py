@@ -13,21 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from dinox.spec import Problem, SpecDocument, SpecError, TrialSpec, check_trial
-
-# Knobs that do not change what a trial measures, only how long it may take or how its figures are read,
-# so they do not change its id: a sweep resumed after raising its timeout, editing its budget or the
-# bound threshold still recognises the trials already measured. (The budget is not in the params at all.)
-_ID_EXCLUDED = {
-    "name",
-    "measure.timeout_s",
-    "measure.bound_threshold",
-    "measure.unstable_threshold",
-    "hardware.peak_tflops",
-    # The ablation windows add figures beside the trial's own; they do not change what its windows measure.
-    "measure.ablation",
-    "measure.ablation_steps",
-}
+from dinox.spec import ROLES, Problem, SpecDocument, SpecError, TrialSpec, check_trial
 
 
 @dataclass(frozen=True)
@@ -56,7 +42,9 @@ def _fmt(value: Any) -> str:
 
 
 def trial_id(spec: TrialSpec) -> str:
-    params = {k: v for k, v in spec.flat_params().items() if k not in _ID_EXCLUDED}
+    """A hash of the params that identify a trial (dinox.roles): a sweep resumed after raising its timeout or
+    editing its budget or thresholds still recognises the trials already measured."""
+    params = {k: v for k, v in spec.flat_params().items() if ROLES.identifies(k)}
     blob = json.dumps(params, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

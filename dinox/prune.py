@@ -1,28 +1,14 @@
 """Pruning by monotonicity: a batch that ran out of memory means every larger batch of the same
 configuration (all else equal) would too, so those are recorded as skipped instead of run.
 
-Memory follows the physical batch, not accumulation, so "the same configuration" ignores
-batch.size / batch.accumulation / batch.effective, and the measurement knobs (measure.*) and the
-experiment name. Only OOM prunes: an error or a crash says nothing about larger batches.
+"The same configuration" is every param that bounds memory (``dinox.roles``: the model's shape, precision,
+optimizer state, the device), the same key decide draws its OOM boundaries with. Only OOM prunes: an error or
+a crash says nothing about larger batches.
 """
 
 from __future__ import annotations
 
-from dinox.spec import TrialSpec
-
-_FREE = {
-    "name",
-    "batch.size",
-    "batch.accumulation",
-    "batch.effective",
-    "batch.auto_min",
-    "batch.auto_max",
-    "batch.auto_margin",
-}
-
-
-def memory_key(params: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in params.items() if k not in _FREE and not k.startswith("measure.")))
+from dinox.spec import ROLES, TrialSpec
 
 
 class Pruner:
@@ -32,7 +18,7 @@ class Pruner:
     def observe(self, params: dict[str, str], batch_size: int | None, status: str, run_id: str) -> None:
         if status != "oom" or batch_size is None:
             return
-        key = memory_key(params)
+        key = ROLES.memory_key(params)
         if key not in self._oom or batch_size < self._oom[key][0]:
             self._oom[key] = (batch_size, run_id)
 
@@ -40,7 +26,7 @@ class Pruner:
         """Why this trial would run out of memory without running it, or None."""
         if spec.batch.auto:
             return None  # the batch search finds its own boundary
-        seen = self._oom.get(memory_key(spec.flat_params()))
+        seen = self._oom.get(ROLES.memory_key(spec.flat_params()))
         if seen is None or spec.size <= seen[0]:
             return None
         size, run_id = seen

@@ -35,6 +35,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from dinox.roles import BATCH, CONFIG, DECISION, MEASURE, MEMORY, SEARCH, SHAPE, STEER, RoleTable, shown
+
 Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 DeviceKind = Literal["auto", "cuda", "cpu", "mps"]
@@ -93,44 +95,48 @@ def _sane_kwargs(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
 
 
 class ModelSpec(_Section):
-    name: Annotated[str, AfterValidator(_timm_name)] = Field(
+    name: Annotated[str, AfterValidator(_timm_name), SHAPE] = Field(
         min_length=1, max_length=200, description="any timm model name; weights are never downloaded"
     )
-    kwargs: Annotated[dict[str, JsonValue], AfterValidator(_sane_kwargs)] = Field(
+    kwargs: Annotated[dict[str, JsonValue], AfterValidator(_sane_kwargs), SHAPE] = Field(
         default_factory=dict, description="passed to timm.create_model (embed_dim, depth, num_heads, ...)"
     )
-    img_size: PositiveInt = Field(224, le=MAX_PIXELS)
-    grad_checkpointing: bool = False
-    compile: bool | CompileMode = Field(False, description="false | true | a torch.compile mode")
-    channels_last: bool = False
+    img_size: Annotated[PositiveInt, shown(SHAPE)] = Field(224, le=MAX_PIXELS)
+    grad_checkpointing: Annotated[bool, shown(SHAPE)] = False
+    compile: Annotated[bool | CompileMode, shown(MEMORY)] = Field(
+        False, description="false | true | a torch.compile mode"
+    )
+    channels_last: Annotated[bool, shown(MEMORY)] = False
 
 
 class ClassificationObjective(_Section):
-    kind: Literal["classification"] = "classification"
-    num_classes: PositiveInt = Field(1000, le=10_000_000)
-    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+    kind: Annotated[Literal["classification"], SHAPE] = "classification"
+    num_classes: Annotated[PositiveInt, SHAPE] = Field(1000, le=10_000_000)
+    label_smoothing: Annotated[float, CONFIG] = Field(0.0, ge=0.0, lt=1.0)
 
 
 class DinoObjective(_Section):
     """DINO self-distillation: a student and an EMA teacher on the same backbone, multi-crop views."""
 
-    kind: Literal["dino"] = "dino"
-    out_dim: PositiveInt = Field(65536, le=1_048_576, description="prototypes of the DINO head")
-    head_hidden_dim: PositiveInt = Field(2048, le=65_536)
-    head_bottleneck_dim: PositiveInt = Field(256, le=65_536)
-    head_layers: int = Field(3, ge=2, le=16)
-    global_crops: PositiveInt = Field(2, le=64)
-    global_crop_size: PositiveInt | None = Field(None, le=MAX_PIXELS, description="null: model.img_size")
-    global_crop_min_scale: float = Field(0.32, gt=0.0, le=1.0)
-    local_crops: NonNegativeInt = Field(8, le=64)
-    local_crop_size: PositiveInt = Field(
+    kind: Annotated[Literal["dino"], SHAPE] = "dino"
+    out_dim: Annotated[PositiveInt, SHAPE] = Field(65536, le=1_048_576, description="prototypes of the DINO head")
+    head_hidden_dim: Annotated[PositiveInt, SHAPE] = Field(2048, le=65_536)
+    head_bottleneck_dim: Annotated[PositiveInt, SHAPE] = Field(256, le=65_536)
+    head_layers: Annotated[int, SHAPE] = Field(3, ge=2, le=16)
+    global_crops: Annotated[PositiveInt, SHAPE] = Field(2, le=64)
+    global_crop_size: Annotated[PositiveInt | None, SHAPE] = Field(
+        None, le=MAX_PIXELS, description="null: model.img_size"
+    )
+    global_crop_min_scale: Annotated[float, CONFIG] = Field(0.32, gt=0.0, le=1.0)
+    local_crops: Annotated[NonNegativeInt, SHAPE] = Field(8, le=64)
+    local_crop_size: Annotated[PositiveInt, SHAPE] = Field(
         96, le=MAX_PIXELS, description="a multiple of the patch size for ViTs (98 for /14)"
     )
-    local_crop_max_scale: float = Field(0.32, gt=0.0, le=1.0)
-    student_temp: PositiveFloat = Field(0.1, le=100.0)
-    teacher_temp: PositiveFloat = Field(0.04, le=100.0)
-    center_momentum: float = Field(0.9, ge=0.0, lt=1.0)
-    teacher_momentum: float = Field(0.996, ge=0.0, lt=1.0)
+    local_crop_max_scale: Annotated[float, CONFIG] = Field(0.32, gt=0.0, le=1.0)
+    student_temp: Annotated[PositiveFloat, CONFIG] = Field(0.1, le=100.0)
+    teacher_temp: Annotated[PositiveFloat, CONFIG] = Field(0.04, le=100.0)
+    center_momentum: Annotated[float, CONFIG] = Field(0.9, ge=0.0, lt=1.0)
+    teacher_momentum: Annotated[float, CONFIG] = Field(0.996, ge=0.0, lt=1.0)
 
 
 def _tag_or(key: str, default: str):
@@ -167,16 +173,22 @@ def _batch_size(value: Any) -> int | str:
 
 
 class BatchSpec(_Section):
-    size: Annotated[int | Literal["auto"], PlainValidator(_batch_size)] = Field(
+    size: Annotated[int | Literal["auto"], PlainValidator(_batch_size), shown(BATCH)] = Field(
         32, description="physical batch per device and micro-step; auto: the largest that fits, less auto_margin"
     )
-    accumulation: PositiveInt | None = Field(None, le=100_000, description="micro-batches per optimizer step")
-    effective: PositiveInt | None = Field(
+    accumulation: Annotated[PositiveInt | None, shown(CONFIG)] = Field(
+        None, le=100_000, description="micro-batches per optimizer step"
+    )
+    effective: Annotated[PositiveInt | None, shown(CONFIG)] = Field(
         None, le=10**9, description="images per optimizer step (size x accumulation x gpus); derives accumulation"
     )
-    auto_min: PositiveInt = Field(1, le=MAX_BATCH, description="size auto: the first batch probed (then doubled)")
-    auto_max: PositiveInt = Field(1024, le=MAX_BATCH, description="size auto: the largest batch probed")
-    auto_margin: float = Field(
+    auto_min: Annotated[PositiveInt, SEARCH] = Field(
+        1, le=MAX_BATCH, description="size auto: the first batch probed (then doubled)"
+    )
+    auto_max: Annotated[PositiveInt, SEARCH] = Field(
+        1024, le=MAX_BATCH, description="size auto: the largest batch probed"
+    )
+    auto_margin: Annotated[float, SEARCH] = Field(
         0.10, ge=0.0, lt=1.0, description="size auto: the share of the largest fitting batch left unused"
     )
 
@@ -186,51 +198,59 @@ class BatchSpec(_Section):
 
 
 class OptimizerSpec(_Section):
-    name: Literal["adamw", "sgd"] = "adamw"
-    lr: PositiveFloat = Field(1.0e-3, le=100.0)
-    weight_decay: NonNegativeFloat = Field(0.05, le=100.0)
-    momentum: float | None = Field(None, ge=0.0, lt=1.0, description="sgd only (default 0.9)")
-    fused: bool | None = Field(None, description="null: fused kernels where the device supports them")
+    name: Annotated[Literal["adamw", "sgd"], MEMORY] = "adamw"
+    lr: Annotated[PositiveFloat, CONFIG] = Field(1.0e-3, le=100.0)
+    weight_decay: Annotated[NonNegativeFloat, CONFIG] = Field(0.05, le=100.0)
+    momentum: Annotated[float | None, MEMORY] = Field(None, ge=0.0, lt=1.0, description="sgd only (default 0.9)")
+    fused: Annotated[bool | None, shown(MEMORY)] = Field(
+        None, description="null: fused kernels where the device supports them"
+    )
 
 
 class LoaderSpec(_Section):
-    num_workers: NonNegativeInt = Field(0, le=1024)
-    pin_memory: bool = False
-    prefetch_factor: PositiveInt | None = Field(None, le=1024, description="batches per worker; null: 2 (torch)")
-    persistent_workers: bool = False
+    num_workers: Annotated[NonNegativeInt, shown(CONFIG)] = Field(0, le=1024)
+    pin_memory: Annotated[bool, shown(CONFIG)] = False
+    prefetch_factor: Annotated[PositiveInt | None, shown(CONFIG)] = Field(
+        None, le=1024, description="batches per worker; null: 2 (torch)"
+    )
+    persistent_workers: Annotated[bool, shown(CONFIG)] = False
 
 
 class SyntheticData(_Section):
-    source: Literal["synthetic"] = "synthetic"
-    num_samples: PositiveInt | None = Field(
+    source: Annotated[Literal["synthetic"], CONFIG] = "synthetic"
+    num_samples: Annotated[PositiveInt | None, CONFIG] = Field(
         None, le=10**12, description="dataset length; null: exactly what the measured steps consume (no epoch edge)"
     )
-    seed: NonNegativeInt = Field(0, le=MAX_SEED)
-    sample_delay_ms: NonNegativeFloat = Field(
+    seed: Annotated[NonNegativeInt, CONFIG] = Field(0, le=MAX_SEED)
+    sample_delay_ms: Annotated[NonNegativeFloat, CONFIG] = Field(
         0.0, le=60_000.0, description="a wait added to every sample: a slow disk or decoder, as a what-if"
     )
 
 
 class _HuWindow(_Section):
     # A random HU window per view, as in the loader study: level and width drawn uniformly.
-    window_level_min: float = Field(-700.0, ge=-32768, le=32767)
-    window_level_max: float = Field(100.0, ge=-32768, le=32767)
-    window_width_min: PositiveFloat = Field(300.0, le=65536)
-    window_width_max: PositiveFloat = Field(2000.0, le=65536)
+    window_level_min: Annotated[float, CONFIG] = Field(-700.0, ge=-32768, le=32767)
+    window_level_max: Annotated[float, CONFIG] = Field(100.0, ge=-32768, le=32767)
+    window_width_min: Annotated[PositiveFloat, CONFIG] = Field(300.0, le=65536)
+    window_width_max: Annotated[PositiveFloat, CONFIG] = Field(2000.0, le=65536)
     # PIL by default: as fast as torchvision.io on 16-bit PNG here (scripts/bench_decode.py), whose decoders
     # torchvision 0.29 deprecates.
-    decoder: Literal["pil", "torchvision"] = Field("pil", description="16-bit PNG decoding")
+    decoder: Annotated[Literal["pil", "torchvision"], CONFIG] = Field("pil", description="16-bit PNG decoding")
 
 
 class CtPngData(_HuWindow):
     """CT slices from `dinox preprocess`: each sample stacks slices z-1, z, z+1 of its series."""
 
-    source: Literal["ct_png"] = "ct_png"
-    index_csv: str = Field(min_length=1, description="the index.csv that dinox preprocess wrote")
-    root: str | None = Field(None, description="folder png_path is relative to; null: the folder above _index/")
-    subset_size: PositiveInt | None = Field(None, le=10**12, description="use only this many slices (drawn with seed)")
-    seed: NonNegativeInt = Field(0, le=MAX_SEED)
-    inflation: PositiveInt = Field(
+    source: Annotated[Literal["ct_png"], CONFIG] = "ct_png"
+    index_csv: Annotated[str, CONFIG] = Field(min_length=1, description="the index.csv that dinox preprocess wrote")
+    root: Annotated[str | None, CONFIG] = Field(
+        None, description="folder png_path is relative to; null: the folder above _index/"
+    )
+    subset_size: Annotated[PositiveInt | None, CONFIG] = Field(
+        None, le=10**12, description="use only this many slices (drawn with seed)"
+    )
+    seed: Annotated[NonNegativeInt, CONFIG] = Field(0, le=MAX_SEED)
+    inflation: Annotated[PositiveInt, CONFIG] = Field(
         1, le=10**9, description="repeat the (sub)set this many times, without copying files"
     )
 
@@ -247,14 +267,14 @@ def _shards(value: str) -> str:
 class WebDatasetData(_HuWindow):
     """Tar shards from `dinox shards`, streamed with webdataset, split across workers and hosts."""
 
-    source: Literal["webdataset"] = "webdataset"
-    shards: Annotated[str, AfterValidator(_shards)] = Field(
+    source: Annotated[Literal["webdataset"], CONFIG] = "webdataset"
+    shards: Annotated[str, AfterValidator(_shards), CONFIG] = Field(
         min_length=1,
         max_length=4096,
         description="a folder of .tar shards, a glob, a brace pattern a-{000..009}.tar, or http(s):// URLs",
     )
-    shuffle_buffer: NonNegativeInt = Field(1000, le=10_000_000)
-    seed: NonNegativeInt = Field(0, le=MAX_SEED)
+    shuffle_buffer: Annotated[NonNegativeInt, CONFIG] = Field(1000, le=10_000_000)
+    seed: Annotated[NonNegativeInt, CONFIG] = Field(0, le=MAX_SEED)
 
 
 DataSource = Annotated[
@@ -266,37 +286,41 @@ DataSource = Annotated[
 
 
 class HardwareSpec(_Section):
-    device: DeviceKind = "auto"
-    gpus: PositiveInt = Field(
+    device: Annotated[DeviceKind, MEMORY] = "auto"
+    gpus: Annotated[PositiveInt, MEMORY] = Field(
         1, le=1024, description="ranks per trial: > 1 launches torchrun with DDP (NCCL; gloo on cpu)"
     )
-    memory_limit_gb: PositiveFloat | None = Field(
+    memory_limit_gb: Annotated[PositiveFloat | None, MEMORY] = Field(
         None, le=1e6, description="cap per trial in GiB: CUDA memory fraction, or a data-segment limit on CPU"
     )
-    peak_tflops: PositiveFloat | None = Field(None, le=1e6)
+    peak_tflops: Annotated[PositiveFloat | None, STEER] = Field(None, le=1e6)
 
 
 class MeasureSpec(_Section):
-    warmup_steps: NonNegativeInt = Field(5, le=MAX_STEPS)
-    bench_steps: PositiveInt = Field(20, le=MAX_STEPS, description="timed optimizer steps per window")
-    repeats: PositiveInt = Field(3, le=1000, description="timed windows, back to back; their spread measures stability")
-    unstable_threshold: PositiveFloat = Field(
+    warmup_steps: Annotated[NonNegativeInt, MEASURE] = Field(5, le=MAX_STEPS)
+    bench_steps: Annotated[PositiveInt, MEASURE] = Field(
+        20, le=MAX_STEPS, description="timed optimizer steps per window"
+    )
+    repeats: Annotated[PositiveInt, MEASURE] = Field(
+        3, le=1000, description="timed windows, back to back; their spread measures stability"
+    )
+    unstable_threshold: Annotated[PositiveFloat, STEER] = Field(
         0.10,
         le=10.0,
         description="(fastest - slowest) / median window throughput above which a trial is tagged unstable",
     )
-    timeout_s: PositiveFloat = Field(
+    timeout_s: Annotated[PositiveFloat, STEER] = Field(
         1800.0, le=30 * 86400.0, description="hard limit on the whole child process (at most 30 days)"
     )
-    ablation: bool = Field(
+    ablation: Annotated[bool, STEER] = Field(
         True,
         description="after the timed windows: a compute-only and a no-loader window (loader_cost, transfer_cost) "
         "and a loader-only window (loader_images_per_s)",
     )
-    ablation_steps: PositiveInt | None = Field(
+    ablation_steps: Annotated[PositiveInt | None, STEER] = Field(
         None, le=MAX_STEPS, description="steps of each ablation window; null: measure.bench_steps"
     )
-    bound_threshold: float = Field(
+    bound_threshold: Annotated[float, STEER] = Field(
         0.10,
         gt=0.0,
         lt=1.0,
@@ -334,19 +358,19 @@ def _experiment_name(value: str) -> str:
 class TrialSpec(_Section):
     """One grid point: every knob single-valued."""
 
-    name: Annotated[str, AfterValidator(_experiment_name)] = Field(
+    name: Annotated[str, AfterValidator(_experiment_name), STEER] = Field(
         description="MLflow experiment name, also a folder name: letters, digits, _ . - (not first: .)"
     )
     model: ModelSpec
     objective: Objective = ClassificationObjective()
-    precision: Precision = "fp32"
+    precision: Annotated[Precision, shown(MEMORY)] = "fp32"
     batch: BatchSpec = BatchSpec()
     optimizer: OptimizerSpec = OptimizerSpec()
     loader: LoaderSpec = LoaderSpec()
     data: DataSource = SyntheticData()
     hardware: HardwareSpec = HardwareSpec()
     measure: MeasureSpec = MeasureSpec()
-    budget: BudgetSpec | None = None
+    budget: Annotated[BudgetSpec | None, DECISION] = None
 
     @property
     def size(self) -> int:
@@ -373,17 +397,15 @@ class TrialSpec(_Section):
 
     def flat_params(self) -> dict[str, str]:
         """The trial as dotted names -> strings: the MLflow params, and the input of the trial id."""
-        data = self.model_dump(mode="json", exclude={"budget"})
+        data = self.model_dump(mode="json")
         if not self.batch.auto:
             data["batch"]["accumulation"] = self.accumulation
             data["batch"]["effective"] = self.effective_batch
-        if not self.batch.auto:
-            # The search bounds mean nothing for a fixed batch: they would only make equal trials look different.
-            for key in ("auto_min", "auto_max", "auto_margin"):
-                del data["batch"][key]
         flat: dict[str, str] = {}
         _flatten(data, "", flat)
-        return flat
+        # The search bounds mean nothing for a fixed batch: they would only make equal trials look different.
+        dropped = ("decision",) if self.batch.auto else ("decision", "search")
+        return {k: v for k, v in flat.items() if ROLES.role(k) not in dropped}
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:
@@ -392,6 +414,10 @@ def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:
             _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), out)
     else:
         out[prefix] = "{}" if isinstance(value, dict) else str(value)
+
+
+# Each field's role (dinox.roles), walked once: the trial id, OOM pruning, decide's groups and the footprint read it.
+ROLES = RoleTable.of(TrialSpec)
 
 
 # --- consistency rules that span fields (pydantic checks the shape, these check the meaning) ---------
