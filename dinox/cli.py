@@ -21,20 +21,20 @@ def _fail(message: str) -> None:
 def _load(path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()):
     """The spec (with any --set overrides) and its trials, or exit 2 with one line per problem. With preflight,
     also the model names and data files (this imports timm, so it is kept to the commands that need it)."""
-    from dinox import grid, overrides, spec
+    from dinox import grid, overrides, spec_file
 
     items = overrides.parse(sets)
     try:
-        doc = overrides.apply(spec.load(path), items)
+        doc = overrides.apply(spec_file.load(path), items)
         trials = grid.expand(doc, max_trials)
         if preflight:
             from dinox.preflight import check
 
             problems = check(doc, trials)
             if problems:
-                raise spec.SpecError(doc.path, problems)
+                raise spec_file.SpecError(doc.path, problems)
         return doc, trials
-    except spec.SpecError as e:
+    except spec_file.SpecError as e:
         e.problems = [_named_override(p, items) for p in e.problems]
         _fail(e.render())
 

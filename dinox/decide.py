@@ -111,7 +111,8 @@ def _check_budget(merged: dict[str, Any], utilization: float) -> None:
     """The budget as the spec's own rules see it (finite, positive, bounded), each problem naming its option."""
     from pydantic import ValidationError
 
-    from dinox.spec import BudgetSpec, field_problems
+    from dinox.spec import BudgetSpec
+    from dinox.spec_fields import field_problems
 
     try:
         BudgetSpec.model_validate({k: v for k, v in merged.items() if v is not None})

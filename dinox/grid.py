@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from dinox.spec import ROLES, Problem, SpecDocument, SpecError, TrialSpec, check_trial
+from dinox.spec import ROLES, TrialSpec
+from dinox.spec_file import Problem, SpecDocument, SpecError
+from dinox.spec_rules import check_trial
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from dinox.spec import Problem, SpecDocument, SpecError
+from dinox.spec_file import Problem, SpecDocument, SpecError
 
 
 def parse(items: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:

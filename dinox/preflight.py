@@ -8,7 +8,8 @@ import csv
 from pathlib import Path
 
 from dinox.grid import Trial, line_for
-from dinox.spec import CtPngData, Problem, SpecDocument, WebDatasetData
+from dinox.spec import CtPngData, WebDatasetData
+from dinox.spec_file import Problem, SpecDocument
 
 
 def check(doc: SpecDocument, trials: list[Trial]) -> list[Problem]:

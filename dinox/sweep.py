@@ -34,7 +34,8 @@ from dinox.lifeline import ProcessRef
 from dinox.progress import Progress
 from dinox.prune import Pruner
 from dinox.result import TrialResult, one_line
-from dinox.spec import SpecDocument, TrialSpec
+from dinox.spec import TrialSpec
+from dinox.spec_file import SpecDocument
 from dinox.tracking import SweepRecorder, configure_client, result_summary
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again

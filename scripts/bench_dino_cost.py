@@ -15,7 +15,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from dinox import grid, runner, spec
+from dinox import grid, runner, spec_file
 
 SPEC = """\
 name: dino_cost
@@ -57,7 +57,7 @@ def main() -> None:
             )
         )
         results = {}
-        for trial in grid.expand(spec.load(path)):
+        for trial in grid.expand(spec_file.load(path)):
             r = runner.run_trial(trial, Path(tmp) / str(trial.index)).result
             if r.status != "ok":
                 raise SystemExit(f"{trial.spec.objective.kind}: {r.status}: {r.error}")

@@ -100,11 +100,11 @@ SERVER = None  # dinox's fork server, as `dinox run` uses it: each trial a fresh
 def dinox_trial(a: argparse.Namespace, tmp: Path, i: int, sampled: bool = False) -> tuple[float, float]:
     """One trial as a sweep measures it; `sampled`: with its system metrics sampled into a run meanwhile.
     Its images/s, and the CPU seconds per second this (parent) process spent meanwhile."""
-    from dinox import grid, runner, spec
+    from dinox import grid, runner, spec_file
 
     path = tmp / f"spec{i}.yaml"
     path.write_text(SPEC.format(**vars(a)))
-    (trial,) = grid.expand(spec.load(path))
+    (trial,) = grid.expand(spec_file.load(path))
     monitor = None
     if sampled:
         from mlflow import MlflowClient

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dinox import grid, spec
+from dinox import grid, spec_file
 from dinox.sweep import run_sweep
 from dinox.tracking import SweepRecorder
 
@@ -36,7 +36,7 @@ def sweep(isolation: str, trials: int) -> tuple[dict[str, float], float]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spec.yaml"
         path.write_text(SPEC.format(seeds=list(range(trials))))
-        doc = spec.load(path)
+        doc = spec_file.load(path)
         recorder = SweepRecorder(f"sqlite:///{tmp}/mlflow.db")
         report = run_sweep(
             doc,

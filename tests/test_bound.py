@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import grid, runner, spec
+from dinox import grid, runner, spec_file
 from dinox.bound import Evidence, classify, costs, fixed_share
 from dinox.forkserver import ForkServer
 
@@ -67,7 +67,7 @@ def measured(tmp_path_factory):
         for name, case in cases.items():
             path = tmp / f"{name}.yaml"
             path.write_text(CONSTRUCTED.format(**case))
-            (trial,) = grid.expand(spec.load(path))
+            (trial,) = grid.expand(spec_file.load(path))
             out[name] = (runner.run_trial(trial, tmp / name, server=server).result, case["batch"])
         return out
     finally:

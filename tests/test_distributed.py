@@ -13,7 +13,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from dinox import decide, grid, report, runner, spec
+from dinox import decide, grid, report, runner, spec_file
 from dinox.tracking import fetch_trials
 from tests.conftest import TINY, run_dinox
 
@@ -72,7 +72,7 @@ def ranks_of(root: int) -> dict[int, psutil.Process]:
 
 def test_one_rank_killed_is_a_crashed_trial_with_no_rank_left(write_spec, tmp_path):
     text = TINY.format(name="ddp_kill").replace("bench_steps: 3", "bench_steps: 100000")
-    (trial,) = grid.expand(spec.load(write_spec(text + "hardware: {device: cpu, gpus: 2}\n")))
+    (trial,) = grid.expand(spec_file.load(write_spec(text + "hardware: {device: cpu, gpus: 2}\n")))
     seen: dict[int, psutil.Process] = {}
 
     def kill_rank_one(root: int) -> None:
@@ -130,7 +130,7 @@ def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlf
     exp = client.get_experiment_by_name("sharded")
     runs = client.search_runs([exp.experiment_id])
     trials = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
-    expected = {t.trial_id for t in grid.expand(spec.load(str(tmp_path / "s.yaml")))}
+    expected = {t.trial_id for t in grid.expand(spec_file.load(str(tmp_path / "s.yaml")))}
     assert sorted(r.data.tags["dinox.trial_id"] for r in trials) == sorted(expected)  # each once, all of them
     assert {r.data.tags["dinox.status"] for r in trials} == {"ok"}
     parents = {r.data.tags.get("dinox.shard") for r in runs if r.data.tags.get("dinox.role") == "sweep"}

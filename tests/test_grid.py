@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from dinox import grid, spec
+from dinox import grid, spec_file
 
 SWEEP = """\
 name: g
@@ -22,7 +22,7 @@ sweep:
 
 
 def test_cases_cross_the_grid_in_file_order(write_spec):
-    trials = grid.expand(spec.load(write_spec(SWEEP)))
+    trials = grid.expand(spec_file.load(write_spec(SWEEP)))
     assert len(trials) == 2 * 3 * 2
     assert [t.index for t in trials] == list(range(12))
     assert all(t.total == 12 for t in trials)
@@ -45,16 +45,17 @@ def test_cases_cross_the_grid_in_file_order(write_spec):
 
 
 def test_no_sweep_is_one_trial(write_spec):
-    (t,) = grid.expand(spec.load(write_spec("name: g\nmodel: {name: resnet18}\n")))
+    (t,) = grid.expand(spec_file.load(write_spec("name: g\nmodel: {name: resnet18}\n")))
     assert t.overrides == {} and t.label == "base"
 
 
 def test_trial_ids_are_unique_and_stable(write_spec):
     path = write_spec(SWEEP)
-    ids = [t.trial_id for t in grid.expand(spec.load(path))]
+    ids = [t.trial_id for t in grid.expand(spec_file.load(path))]
     assert len(set(ids)) == len(ids)
     # Same ids in a fresh interpreter: nothing process-specific (hash seeds, dict order) leaks in.
-    code = f"from dinox import grid, spec; print(' '.join(t.trial_id for t in grid.expand(spec.load({str(path)!r}))))"
+    ids_of = f"grid.expand(spec_file.load({str(path)!r}))"
+    code = f"from dinox import grid, spec_file; print(' '.join(t.trial_id for t in {ids_of}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ids
 
@@ -68,7 +69,7 @@ def test_same_configuration_same_id_however_written(write_spec):
         "b.yaml",
     )
     c = write_spec("name: a\nmodel: {name: resnet18}\nbatch: {size: 64, accumulation: 2}\n", "c.yaml")
-    (ta,), (tb,), (tc,) = (grid.expand(spec.load(p)) for p in (a, b, c))
+    (ta,), (tb,), (tc,) = (grid.expand(spec_file.load(p)) for p in (a, b, c))
     assert ta.trial_id == tb.trial_id  # none of name, timeout, threshold, peak, budget changes what is measured
     assert ta.trial_id != tc.trial_id
 

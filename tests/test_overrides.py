@@ -2,7 +2,7 @@
 
 import pytest
 
-from dinox import grid, overrides, spec
+from dinox import grid, overrides, spec_file
 from tests.conftest import TINY, run_dinox
 
 
@@ -10,7 +10,7 @@ from tests.conftest import TINY, run_dinox
 def doc(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(TINY.format(name="o") + "sweep:\n  grid:\n    loader.num_workers: [0, 1]\n")
-    return spec.load(path)
+    return spec_file.load(path)
 
 
 def test_values_are_yaml_and_land_in_every_trial(doc):
@@ -34,7 +34,7 @@ def test_values_are_yaml_and_land_in_every_trial(doc):
     ],
 )
 def test_bad_overrides_are_named(doc, item, message):
-    with pytest.raises(spec.SpecError) as e:
+    with pytest.raises(spec_file.SpecError) as e:
         overrides.apply(doc, overrides.parse([item]))
     assert message in e.value.render() and f"(--set {item.split(';')[0]}" in e.value.render()
 

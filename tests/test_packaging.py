@@ -13,7 +13,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from dinox import grid, spec
+from dinox import grid, spec_fields, spec_file
+from dinox.spec import TrialSpec
 from tests.conftest import ROOT, TINY, run_dinox
 
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -56,7 +57,7 @@ def test_mlproject_main_entry_takes_a_spec():
 def _field_paths(model, prefix=""):
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
-        members = spec.models_in(field.annotation)
+        members = spec_fields.models_in(field.annotation)
         if not members or name == "kwargs":
             yield path
         for member in members:
@@ -65,7 +66,7 @@ def _field_paths(model, prefix=""):
 
 def test_readme_spec_reference_covers_every_field():
     readme = (ROOT / "README.md").read_text()
-    paths = list(dict.fromkeys(_field_paths(spec.TrialSpec)))
+    paths = list(dict.fromkeys(_field_paths(TrialSpec)))
     assert {"objective.out_dim", "data.index_csv", "data.shards", "batch.size"} <= set(paths)
     missing = [p for p in paths if f"`{p}`" not in readme and f"`{p}," not in readme and f" `{p}" not in readme]
     assert not missing, f"README spec reference lacks: {missing}"
@@ -74,7 +75,7 @@ def test_readme_spec_reference_covers_every_field():
 
 @pytest.mark.parametrize("path", SPECS, ids=[p.name for p in SPECS])
 def test_every_shipped_spec_validates_and_names_its_command(path):
-    trials = grid.expand(spec.load(path))
+    trials = grid.expand(spec_file.load(path))
     assert trials
     modeline, header = path.read_text().splitlines()[:2]
     assert modeline == "# yaml-language-server: $schema=dinox.schema.json"  # editor completion from the schema

@@ -7,7 +7,7 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel
 
-from dinox import decide, footprint, grid, spec
+from dinox import decide, footprint, grid, spec_file
 from dinox.prune import Pruner
 from dinox.records import TrialRecord
 from dinox.roles import CONFIG, MEMORY, RoleTable
@@ -57,7 +57,7 @@ def test_union_members_must_agree_on_a_role():
 
 
 def _trials(write_spec) -> list[grid.Trial]:
-    return grid.expand(spec.load(write_spec(SWEEP)))
+    return grid.expand(spec_file.load(write_spec(SWEEP)))
 
 
 def _record(t: grid.Trial, status: str) -> TrialRecord:

@@ -10,12 +10,12 @@ import time
 import psutil
 import pytest
 
-from dinox import grid, runner, spec
+from dinox import grid, runner, spec_file
 from tests.conftest import TINY
 
 
 def one_trial(write_spec, extra: str = "", name: str = "r"):
-    (trial,) = grid.expand(spec.load(write_spec(TINY.format(name=name) + extra)))
+    (trial,) = grid.expand(spec_file.load(write_spec(TINY.format(name=name) + extra)))
     return trial
 
 
@@ -106,7 +106,7 @@ def test_mixed_precision_channels_last_and_checkpointing_run(write_spec, tmp_pat
         "precision: fp16-mixed\nsweep:\n  cases:\n    - {model.channels_last: true, model.grad_checkpointing: true}\n"
         "    - {precision: bf16-mixed, optimizer.name: sgd, optimizer.momentum: 0.8}\n"
     )
-    for trial in grid.expand(spec.load(write_spec(TINY.format(name="prec") + extra))):
+    for trial in grid.expand(spec_file.load(write_spec(TINY.format(name="prec") + extra))):
         r = runner.run_trial(trial, tmp_path / str(trial.index)).result
         assert r.status == "ok", r.error
         assert r.metrics["loss"] == pytest.approx(r.metrics["loss"])  # finite, not NaN
@@ -114,7 +114,7 @@ def test_mixed_precision_channels_last_and_checkpointing_run(write_spec, tmp_pat
 
 def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_path):
     text = TINY.format(name="comp").replace("vit_tiny_patch16_224", "resnet18").replace(", kwargs: {patch_size: 8}", "")
-    (trial,) = grid.expand(spec.load(write_spec(text + "sweep: {cases: [{model.compile: true}]}\n")))
+    (trial,) = grid.expand(spec_file.load(write_spec(text + "sweep: {cases: [{model.compile: true}]}\n")))
     r = runner.run_trial(trial, tmp_path / "t").result
     assert r.status == "ok", r.error
     m = r.metrics
@@ -136,7 +136,7 @@ def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tm
         f"data: {{source: ct_png, index_csv: {tmp_path / 'png' / '_index' / 'index.csv'}}}\n"
         "loader: {num_workers: 1}\nsweep: {cases: [{batch.size: 3}]}\n"
     )
-    (trial,) = grid.expand(spec.load(write_spec(TINY.format(name="corrupt") + extra)))
+    (trial,) = grid.expand(spec_file.load(write_spec(TINY.format(name="corrupt") + extra)))
     r = runner.run_trial(trial, tmp_path / "t").result
     assert r.status == "error"
     assert f"cannot decode {victim}" in r.error  # raised in the loader worker, named in the trial's status

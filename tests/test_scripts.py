@@ -67,13 +67,13 @@ def _gpu_check():
 
 
 def test_gpu_check_spec_covers_every_gpu_path_and_validates(tmp_path):
-    from dinox import grid, spec
+    from dinox import grid, spec_file
 
     gc = _gpu_check()
     (tmp_path / "index.csv").write_text("png_path,series_dir,slice_index\n")
     path = tmp_path / "gpu_check.yaml"
     path.write_text(gc.spec_text(str(tmp_path / "index.csv"), small=False, device="cuda"))
-    trials = grid.expand(spec.load(path))
+    trials = grid.expand(spec_file.load(path))
     cases = gc.cases(str(tmp_path / "index.csv"), small=False)
     assert len(trials) == len(cases) == 11
     by_label = {c.label: t.spec for c, t in zip(cases, trials, strict=True)}

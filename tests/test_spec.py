@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import grid, spec
+from dinox import grid, spec_file
 
 
 def load_trials(path):
-    return grid.expand(spec.load(path))
+    return grid.expand(spec_file.load(path))
 
 
 def problems(path) -> str:
-    with pytest.raises(spec.SpecError) as info:
+    with pytest.raises(spec_file.SpecError) as info:
         load_trials(path)
     return info.value.render()
 
