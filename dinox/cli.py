@@ -291,8 +291,9 @@ def run(
     if server is not None:
         server.start()
     from dinox.journal import WorkdirError
+    from dinox.store import TrackingError, resolve_tracking_uri
     from dinox.sweep import DeviceMissing, Interrupted, run_sweep
-    from dinox.tracking import SweepRecorder, TrackingError, resolve_tracking_uri, result_summary
+    from dinox.tracking import SweepRecorder, result_summary
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
@@ -431,7 +432,8 @@ def decide(
     """
     from dinox import decide as decide_mod
     from dinox import report as report_mod
-    from dinox.tracking import TrackingError, fetch_trials, log_decision, resolve_tracking_uri
+    from dinox.readback import fetch_trials, log_decision
+    from dinox.store import TrackingError, resolve_tracking_uri
 
     base: dict = {}
     names = list(experiments)
@@ -557,8 +559,8 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
     Each result is logged once: one already in the store (found by its dinox.result_id tag) is not
     written again. Exit code 0 when everything is in the store, 2 when the store is still unreachable.
     """
+    from dinox.store import TrackingError
     from dinox.sync import SyncError, pending_sweeps, sync_sweep
-    from dinox.tracking import TrackingError
 
     dirs = [Path(d) for d in sweep_dirs] or pending_sweeps(Path(workdir))
     if not dirs:
@@ -592,7 +594,7 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
 def ui(tracking_uri: str | None, host: str, port: int) -> None:
     """Open the MLflow UI on the sweeps' store (`mlflow ui`), listening on 127.0.0.1 unless told otherwise."""
-    from dinox.tracking import resolve_tracking_uri
+    from dinox.store import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):

@@ -36,7 +36,8 @@ from dinox.prune import Pruner
 from dinox.result import TrialResult, one_line
 from dinox.spec import TrialSpec
 from dinox.spec_file import SpecDocument
-from dinox.tracking import SweepRecorder, configure_client, result_summary
+from dinox.store import configure_client
+from dinox.tracking import SweepRecorder, result_summary
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
 CSV_LEAD = [

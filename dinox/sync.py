@@ -21,7 +21,8 @@ from mlflow.exceptions import MlflowException
 
 from dinox.journal import JOURNAL, Journal, JournalState
 from dinox.lifeline import ProcessRef
-from dinox.tracking import RUN_STATUS, SweepRecorder, TrackingError, describe_store_error, result_summary
+from dinox.store import TrackingError, describe_store_error
+from dinox.tracking import RUN_STATUS, SweepRecorder, result_summary
 
 GONE = (
     "the sweep process ({where}) is gone without closing its runs (SIGKILL, the OOM killer or a closed "

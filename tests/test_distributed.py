@@ -14,7 +14,7 @@ import pytest
 from mlflow import MlflowClient
 
 from dinox import decide, grid, report, runner, spec_file
-from dinox.tracking import fetch_trials
+from dinox.readback import fetch_trials
 from tests.conftest import TINY, run_dinox
 
 TWO_RANKS = (

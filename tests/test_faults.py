@@ -191,7 +191,7 @@ def test_two_first_sweeps_on_a_new_store_do_not_race_in_its_migration(tmp_path):
         db = tmp_path / f"m{attempt}.db"
         at = time.time() + 4  # both have imported MLflow by then
         code = (
-            "import time\nfrom dinox.tracking import prepare_store\n"
+            "import time\nfrom dinox.store import prepare_store\n"
             f"while time.time() < {at}: time.sleep(0.001)\nprepare_store('sqlite:///{db}')\nprint('ok')\n"
         )
         procs = [

@@ -1,0 +1,124 @@
+"""What ``dinox decide`` reads from the tracking store (every trial of a sweep, however many runs and hosts it
+took) and the decision run it writes back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from dinox.records import TrialRecord
+from dinox.store import TrackingError, check_reachable, now_ms, search_all, sqlite_path, store_error
+from dinox.sweep_summary import NOTE_TAG
+
+
+def record_of(run) -> TrialRecord:
+    return TrialRecord(
+        run.info.run_id,
+        run.info.experiment_id,
+        run.info.run_name or "",
+        dict(run.data.params),
+        dict(run.data.metrics),
+        dict(run.data.tags),
+    )
+
+
+def fetch_trials(
+    tracking_uri: str, experiments: list[str], run_ids: list[str]
+) -> tuple[list[TrialRecord], list[str], str]:
+    """Trial records of the named experiments and/or sweep parent runs, read as one sweep however many
+    parents (shards, hosts, resumed runs) they came from: a trial measured more than once (the same
+    dinox.trial_id) counts once, by its latest run. Also the sources read and the experiment id a decision
+    run should go to. Raises TrackingError for what does not exist."""
+    check_reachable(tracking_uri)
+    path = sqlite_path(tracking_uri)
+    if path is not None and not path.exists():  # reading never creates a store
+        raise TrackingError(
+            f"no tracking store at {path}: `dinox run SPEC` records the trials there first "
+            "(or pass --tracking-uri / set MLFLOW_TRACKING_URI to where they are)"
+        )
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found: dict[str, tuple[int, TrialRecord]] = {}
+    sources: list[str] = []
+    home = ""
+    try:
+        for name in experiments:
+            exp = client.get_experiment_by_name(name)
+            if exp is None or exp.lifecycle_stage == "deleted":
+                raise TrackingError(
+                    f"experiment {name!r} not found in {tracking_uri}: `dinox run SPEC` records a "
+                    "spec's trials in the experiment named by its `name`"
+                )
+            home = home or exp.experiment_id
+            sources.append(f"experiment {name}")
+            for run in search_all(client, [exp.experiment_id]):
+                _keep(run, found)
+        for run_id in run_ids:
+            try:
+                parent = client.get_run(run_id)
+            except MlflowException:
+                raise TrackingError(f"run {run_id!r} not found in {tracking_uri}") from None
+            home = home or parent.info.experiment_id
+            sources.append(f"sweep run {run_id}")
+            children = search_all(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+            for run in children:
+                _keep(run, found)
+    except MlflowException as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+    latest: dict[str, tuple[int, TrialRecord]] = {}
+    for start, record in found.values():
+        key = record.tags.get("dinox.trial_id") or record.run_id
+        if key not in latest or start > latest[key][0]:
+            latest[key] = (start, record)
+    superseded = len(found) - len(latest)
+    if superseded:
+        sources.append(f"{superseded} earlier measurement(s) of the same trials superseded by their latest run")
+    return [record for _start, record in latest.values()], sources, home
+
+
+def _keep(run, found: dict[str, tuple[int, TrialRecord]]) -> None:
+    tags = run.data.tags
+    # The record's own key: a trial is a run with a dinox.status, whoever logged it; sweeps and decisions
+    # carry a dinox.role of their own and no status; batch-search probes are two-step runs, not measurements.
+    if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision", "probe"):
+        return
+    found[run.info.run_id] = (run.info.start_time or 0, record_of(run))
+
+
+def log_decision(
+    tracking_uri: str,
+    experiment_id: str,
+    verdict: str,
+    params: dict[str, str],
+    metrics: dict[str, float],
+    files: list[Path],
+    note: str = "",
+) -> str:
+    """Record a decision as a run of its own (dinox.role = decision) with the report files as artifacts.
+    Under `mlflow run`, the run MLflow started is that run."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        run_id = os.environ.get("MLFLOW_RUN_ID")
+        if not run_id:
+            run_id = client.create_run(
+                experiment_id, run_name=f"decision {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            ).info.run_id
+        ts = now_ms()
+        client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
+            tags=[RunTag("dinox.role", "decision"), RunTag("dinox.verdict", verdict)]
+            + ([RunTag(NOTE_TAG, note)] if note else []),
+        )
+        for path in files:
+            client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id, "FINISHED")
+    except MlflowException as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+    return run_id
