@@ -73,3 +73,11 @@ class BatchSearch:
 
     def describe(self) -> str:
         return " ".join(f"{s}:{'ok' if ok else 'oom'}" for s, ok in self.probes)
+
+
+def probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
+    """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
+    optimizer state and fresh gradients at once: the steady-state peak)."""
+    batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
+    measure = spec.measure.model_copy(update={"warmup_steps": 1, "bench_steps": 1, "repeats": 1})
+    return spec.model_copy(update={"batch": batch, "measure": measure})

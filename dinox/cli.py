@@ -290,9 +290,10 @@ def run(
     server = ForkServer() if isolation == "fork" else None
     if server is not None:
         server.start()
+    from dinox.interrupts import Interrupted
     from dinox.journal import WorkdirError
     from dinox.store import TrackingError, resolve_tracking_uri
-    from dinox.sweep import DeviceMissing, Interrupted, run_sweep
+    from dinox.sweep import DeviceMissing, run_sweep
     from dinox.tracking import SweepRecorder, result_summary
 
     uri = resolve_tracking_uri(tracking_uri)

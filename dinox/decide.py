@@ -13,117 +13,19 @@ is the largest model (by ``params_m``) that is GO.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
+from dinox.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_days
+from dinox.cross_checks import MemoryCheck, ScalingRow, memory_checks, scaling
+from dinox.grouping import memory_groups, model_key, telling
+from dinox.loader_findings import LoaderFindings, loader_findings
 from dinox.records import IPS_P90, TrialRecord, record_problem
 from dinox.result import one_line
 from dinox.spec import ROLES
 
-SECONDS_PER_DAY = 86400.0
-
 # Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
 _NO_FIT = ("oom", "skipped")
-
-
-class DecisionError(Exception):
-    """Nothing to decide on (no trials, no budget): one line for the user."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    days: float
-    dataset_size: int | None = None
-    epochs: float | None = None
-    target_images: int | None = None
-    utilization: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not self.days > 0:
-            raise DecisionError(f"budget days must be > 0, got {self.days}")
-        if not 0 < self.utilization <= 1:
-            raise DecisionError(f"utilization must be in (0, 1], got {self.utilization}")
-        if self.target_images is None and (self.dataset_size is None or self.epochs is None):
-            raise DecisionError("budget needs --target-images, or --dataset-size with --epochs")
-        if self.target_images is not None and (self.dataset_size is not None or self.epochs is not None):
-            raise DecisionError("budget takes --target-images or --dataset-size with --epochs, not both")
-
-    @property
-    def images_needed(self) -> float:
-        if self.target_images is not None:
-            return float(self.target_images)
-        return float(self.dataset_size) * float(self.epochs)  # type: ignore[arg-type]
-
-    def days_for(self, images_per_s: float) -> float:
-        return self.images_needed / (images_per_s * SECONDS_PER_DAY * self.utilization)
-
-    def images_in_budget(self, images_per_s: float) -> float:
-        return images_per_s * SECONDS_PER_DAY * self.utilization * self.days
-
-    def describe(self) -> str:
-        schedule = (
-            f"{self.target_images:,} images"
-            if self.target_images is not None
-            else f"{self.epochs:g} epochs of {self.dataset_size:,} images"
-        )
-        util = f" at {self.utilization:.0%} utilization" if self.utilization != 1 else ""
-        return f"{schedule} in {self.days:g} day{'' if self.days == 1 else 's'}{util}"
-
-
-def merge_budget(
-    base: dict[str, Any],
-    days: float | None,
-    dataset_size: int | None,
-    epochs: float | None,
-    target_images: int | None,
-    utilization: float,
-) -> Budget:
-    """The spec's budget (`base`, possibly empty) overridden field by field by the options given; a
-    schedule given as images replaces one given as epochs, and the other way round."""
-    merged = dict(base)
-    if days is not None:
-        merged["days"] = days
-    if target_images is not None:
-        merged.update(target_images=target_images, dataset_size=None, epochs=None)
-    if dataset_size is not None or epochs is not None:
-        merged["target_images"] = None
-        merged.update({k: v for k, v in (("dataset_size", dataset_size), ("epochs", epochs)) if v is not None})
-    if merged.get("days") is None:
-        raise DecisionError(
-            "no budget: give --days with --dataset-size and --epochs (or --target-images), or a --spec with one"
-        )
-    _check_budget(merged, utilization)
-    return Budget(
-        days=merged["days"],
-        dataset_size=merged.get("dataset_size"),
-        epochs=merged.get("epochs"),
-        target_images=merged.get("target_images"),
-        utilization=utilization,
-    )
-
-
-_OPTION = {"days": "--days", "dataset_size": "--dataset-size", "epochs": "--epochs", "target_images": "--target-images"}
-
-
-def _check_budget(merged: dict[str, Any], utilization: float) -> None:
-    """The budget as the spec's own rules see it (finite, positive, bounded), each problem naming its option."""
-    from pydantic import ValidationError
-
-    from dinox.spec import BudgetSpec
-    from dinox.spec_fields import field_problems
-
-    try:
-        BudgetSpec.model_validate({k: v for k, v in merged.items() if v is not None})
-    except ValidationError as e:
-        problems = [
-            f"{_OPTION.get(p.loc[0], p.loc[0]) if p.loc else 'budget'}: {p.message}"
-            for p in field_problems(e, BudgetSpec)
-        ]
-        raise DecisionError("; ".join(problems)) from None
-    if not (math.isfinite(utilization) and 0 < utilization <= 1):
-        raise DecisionError(f"--utilization: must be in (0, 1], got {utilization}")
 
 
 @dataclass(frozen=True)
@@ -199,83 +101,6 @@ class ModelVerdict:
 
 
 @dataclass
-class KneeRow:
-    settings: dict[str, str]  # what the workers were swept under
-    points: list[tuple[int, float]]  # (workers, measured images/s), sorted by workers
-    knee_workers: int
-    best_workers: int
-    best_ips: float
-    # (workers, loader_images_per_s): what the input pipeline alone delivers at that worker count
-    loader_points: list[tuple[int, float]] = field(default_factory=list)
-
-
-@dataclass
-class PinRow:
-    settings: dict[str, str]
-    pinned_ips: float
-    unpinned_ips: float
-
-    @property
-    def ratio(self) -> float:
-        return self.pinned_ips / self.unpinned_ips
-
-
-@dataclass
-class LoaderFindings:
-    knees: list[KneeRow] = field(default_factory=list)
-    pin: list[PinRow] = field(default_factory=list)
-    # (run name, model, measured ips, loader_cost or None): trials whose input pipeline sets the pace
-    io_bound: list[tuple[str, str, float, float | None]] = field(default_factory=list)
-    # (run name, model, measured ips): trials whose device waits on the host (Python, kernel launches)
-    host_bound: list[tuple[str, str, float]] = field(default_factory=list)
-
-    @property
-    def pin_summary(self) -> str:
-        if not self.pin:
-            return ""
-        ratios = [p.ratio for p in self.pin]
-        median = statistics.median(ratios)
-        faster = sum(r > 1 for r in ratios)
-        verdict = "helps" if median > 1.02 else "hurts" if median < 0.98 else "makes no clear difference"
-        return (
-            f"pinned memory {verdict}: faster in {faster} of {len(ratios)} otherwise-equal pairs, "
-            f"median {median - 1:+.1%}"
-        )
-
-
-@dataclass
-class ScalingRow:
-    """A multi-device trial against the single-device trial of the same configuration."""
-
-    run: str
-    model: str
-    gpus: int
-    images_per_s: float  # global
-    single_images_per_s: float
-
-    @property
-    def efficiency(self) -> float:
-        return self.images_per_s / (self.gpus * self.single_images_per_s)
-
-
-@dataclass
-class MemoryCheck:
-    """A trial's predicted device memory (dinox plan) beside what it measured."""
-
-    run: str
-    model: str
-    batch: int | None
-    predicted_gb: float
-    measured_gb: float | None  # peak allocated (CUDA) or the process's peak resident set (CPU)
-    status: str
-    predicted_oom: bool
-
-    @property
-    def ratio(self) -> float | None:
-        return self.measured_gb / self.predicted_gb if self.measured_gb and self.predicted_gb else None
-
-
-@dataclass
 class Decision:
     verdict: str  # "GO" or "NO-GO"
     budget: Budget
@@ -294,15 +119,6 @@ class Decision:
 
 
 # --- the policy ------------------------------------------------------------------------------------
-
-
-def model_key(r: TrialRecord) -> tuple[str, str, dict[str, str]]:
-    name = r.params.get("model.name", "?")
-    kwargs = {k.removeprefix("model.kwargs."): v for k, v in r.params.items() if k.startswith("model.kwargs.")}
-    if r.params.get("model.kwargs") not in (None, "{}"):
-        kwargs["kwargs"] = r.params["model.kwargs"]
-    key = name + "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))
-    return key, name, kwargs
 
 
 def _configuration(r: TrialRecord, varying: set[str]) -> dict[str, str]:
@@ -363,20 +179,10 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
     )
 
 
-def memory_groups(records: list[TrialRecord]) -> dict[tuple[tuple[str, str], ...], list[TrialRecord]]:
-    """The ok and oom trials by the params that bound their memory: each group has one OOM boundary over
-    the physical batch, the same grouping `dinox.prune` skips larger batches by."""
-    groups: dict[tuple[tuple[str, str], ...], list[TrialRecord]] = defaultdict(list)
-    for r in records:
-        if r.status in ("ok", "oom") and r.batch_size is not None:
-            groups[ROLES.memory_key(r.params)].append(r)
-    return dict(sorted(groups.items()))
-
-
 def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
     groups = memory_groups(records)
     out = []
-    for settings, rs in zip(_telling(list(groups)), groups.values(), strict=True):
+    for settings, rs in zip(telling(list(groups)), groups.values(), strict=True):
         oks = [r.batch_size for r in rs if r.status == "ok"]
         ooms = [r.batch_size for r in rs if r.status == "oom"]
         if ooms:
@@ -405,116 +211,6 @@ def _model_verdict(
         if budget.dataset_size:
             mv.epochs_in_budget = mv.images_in_budget / budget.dataset_size
     return mv
-
-
-def _loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindings:
-    ok = [r for r in records if r.status == "ok" and "images_per_s" in r.metrics]
-    findings = LoaderFindings()
-    # The worker knee: among trials equal in everything but loader.num_workers.
-    knees: list[tuple[tuple, list[tuple[int, float]], list[tuple[int, float]]]] = []
-    for key, rs in _groups_without(ok, "loader.num_workers"):
-        by_workers: dict[int, float] = {}
-        ceiling: dict[int, float] = {}
-        for r in rs:
-            w = r.param_int("loader.num_workers")
-            if w is not None:
-                by_workers[w] = max(by_workers.get(w, 0.0), r.metrics["images_per_s"])
-                if "loader_images_per_s" in r.metrics:
-                    ceiling[w] = max(ceiling.get(w, 0.0), r.metrics["loader_images_per_s"])
-        if len(by_workers) >= 2:
-            knees.append((key, sorted(by_workers.items()), sorted(ceiling.items())))
-    for settings, (_key, points, loader_points) in zip(_telling([k for k, _, _ in knees]), knees, strict=True):
-        best_w, best = max(points, key=lambda p: p[1])
-        knee = min(w for w, ips in points if ips >= (1 - tolerance) * best)
-        findings.knees.append(KneeRow(settings, points, knee, best_w, best, loader_points))
-    # Pinned memory: pairs equal in everything but loader.pin_memory.
-    pairs: list[tuple[tuple, float, float]] = []
-    for key, rs in _groups_without(ok, "loader.pin_memory"):
-        pinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory")]
-        unpinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory") is False]
-        if pinned and unpinned:
-            pairs.append((key, max(pinned), max(unpinned)))
-    for settings, (_key, on, off) in zip(_telling([k for k, _, _ in pairs]), pairs, strict=True):
-        findings.pin.append(PinRow(settings, on, off))
-    findings.io_bound = [
-        (
-            r.run_name or r.run_id,
-            r.params.get("model.name", "?"),
-            r.metrics["images_per_s"],
-            r.metrics.get("loader_cost"),
-        )
-        for r in ok
-        if r.tags.get("dinox.bound") == "io_bound"
-    ]
-    findings.host_bound = [
-        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])
-        for r in ok
-        if r.tags.get("dinox.bound") == "host_bound"
-    ]
-    return findings
-
-
-def _groups_without(records: list[TrialRecord], swept: str) -> list[tuple[tuple, list[TrialRecord]]]:
-    """Trials equal in every workload param but `swept`, keyed by those params."""
-    groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
-    for r in records:
-        if swept in r.params:
-            key = tuple(sorted((k, v) for k, v in r.params.items() if k != swept and ROLES.describes(k)))
-            groups[key].append(r)
-    return list(groups.items())
-
-
-def _telling(keys: list[tuple]) -> list[dict[str, str]]:
-    """Each key shown by only the params that tell it apart from the other keys of its own list."""
-    values: dict[str, set[str]] = defaultdict(set)
-    for key in keys:
-        for k, v in key:
-            values[k].add(v)
-    differing = {k for k, vs in values.items() if len(vs) > 1}
-    return [{k: v for k, v in key if k in differing} for key in keys]
-
-
-def _memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
-    out = []
-    for r in records:
-        predicted = r.metrics.get("predicted_device_mem_gb")
-        if predicted is None or r.status not in ("ok", "oom"):
-            continue
-        measured = r.metrics.get("peak_mem_allocated_gb") if r.status == "ok" else None
-        out.append(
-            MemoryCheck(
-                r.run_name or r.run_id,
-                model_key(r)[0],
-                r.batch_size,
-                predicted,
-                measured,
-                r.status,
-                "dinox.predicted_oom" in r.tags,
-            )
-        )
-    return sorted(out, key=lambda c: (c.model, c.batch or 0, c.run))
-
-
-def _scaling(records: list[TrialRecord]) -> list[ScalingRow]:
-    """Scaling efficiency = global images/s / (N x images/s of the same configuration on one device). The
-    effective batch grows with the devices, so it is not part of "the same configuration"."""
-    free = {"hardware.gpus", "batch.effective"}
-    single: dict[tuple, float] = {}
-    multi: list[tuple[tuple, TrialRecord, int]] = []
-    for r in records:
-        if r.status != "ok" or "images_per_s" not in r.metrics:
-            continue
-        key = tuple(sorted((k, v) for k, v in r.params.items() if k not in free and ROLES.describes(k)))
-        gpus = r.param_int("hardware.gpus") or 1
-        if gpus == 1:
-            single[key] = max(single.get(key, 0.0), r.metrics["images_per_s"])
-        else:
-            multi.append((key, r, gpus))
-    return [
-        ScalingRow(r.run_name or r.run_id, model_key(r)[0], gpus, r.metrics["images_per_s"], single[key])
-        for key, r, gpus in multi
-        if key in single
-    ]
 
 
 def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
@@ -547,11 +243,11 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         policy=policy,
         models=models,
         recommended=recommended,
-        loader=_loader_findings(records, policy.knee_tolerance),
+        loader=loader_findings(records, policy.knee_tolerance),
         reason=_reason(records, models, recommended, budget, needed),
         needed_ips=needed,
-        memory=_memory_checks(records),
-        scaling=_scaling(records),
+        memory=memory_checks(records),
+        scaling=scaling(records),
         left_out=left_out,
         unstable=_unstable_warning(recommended),
     )
@@ -621,8 +317,3 @@ def _unstable_warning(recommended: ModelVerdict | None) -> str:
         "measure it again with more measure.repeats (or longer measure.bench_steps) on a quiet machine "
         "before committing"
     )
-
-
-def fmt_days(days: float) -> str:
-    """Days to a precision that means something: 12.0, 0.54, 0.053."""
-    return f"{days:.1f}" if days >= 1 else f"{days:.2g}"

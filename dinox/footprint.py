@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, replace
 
 from dinox import peaks
+from dinox.result import TrialResult
 from dinox.spec import ROLES, TrialSpec
 
 GB = 2**30
@@ -177,3 +178,23 @@ class Estimates:
 
     def why_missing(self, spec: TrialSpec) -> str:
         return self.errors.get(estimate_key(spec)) or self.errors.get("machine", "")
+
+
+def annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: MemoryPlan | None) -> None:
+    """The memory plan next to the measured peaks, and TFLOPs / MFU from the model's FLOPs per image."""
+    if plan is not None:
+        result.metrics.update(plan.metrics())
+        if plan.over:
+            result.tags["dinox.predicted_oom"] = plan.over
+    cost = estimates.cost(spec)
+    if cost is not None and result.status == "ok" and "images_per_s" in result.metrics:
+        metrics, tags = compute_metrics(
+            cost,
+            result.metrics["images_per_s"],
+            result.tags.get("dinox.device_name", ""),
+            spec.precision,
+            spec.hardware.peak_tflops,
+            spec.hardware.gpus,
+        )
+        result.metrics.update(metrics)
+        result.tags.update(tags)

@@ -13,7 +13,9 @@ matplotlib.use("Agg")  # files only: no display on a GPU box or in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from dinox.decide import Candidate, Decision, fmt_days, model_key  # noqa: E402
+from dinox.budget import fmt_days  # noqa: E402
+from dinox.decide import Candidate, Decision  # noqa: E402
+from dinox.grouping import model_key  # noqa: E402
 from dinox.records import IPS_P90, IPS_WINDOWS, TrialRecord  # noqa: E402
 
 

@@ -7,16 +7,10 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from dinox.decide import (
-    SECONDS_PER_DAY,
-    Budget,
-    Candidate,
-    Decision,
-    LoaderFindings,
-    MemoryCheck,
-    ModelVerdict,
-    fmt_days,
-)
+from dinox.budget import SECONDS_PER_DAY, Budget, fmt_days
+from dinox.cross_checks import MemoryCheck
+from dinox.decide import Candidate, Decision, ModelVerdict
+from dinox.loader_findings import LoaderFindings
 from dinox.records import IPS_P50, IPS_P90, IPS_WINDOWS
 
 

@@ -10,182 +10,35 @@ that ran out of memory are recorded as skipped without running (pruning).
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import shutil
-import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from dinox import footprint, runner, sweep_summary
-from dinox.autobatch import BatchSearch
+from dinox.autobatch import BatchSearch, probe_spec
 from dinox.device_check import missing_message
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
 from dinox.grid import Trial, trial_id
+from dinox.interrupts import Interrupted, signals_ignored, signals_raise
 from dinox.journal import Journal, WorkdirError, new_result_id
 from dinox.lifeline import ProcessRef
 from dinox.progress import Progress
 from dinox.prune import Pruner
 from dinox.result import TrialResult, one_line
-from dinox.spec import TrialSpec
 from dinox.spec_file import SpecDocument
 from dinox.store import configure_client
+from dinox.sweep_report import FINAL, SweepReport, describe, row, write_csv, write_sweep_files
+from dinox.sweep_store import BestEffortStore, InFlight
 from dinox.tracking import SweepRecorder, result_summary
-
-FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
-CSV_LEAD = [
-    "index",
-    "trial_id",
-    "run_id",
-    "label",
-    "status",
-    "bound",
-    "images_per_s",
-    "step_s_p50",
-    "step_s_p90",
-    "data_s",
-    "h2d_s",
-    "compute_s",
-    "loader_cost",
-    "transfer_cost",
-    "loader_images_per_s",
-    "device_idle_share",
-    "peak_mem_allocated_gb",
-    "peak_mem_reserved_gb",
-    "device_mem_total_gb",
-    "host_peak_rss_gb",
-    "params_m",
-    "error",
-]
 
 
 class DeviceMissing(ValueError):
     """The spec asks for a device kind this machine does not have: bad input, refused before any run."""
-
-
-class Interrupted(BaseException):
-    """SIGTERM / SIGINT. A BaseException, like KeyboardInterrupt, so no `except Exception` swallows it."""
-
-    def __init__(self, signame: str):
-        super().__init__(f"interrupted by {signame}")
-        self.signame = signame
-
-
-@dataclass
-class SweepReport:
-    parent_run_id: str
-    experiment_id: str
-    sweep_dir: Path
-    rows: list[dict[str, object]] = field(default_factory=list)
-    results: list[TrialResult] = field(default_factory=list)
-    resumed: list[tuple[Trial, str]] = field(default_factory=list)  # (trial, its recorded status)
-    store_failures: int = 0
-    # Parent-side seconds per measured trial, from opening its run to closing it.
-    trial_loop_s: list[float] = field(default_factory=list)
-    wall_s: float = 0.0
-
-    def timeline(self) -> dict[str, float]:
-        """Mean seconds per trial by phase; `overhead_s` is what is neither data setup, model build nor steps."""
-        measured = [r for r in self.results if "trial_wall_s" in r.metrics]
-        n = len(measured)
-        if not n:
-            return {}
-        mean = {
-            k: sum(r.metrics.get(k, 0.0) for r in measured) / n
-            for k in ("startup_s", "setup_s", "data_setup_s", "build_s", "measure_s", "teardown_s", "trial_wall_s")
-        }
-        loop = sum(self.trial_loop_s) / len(self.trial_loop_s) if self.trial_loop_s else mean["trial_wall_s"]
-        mean["recording_s"] = loop - mean["trial_wall_s"]
-        mean["per_trial_s"] = loop
-        mean["overhead_s"] = loop - mean["data_setup_s"] - mean["build_s"] - mean["measure_s"]
-        return mean
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGTERM (and SIGINT) raise Interrupted in the main thread, so cleanup runs as for Ctrl-C."""
-
-    def handler(signum: int, _frame: object) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-class _Store:
-    """MLflow, best effort: a failed call is reported once per outage and the sweep goes on."""
-
-    def __init__(
-        self, recorder: SweepRecorder, journal: Journal | None, echo: Callable[[str], None], report: SweepReport
-    ):
-        self.recorder, self.journal, self.echo, self.report = recorder, journal, echo, report
-        self.down = False
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
-        try:
-            value = fn(*args)
-        except Exception as e:  # noqa: BLE001 - any failure of the store: the result is in the journal
-            self.report.store_failures += 1
-            if not self.down:
-                kept = (
-                    (
-                        f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` once it "
-                        f"is back"
-                    )
-                    if self.journal is not None
-                    else "nothing was measured yet"
-                )
-                self.echo(f"warning: tracking store {self.recorder.uri} failed ({self.recorder.explain(e)}); {kept}")
-            self.down = True
-            return False, None
-        if self.down:
-            self.echo(f"note: tracking store {self.recorder.uri} answers again")
-        self.down = False
-        return True, value
-
-
-def _row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
-    row: dict[str, object] = {
-        "index": trial.index,
-        "trial_id": trial.trial_id,
-        "run_id": run_id,
-        "label": trial.label,
-        "status": r.status,
-        "bound": r.bound,
-        "error": r.error,
-    }
-    row.update({k: round(v, 6) for k, v in r.metrics.items()})
-    row.update(trial.spec.flat_params())
-    return row
-
-
-def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
-    extra = sorted({k for row in rows for k in row} - set(CSV_LEAD))
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_LEAD + extra)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
-
-
-def describe(trial: Trial, r: TrialResult) -> str:
-    m = r.metrics
-    head = f"[{trial.index + 1:>{len(str(trial.total))}}/{trial.total}] {r.status:<8} {trial.label}"
-    if "batch_auto_fit" in m and not trial.spec.batch.auto:
-        head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
-    return f"{head} | {sweep_summary.trial_body(r.status, r.bound, m, r.error)}"
 
 
 @dataclass(frozen=True)
@@ -231,52 +84,6 @@ def run_sweep(
             server.close()
 
 
-def _probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
-    """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
-    optimizer state and fresh gradients at once: the steady-state peak)."""
-    batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
-    measure = spec.measure.model_copy(update={"warmup_steps": 1, "bench_steps": 1, "repeats": 1})
-    return spec.model_copy(update={"batch": batch, "measure": measure})
-
-
-def _annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: footprint.MemoryPlan | None) -> None:
-    """The memory plan next to the measured peaks, and TFLOPs / MFU from the model's FLOPs per image."""
-    if plan is not None:
-        result.metrics.update(plan.metrics())
-        if plan.over:
-            result.tags["dinox.predicted_oom"] = plan.over
-    cost = estimates.cost(spec)
-    if cost is not None and result.status == "ok" and "images_per_s" in result.metrics:
-        metrics, tags = footprint.compute_metrics(
-            cost,
-            result.metrics["images_per_s"],
-            result.tags.get("dinox.device_name", ""),
-            spec.precision,
-            spec.hardware.peak_tflops,
-            spec.hardware.gpus,
-        )
-        result.metrics.update(metrics)
-        result.tags.update(tags)
-
-
-@dataclass
-class _InFlight:
-    """The trial being measured: what an interrupt or a failure must close."""
-
-    trial: Trial
-    result_id: str
-    run_id: str | None = None
-    closed: bool = False  # its result is in the store: nothing left to kill
-    started: float = field(default_factory=time.time)
-    monitor: Any = None  # its system metrics, sampled while it runs
-
-    def stop_monitor(self) -> None:
-        if self.monitor is not None:
-            with contextlib.suppress(Exception):  # the store may be failing: the result matters, not these
-                self.monitor.finish()
-            self.monitor = None
-
-
 class Sweep:
     """One `dinox run`: opens the sweep, then for each trial resolves its batch, measures it and records it,
     then closes the sweep. Every result reaches the journal before MLflow; a failure of the store never
@@ -298,7 +105,7 @@ class Sweep:
         self.echo, self.on_spawn, self.options, self.server = self.progress.line, on_spawn, options, server
         self.t0 = time.time()
         self.name = trials[0].spec.name
-        self.in_flight: _InFlight | None = None
+        self.in_flight: InFlight | None = None
 
     # --- the whole sweep ----------------------------------------------------------------------------
 
@@ -315,7 +122,7 @@ class Sweep:
         self._setup_estimates()  # a device the machine lacks: DeviceMissing, no run opened
         self._setup_parent()
         try:
-            with _signals_raise():
+            with signals_raise():
                 self._setup_workdir()
                 self._warn_without_estimates()
                 self._setup_resume()
@@ -372,21 +179,7 @@ class Sweep:
     def _setup_workdir(self) -> None:
         sweep_dir = self.workdir / "sweeps" / self.name / f"{time.strftime('%Y%m%d-%H%M%S')}-{self.parent[:8]}"
         self.report.sweep_dir = sweep_dir
-        normalized = [
-            {
-                "index": t.index,
-                "trial_id": t.trial_id,
-                "sweep_values": t.overrides,
-                "spec": t.spec.model_dump(mode="json"),
-            }
-            for t in self.trials
-        ]
-        try:
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            (sweep_dir / "spec.yaml").write_text(self.doc.text)
-            (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
-        except OSError as e:
-            raise WorkdirError(e.errno, f"cannot write {sweep_dir}: {e.strerror or e}") from e
+        write_sweep_files(sweep_dir, self.doc.text, self.trials)
         if self.estimate_dir.exists():
             os.replace(self.estimate_dir, sweep_dir / "estimate")
             with contextlib.suppress(OSError):
@@ -396,7 +189,7 @@ class Sweep:
         self.journal.sweep(
             self.recorder.uri, self.recorder.experiment_id, self.parent, self.name, ProcessRef.me().tags()
         )
-        self.store = _Store(self.recorder, self.journal, self.echo, self.report)
+        self.store = BestEffortStore(self.recorder, self.journal, self.echo, self.report)
         self.store.call(self.recorder.tag_sweep_dir, sweep_dir)
         self.csv_path = sweep_dir / "results.csv"
         n, exp = len(self.trials), self.recorder.experiment_id
@@ -450,10 +243,9 @@ class Sweep:
     def _abort(self, status: str, reason: str) -> None:
         """Close what is open, so nothing stays RUNNING. Further signals wait until that is done: a second
         Ctrl-C must not leave runs RUNNING."""
-        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        with signals_ignored():
             journal = getattr(self, "journal", None)
-            store = getattr(self, "store", None) or _Store(self.recorder, journal, self.echo, self.report)
+            store = getattr(self, "store", None) or BestEffortStore(self.recorder, journal, self.echo, self.report)
             if journal is not None:
                 self._journal_quietly(lambda: journal.sweep_end(status))
             flight = self.in_flight
@@ -466,9 +258,6 @@ class Sweep:
             artifacts = [sweep_dir / "results.csv", sweep_dir / "spec.yaml"] if journal is not None else []
             if store.call(self.recorder.close_sweep, status, summary, artifacts, reason)[0] and journal is not None:
                 self._journal_quietly(journal.sweep_closed)
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
 
     @staticmethod
     def _journal_quietly(write: Callable[[], None]) -> None:
@@ -496,7 +285,7 @@ class Sweep:
             size = search.chosen()
             if size is not None and failure is None:
                 trial = replace(trial, spec=trial.spec.with_batch(size))
-        flight = self.in_flight = _InFlight(trial, new_result_id())  # after any batch search: probes are their own
+        flight = self.in_flight = InFlight(trial, new_result_id())  # after any batch search: probes are their own
         self._open_run(flight)
         if flight.run_id is not None and self.options.system_metrics:
             flight.monitor = self.recorder.watch(flight.run_id)
@@ -520,7 +309,7 @@ class Sweep:
             f"{prior.run_id}; --force measures it again"
         )
 
-    def _open_run(self, flight: _InFlight, role: str = "trial") -> None:
+    def _open_run(self, flight: InFlight, role: str = "trial") -> None:
         """The trial's run, opened once: its id goes to the journal at once, so a store failure later never
         leads to a second run for the same result."""
         _ok, flight.run_id = self.store.call(self.recorder.open_trial, flight.trial, flight.result_id, role)
@@ -557,10 +346,10 @@ class Sweep:
     def _trial_dir(self, trial: Trial, suffix: str = "") -> Path:
         return self.report.sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}{suffix}"
 
-    def _record(self, flight: _InFlight, result: TrialResult, log_path: Path | None) -> None:
+    def _record(self, flight: InFlight, result: TrialResult, log_path: Path | None) -> None:
         """Journal first, then MLflow (confirmed by reading it back), then the CSV."""
         trial = flight.trial
-        _annotate(
+        footprint.annotate(
             result, trial.spec, self.estimates, None if trial.spec.batch.auto else self.estimates.memory(trial.spec)
         )
         try:
@@ -575,7 +364,7 @@ class Sweep:
             trial.label, result.status, result.bound, result.metrics, result.error
         )
         self._log(flight, result, log_path, journal=True)
-        self.report.rows.append(_row(trial, flight.run_id or "", result))
+        self.report.rows.append(row(trial, flight.run_id or "", result))
         self.report.results.append(result)
         try:
             write_csv(self.csv_path, self.report.rows)
@@ -584,7 +373,7 @@ class Sweep:
         if not trial.spec.batch.auto:
             self.pruner.observe(trial.spec.flat_params(), trial.spec.size, result.status, flight.run_id or "")
 
-    def _log(self, flight: _InFlight, result: TrialResult, log_path: Path | None, journal: bool) -> None:
+    def _log(self, flight: InFlight, result: TrialResult, log_path: Path | None, journal: bool) -> None:
         if flight.run_id is None:  # opening failed: the store may hold the run anyway; never open a second
             _ok, flight.run_id = self.store.call(self.recorder.run_for, flight.trial, flight.result_id, None)
         if flight.run_id is None:
@@ -602,11 +391,11 @@ class Sweep:
         the search and, when a probe ended other than ok or oom, the result the trial gets instead."""
         search = BatchSearch.for_spec(trial.spec)
         while (size := search.next_size()) is not None:
-            spec = _probe_spec(trial.spec, size)
+            spec = probe_spec(trial.spec, size)
             probe = Trial(
                 trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec), trial.locations
             )
-            flight = self.in_flight = _InFlight(probe, new_result_id())
+            flight = self.in_flight = InFlight(probe, new_result_id())
             self._open_run(flight, "probe")
             outcome = runner.run_trial(probe, self._trial_dir(trial, f"-probe{size}"), server=self.server)
             r = outcome.result

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import decide, report
+from dinox import budget, decide, report
 from dinox.records import TrialRecord
 from tests import study
 
-BUDGET = decide.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
+BUDGET = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
 IMAGES = study.DATASET * study.EPOCHS  # 24,452,700
 
 
@@ -73,7 +73,7 @@ def test_memory_headroom_excludes_a_faster_trial_near_the_edge():
 
 
 def test_no_go_says_what_would_be_needed():
-    tight = decide.Budget(days=10, dataset_size=study.DATASET, epochs=study.EPOCHS)
+    tight = budget.Budget(days=10, dataset_size=study.DATASET, epochs=study.EPOCHS)
     d = decide.decide(study.records(study.study()), tight)
     assert d.verdict == "NO-GO" and d.recommended is None
     assert d.needed_ips == pytest.approx(IMAGES / (10 * 86400))  # 28.3 img/s
@@ -84,16 +84,16 @@ def test_no_go_says_what_would_be_needed():
 
 
 def test_utilization_stretches_the_days():
-    budget = decide.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS, utilization=0.8)
-    d = decide.decide(study.records(study.study()), budget)
+    b = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS, utilization=0.8)
+    d = decide.decide(study.records(study.study()), b)
     large = by_name(d, "vit_large_patch14_dinov2")
     assert large.best.days == pytest.approx(12.02 / 0.8, abs=0.01)  # 15.03 days: no longer fits
     assert d.verdict == "NO-GO"
 
 
 def test_target_images_budget():
-    budget = decide.Budget(days=15, target_images=10_000_000)
-    d = decide.decide(study.records(study.study()), budget)
+    b = budget.Budget(days=15, target_images=10_000_000)
+    d = decide.decide(study.records(study.study()), b)
     giant = by_name(d, "vit_giant_patch14_dinov2")
     assert giant.best.days == pytest.approx(10_000_000 / (5.40 * 86400))  # 21.4: still NO-GO
     assert giant.epochs_in_budget is None and giant.images_in_budget == pytest.approx(5.40 * 86400 * 15)
@@ -146,7 +146,7 @@ def test_records_from_another_tool_without_optional_fields():
         {"images_per_s": 50.0},
         {"dinox.status": "ok"},
     )
-    d = decide.decide([r], decide.Budget(days=1, target_images=50 * 86400))
+    d = decide.decide([r], budget.Budget(days=1, target_images=50 * 86400))
     (mv,) = d.models
     assert mv.best.effective_batch == 32 and mv.best.conservative_ips == 50.0
     assert mv.best.days == pytest.approx(1.0) and d.verdict == "GO"
@@ -157,7 +157,7 @@ def test_nothing_measured_is_an_error_naming_the_statuses_and_the_commonest_erro
     rows += [study.trial(study.VIT_L, b, 1, None, "error") for b in (8, 16, 32)]
     for i, row in enumerate(rows[2:]):
         row["tags"]["dinox.error"] = "hardware.device: cuda was asked for" if i else "another"
-    with pytest.raises(decide.DecisionError) as e:
+    with pytest.raises(budget.DecisionError) as e:
         decide.decide(study.records(rows), BUDGET)
     assert str(e.value) == (
         "nothing was measured (5 trials: error 3, oom 1, crashed 1); the commonest error (2x): "
@@ -194,8 +194,8 @@ def test_an_unstable_recommendation_is_called_out_in_the_verdict_line_and_the_re
     ],
 )
 def test_budget_errors(kwargs, message):
-    with pytest.raises(decide.DecisionError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        decide.Budget(**kwargs)
+    with pytest.raises(budget.DecisionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        budget.Budget(**kwargs)
 
 
 def test_json_has_the_contract_keys():
@@ -215,13 +215,13 @@ def test_json_has_the_contract_keys():
 
 def test_options_override_the_spec_budget_field_by_field():
     spec = {"days": 15.0, "dataset_size": 244527, "epochs": 100.0, "target_images": None}
-    assert decide.merge_budget(spec, None, None, None, None, 1.0) == decide.Budget(15, 244527, 100)
-    assert decide.merge_budget(spec, 12, None, None, None, 0.9) == decide.Budget(12, 244527, 100, utilization=0.9)
-    assert decide.merge_budget(spec, None, None, 50, None, 1.0).epochs == 50
-    images = decide.merge_budget(spec, None, None, None, 10**6, 1.0)
+    assert budget.merge_budget(spec, None, None, None, None, 1.0) == budget.Budget(15, 244527, 100)
+    assert budget.merge_budget(spec, 12, None, None, None, 0.9) == budget.Budget(12, 244527, 100, utilization=0.9)
+    assert budget.merge_budget(spec, None, None, 50, None, 1.0).epochs == 50
+    images = budget.merge_budget(spec, None, None, None, 10**6, 1.0)
     assert (images.target_images, images.dataset_size, images.epochs) == (10**6, None, None)
-    with pytest.raises(decide.DecisionError, match="no budget"):
-        decide.merge_budget({}, None, 1000, 10, None, 1.0)
+    with pytest.raises(budget.DecisionError, match="no budget"):
+        budget.merge_budget({}, None, 1000, 10, None, 1.0)
 
 
 def test_unstable_trials_are_flagged_and_excluded_on_request():
@@ -300,7 +300,7 @@ def test_records_that_cannot_be_true_are_left_out_with_the_reason():
 
 
 def test_only_untrustworthy_records_is_an_error_not_a_verdict():
-    with pytest.raises(decide.DecisionError, match="none of the 2 trial records can be used: nan-ips"):
+    with pytest.raises(budget.DecisionError, match="none of the 2 trial records can be used: nan-ips"):
         decide.decide(study.records([HOSTILE[0][0], HOSTILE[7][0]]), BUDGET)
 
 
@@ -317,8 +317,8 @@ def test_only_untrustworthy_records_is_an_error_not_a_verdict():
 )
 def test_budget_options_are_validated_like_spec_fields(kwargs, message):
     args = {"days": 15.0, "dataset_size": None, "epochs": None, "target_images": None, "utilization": 1.0, **kwargs}
-    with pytest.raises(decide.DecisionError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        decide.merge_budget({}, **args)
+    with pytest.raises(budget.DecisionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        budget.merge_budget({}, **args)
 
 
 def test_policy_options_are_validated():
@@ -328,5 +328,5 @@ def test_policy_options_are_validated():
         ({"effective_batch": -4}, "--effective-batch"),
     ]
     for kwargs, message in cases:
-        with pytest.raises(decide.DecisionError, match=message):
+        with pytest.raises(budget.DecisionError, match=message):
             decide.Policy(**kwargs)

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from dinox import decide, grid, report, runner, spec_file
+from dinox import budget, decide, grid, report, runner, spec_file
 from dinox.readback import fetch_trials
 from tests.conftest import TINY, run_dinox
 
@@ -31,7 +31,7 @@ sweep:
 def _decided(uri: str, experiment: str) -> str:
     """decide's report on an experiment, in this process (the decide CLI has tests of its own)."""
     records, _sources, _home = fetch_trials(uri, [experiment], [])
-    return report.render_markdown(decide.decide(records, decide.Budget(days=1, target_images=1000)), [])
+    return report.render_markdown(decide.decide(records, budget.Budget(days=1, target_images=1000)), [])
 
 
 def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):

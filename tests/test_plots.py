@@ -3,11 +3,11 @@
 import pytest
 from PIL import Image
 
-from dinox import decide
+from dinox import budget, decide
 from dinox.plots import write_plots
 from tests import study
 
-BUDGET = decide.Budget(days=15, dataset_size=1_000_000, epochs=100)
+BUDGET = budget.Budget(days=15, dataset_size=1_000_000, epochs=100)
 
 
 def _plots(rows, tmp_path, budget=BUDGET):
@@ -34,10 +34,10 @@ def test_each_plot_is_written(rows, tmp_path):
 
 
 def test_a_target_far_above_the_data_and_a_one_day_budget(tmp_path):
-    budget = decide.Budget(days=1, dataset_size=100_000_000, epochs=100)
-    assert "throughput_vs_batch.png" in _plots(study.study(), tmp_path, budget)
+    b = budget.Budget(days=1, dataset_size=100_000_000, epochs=100)
+    assert "throughput_vs_batch.png" in _plots(study.study(), tmp_path, b)
 
 
 def test_no_record_at_all_is_refused_before_any_plot():
-    with pytest.raises(decide.DecisionError, match="no trial runs"):
+    with pytest.raises(budget.DecisionError, match="no trial runs"):
         decide.decide([], BUDGET)

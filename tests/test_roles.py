@@ -7,7 +7,7 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel
 
-from dinox import decide, footprint, grid, spec_file
+from dinox import budget, decide, footprint, grid, spec_file
 from dinox.prune import Pruner
 from dinox.records import TrialRecord
 from dinox.roles import CONFIG, MEMORY, RoleTable
@@ -84,7 +84,7 @@ def test_prune_and_decide_group_the_same_trials(write_spec):
         group = next(rs for rs in groups.values() if any(r.run_id == t.trial_id for r in rs))
         smallest_oom = min(r.batch_size for r in group if r.status == "oom")
         assert (pruner.reason(t.spec) is not None) == (t.spec.size > smallest_oom), t.label
-    by_model = decide.decide(records, decide.Budget(days=1, target_images=1000))
+    by_model = decide.decide(records, budget.Budget(days=1, target_images=1000))
     boundaries = sorted((b.largest_ok, b.smallest_oom) for mv in by_model.models for b in mv.oom)
     assert boundaries == [(16, 32), (32, 64), (32, 64), (32, 64)]
 

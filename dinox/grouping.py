@@ -1,0 +1,48 @@
+"""Trials grouped by their params: by model, by the params that bound memory (dinox.roles), equal in all but
+one swept param; and the few params that tell groups apart, to label them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from dinox.records import TrialRecord
+from dinox.spec import ROLES
+
+
+def model_key(r: TrialRecord) -> tuple[str, str, dict[str, str]]:
+    name = r.params.get("model.name", "?")
+    kwargs = {k.removeprefix("model.kwargs."): v for k, v in r.params.items() if k.startswith("model.kwargs.")}
+    if r.params.get("model.kwargs") not in (None, "{}"):
+        kwargs["kwargs"] = r.params["model.kwargs"]
+    key = name + "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))
+    return key, name, kwargs
+
+
+def memory_groups(records: list[TrialRecord]) -> dict[tuple[tuple[str, str], ...], list[TrialRecord]]:
+    """The ok and oom trials by the params that bound their memory: each group has one OOM boundary over
+    the physical batch, the same grouping `dinox.prune` skips larger batches by."""
+    groups: dict[tuple[tuple[str, str], ...], list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        if r.status in ("ok", "oom") and r.batch_size is not None:
+            groups[ROLES.memory_key(r.params)].append(r)
+    return dict(sorted(groups.items()))
+
+
+def groups_without(records: list[TrialRecord], swept: str) -> list[tuple[tuple, list[TrialRecord]]]:
+    """Trials equal in every workload param but `swept`, keyed by those params."""
+    groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        if swept in r.params:
+            key = tuple(sorted((k, v) for k, v in r.params.items() if k != swept and ROLES.describes(k)))
+            groups[key].append(r)
+    return list(groups.items())
+
+
+def telling(keys: list[tuple]) -> list[dict[str, str]]:
+    """Each key shown by only the params that tell it apart from the other keys of its own list."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for key in keys:
+        for k, v in key:
+            values[k].add(v)
+    differing = {k for k, vs in values.items() if len(vs) > 1}
+    return [{k: v for k, v in key if k in differing} for key in keys]

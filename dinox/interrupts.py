@@ -1,0 +1,43 @@
+"""SIGTERM and SIGINT during a sweep: raised as Interrupted in the main thread so cleanup runs as for Ctrl-C,
+and ignored while that cleanup closes what is open (a second Ctrl-C must not leave runs RUNNING)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(BaseException):
+    """SIGTERM / SIGINT. A BaseException, like KeyboardInterrupt, so no `except Exception` swallows it."""
+
+    def __init__(self, signame: str):
+        super().__init__(f"interrupted by {signame}")
+        self.signame = signame
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGTERM (and SIGINT) raise Interrupted in the main thread, so cleanup runs as for Ctrl-C."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

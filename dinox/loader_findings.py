@@ -1,0 +1,102 @@
+"""What the input pipeline says across a sweep: the worker count past which more workers stop paying (the
+knee), whether pinned memory helps, and which trials wait on the loader or on the host."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from dinox.grouping import groups_without, telling
+from dinox.records import TrialRecord
+
+
+@dataclass
+class KneeRow:
+    settings: dict[str, str]  # what the workers were swept under
+    points: list[tuple[int, float]]  # (workers, measured images/s), sorted by workers
+    knee_workers: int
+    best_workers: int
+    best_ips: float
+    # (workers, loader_images_per_s): what the input pipeline alone delivers at that worker count
+    loader_points: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class PinRow:
+    settings: dict[str, str]
+    pinned_ips: float
+    unpinned_ips: float
+
+    @property
+    def ratio(self) -> float:
+        return self.pinned_ips / self.unpinned_ips
+
+
+@dataclass
+class LoaderFindings:
+    knees: list[KneeRow] = field(default_factory=list)
+    pin: list[PinRow] = field(default_factory=list)
+    # (run name, model, measured ips, loader_cost or None): trials whose input pipeline sets the pace
+    io_bound: list[tuple[str, str, float, float | None]] = field(default_factory=list)
+    # (run name, model, measured ips): trials whose device waits on the host (Python, kernel launches)
+    host_bound: list[tuple[str, str, float]] = field(default_factory=list)
+
+    @property
+    def pin_summary(self) -> str:
+        if not self.pin:
+            return ""
+        ratios = [p.ratio for p in self.pin]
+        median = statistics.median(ratios)
+        faster = sum(r > 1 for r in ratios)
+        verdict = "helps" if median > 1.02 else "hurts" if median < 0.98 else "makes no clear difference"
+        return (
+            f"pinned memory {verdict}: faster in {faster} of {len(ratios)} otherwise-equal pairs, "
+            f"median {median - 1:+.1%}"
+        )
+
+
+def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindings:
+    ok = [r for r in records if r.status == "ok" and "images_per_s" in r.metrics]
+    findings = LoaderFindings()
+    # The worker knee: among trials equal in everything but loader.num_workers.
+    knees: list[tuple[tuple, list[tuple[int, float]], list[tuple[int, float]]]] = []
+    for key, rs in groups_without(ok, "loader.num_workers"):
+        by_workers: dict[int, float] = {}
+        ceiling: dict[int, float] = {}
+        for r in rs:
+            w = r.param_int("loader.num_workers")
+            if w is not None:
+                by_workers[w] = max(by_workers.get(w, 0.0), r.metrics["images_per_s"])
+                if "loader_images_per_s" in r.metrics:
+                    ceiling[w] = max(ceiling.get(w, 0.0), r.metrics["loader_images_per_s"])
+        if len(by_workers) >= 2:
+            knees.append((key, sorted(by_workers.items()), sorted(ceiling.items())))
+    for settings, (_key, points, loader_points) in zip(telling([k for k, _, _ in knees]), knees, strict=True):
+        best_w, best = max(points, key=lambda p: p[1])
+        knee = min(w for w, ips in points if ips >= (1 - tolerance) * best)
+        findings.knees.append(KneeRow(settings, points, knee, best_w, best, loader_points))
+    # Pinned memory: pairs equal in everything but loader.pin_memory.
+    pairs: list[tuple[tuple, float, float]] = []
+    for key, rs in groups_without(ok, "loader.pin_memory"):
+        pinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory")]
+        unpinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory") is False]
+        if pinned and unpinned:
+            pairs.append((key, max(pinned), max(unpinned)))
+    for settings, (_key, on, off) in zip(telling([k for k, _, _ in pairs]), pairs, strict=True):
+        findings.pin.append(PinRow(settings, on, off))
+    findings.io_bound = [
+        (
+            r.run_name or r.run_id,
+            r.params.get("model.name", "?"),
+            r.metrics["images_per_s"],
+            r.metrics.get("loader_cost"),
+        )
+        for r in ok
+        if r.tags.get("dinox.bound") == "io_bound"
+    ]
+    findings.host_bound = [
+        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])
+        for r in ok
+        if r.tags.get("dinox.bound") == "host_bound"
+    ]
+    return findings

@@ -1,0 +1,65 @@
+"""The tracking store as a sweep uses it: every call best effort (the journal holds the result already), an
+outage reported once, and the trial in flight: what an interrupt or a failure must close."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dinox.grid import Trial
+from dinox.journal import Journal
+from dinox.sweep_report import SweepReport
+from dinox.tracking import SweepRecorder
+
+
+class BestEffortStore:
+    """MLflow, best effort: a failed call is reported once per outage and the sweep goes on."""
+
+    def __init__(
+        self, recorder: SweepRecorder, journal: Journal | None, echo: Callable[[str], None], report: SweepReport
+    ):
+        self.recorder, self.journal, self.echo, self.report = recorder, journal, echo, report
+        self.down = False
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+        try:
+            value = fn(*args)
+        except Exception as e:  # noqa: BLE001 - any failure of the store: the result is in the journal
+            self.report.store_failures += 1
+            if not self.down:
+                kept = (
+                    (
+                        f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` once it "
+                        f"is back"
+                    )
+                    if self.journal is not None
+                    else "nothing was measured yet"
+                )
+                self.echo(f"warning: tracking store {self.recorder.uri} failed ({self.recorder.explain(e)}); {kept}")
+            self.down = True
+            return False, None
+        if self.down:
+            self.echo(f"note: tracking store {self.recorder.uri} answers again")
+        self.down = False
+        return True, value
+
+
+@dataclass
+class InFlight:
+    """The trial being measured: what an interrupt or a failure must close."""
+
+    trial: Trial
+    result_id: str
+    run_id: str | None = None
+    closed: bool = False  # its result is in the store: nothing left to kill
+    started: float = field(default_factory=time.time)
+    monitor: Any = None  # its system metrics, sampled while it runs
+
+    def stop_monitor(self) -> None:
+        if self.monitor is not None:
+            with contextlib.suppress(Exception):  # the store may be failing: the result matters, not these
+                self.monitor.finish()
+            self.monitor = None
