@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -13,9 +12,15 @@ import click
 EXIT_BAD_INPUT = 2
 
 
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}" if "\n" not in message else message, err=True)
-    sys.exit(EXIT_BAD_INPUT)
+class BadInput(click.ClickException):
+    """Bad input or an unusable store: exit 2 and one line (or one per problem), never a traceback. click's
+    own errors print "Error: ..." and exit 1; dinox keeps exit code 1 for a NO-GO."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
+        message = self.format_message()
+        click.echo(message if "\n" in message else f"error: {message}", err=True)
 
 
 def _load(path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()):
@@ -36,7 +41,7 @@ def _load(path: str, max_trials: int | None = 1000, preflight: bool = False, set
         return doc, trials
     except spec_file.SpecError as e:
         e.problems = [_named_override(p, items) for p in e.problems]
-        _fail(e.render())
+        raise BadInput(e.render()) from None
 
 
 def _named_override(problem, items: list[tuple[str, str | None]]):
@@ -100,8 +105,9 @@ def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]
     for spec_file in spec_files:
         try:
             _doc, trials = _load(spec_file, max_trials, preflight=True, sets=sets)
-        except SystemExit:
-            failed = True  # its problems are printed; check the other specs too
+        except BadInput as e:
+            e.show()
+            failed = True  # check the other specs too
             continue
         click.echo(
             f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, experiment {trials[0].spec.name!r}"
@@ -146,62 +152,10 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
         with tempfile.TemporaryDirectory(prefix="dinox-plan-") as tmp:
             data, failure = runner.run_estimate(Estimates.request([t.spec for t in trials]), Path(tmp))
         estimates = Estimates.parse(data, failure)
-    swept = list(dict.fromkeys(k for t in trials for k in t.overrides))
-    header = ["#", "trial_id", *swept, "model", "img", "batch", "accum", "effective", "precision", "workers"]
-    if estimates is not None:
-        header += ["GFLOP/img", "device GB", "loader GB", "OOM?"]
-    rows = []
-    for t in trials:
-        s = t.spec
-        if s.batch.auto:  # what the batch search leaves open
-            accum, effective = str(s.batch.accumulation or "auto"), str(s.batch.effective or "auto")
-        else:
-            accum, effective = str(s.accumulation), str(s.effective_batch)
-        row = [
-            str(t.index + 1),
-            t.trial_id[:8],
-            *(str(t.overrides.get(k, "")) for k in swept),
-            s.model.name,
-            str(s.model.img_size),
-            str(s.batch.size),
-            accum,
-            effective,
-            s.precision,
-            str(s.loader.num_workers),
-        ]
-        if estimates is not None:
-            cost = estimates.cost(s)
-            mem = None if s.batch.auto else estimates.memory(s)
-            row += [
-                f"{cost.flops_per_image / 1e9:.1f}" if cost else "-",
-                f"{mem.device_gb:.2f}" if mem else "-",
-                f"{mem.loader_host_gb:.2f}" if mem else "-",
-                "OOM" if mem and mem.over else "",
-            ]
-        rows.append(row)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    click.echo("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    budget = trials[0].spec.measure
-    click.echo(
-        f"{len(trials)} trials; each: {budget.warmup_steps} warm-up + {budget.repeats} x "
-        f"{budget.bench_steps} timed optimizer steps, timeout {budget.timeout_s:g}s"
-    )
-    if estimates is None:
-        return
-    m = estimates.machine
-    if m is None:
-        click.echo(f"no memory plan: {estimates.why_missing(trials[0].spec) or 'no estimate'}")
-    else:
-        limit = f"{m.device_total_gb:.1f} GB" if m.device_total_gb is not None else "unknown memory"
-        click.echo(f"estimated for {m.device} ({m.device_name}, {limit}; host {m.host_total_gb:.1f} GB)")
-    for t in trials:
-        mem = None if t.spec.batch.auto else estimates.memory(t.spec)
-        if mem is not None and mem.over:
-            click.echo(f"  #{t.index + 1} predicted OOM: {mem.over}")
-        elif estimates.cost(t.spec) is None:
-            click.echo(f"  #{t.index + 1} no estimate: {estimates.why_missing(t.spec) or 'unknown'}")
+    from dinox.plan_table import render
+
+    for line in render(trials, estimates):
+        click.echo(line)
 
 
 @main.command()
@@ -269,21 +223,15 @@ def run(
     unusable tracking store, 130 when interrupted.
     """
     doc, trials = _load(spec_file, max_trials, preflight=True, sets=sets)
-    if shard is not None:
-        from dinox.grid import shard as shard_of
-
-        try:
-            trials = shard_of(trials, shard)
-        except ValueError as e:
-            _fail(f"--shard {e}")
-        if not trials:
-            click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
-            return
+    trials = _of_shard(trials, shard)
+    if not trials:
+        click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
+        return
     from dinox.device_check import missing_message, without_torch
 
     for kind in sorted({t.spec.hardware.device for t in trials}):
         if has := without_torch(kind):
-            _fail(missing_message(spec_file, kind, has))
+            raise BadInput(missing_message(spec_file, kind, has))
     from dinox.forkserver import ForkServer
 
     # The fork server imports torch and timm (seconds) while this process imports MLflow and opens the store.
@@ -293,59 +241,38 @@ def run(
     from dinox.interrupts import Interrupted
     from dinox.journal import WorkdirError
     from dinox.store import TrackingError, resolve_tracking_uri
-    from dinox.sweep import DeviceMissing, run_sweep
-    from dinox.tracking import SweepRecorder, result_summary
+    from dinox.sweep import DeviceMissing, SweepOptions, run_sweep
+    from dinox.tracking import SweepRecorder
 
     uri = resolve_tracking_uri(tracking_uri)
+    live = sys.stdout.isatty()
+    options = SweepOptions(force, not no_prune, skip_predicted_oom, shard or "", isolation, not no_system_metrics, live)
     try:
-        recorder = SweepRecorder(uri)
-        report = run_sweep(
-            doc,
-            trials,
-            recorder=recorder,
-            workdir=Path(workdir),
-            echo=click.echo,
-            force=force,
-            prune=not no_prune,
-            isolation=isolation,
-            skip_predicted_oom=skip_predicted_oom,
-            shard=shard or "",
-            server=server,
-            system_metrics=not no_system_metrics,
-            live=sys.stdout.isatty(),
-        )
+        report = run_sweep(doc, trials, SweepRecorder(uri), Path(workdir), options, click.echo, server)
     except (TrackingError, DeviceMissing) as e:
-        _fail(str(e))
+        raise BadInput(str(e)) from None
     except WorkdirError as e:
-        _fail(
+        raise BadInput(
             f"{e.strerror}; the sweep stopped, the trial in flight is marked KILLED; free space in --workdir "
             f"{workdir} and run it again (what was measured is kept; a resumed sweep measures the rest)"
-        )
+        ) from None
     except (KeyboardInterrupt, Interrupted) as e:
         click.echo(f"dinox: {e or 'interrupted'}; the trial in flight and the sweep are marked KILLED", err=True)
         sys.exit(130)
-    if not report.parent_run_id:
-        return  # nothing was left to measure: the sweep said so
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(result_summary(report.results).items())) or "nothing run"
-    resumed = f"; {len(report.resumed)} already recorded" if report.resumed else ""
-    click.echo(
-        f"dinox: sweep done in {report.wall_s:.1f}s: {counts}{resumed}. Results: {report.sweep_dir / 'results.csv'}"
-    )
-    t = report.timeline()
-    if t:
-        click.echo(
-            f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
-            f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, "
-            f"recording {t['recording_s']:.1f}s"
-        )
-    if report.store_failures:
-        click.echo(
-            f"warning: {report.store_failures} tracking store call(s) failed; run `dinox sync "
-            f"{report.sweep_dir}` once the store is back",
-            err=True,
-        )
-    if uri.startswith("sqlite:///"):
-        click.echo(f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)")
+    if report.parent_run_id:  # else nothing was left to measure, and the sweep said so
+        for line, to_stderr in report.summary(uri):
+            click.echo(line, err=to_stderr)
+
+
+def _of_shard(trials: list, shard: str | None) -> list:
+    if shard is None:
+        return trials
+    from dinox.grid import shard as shard_of
+
+    try:
+        return shard_of(trials, shard)
+    except ValueError as e:
+        raise BadInput(f"--shard {e}") from None
 
 
 @main.command()
@@ -431,58 +358,28 @@ def decide(
     decision.json and PNG plots to --out, also logged as artifacts of a dinox.role=decision run.
     Exit code: 0 GO, 1 NO-GO, 2 error.
     """
-    from dinox import decide as decide_mod
-    from dinox import report as report_mod
-    from dinox.readback import fetch_trials, log_decision
+    from dinox.budget import DecisionError, merge_budget
+    from dinox.decide import Policy
+    from dinox.deciding import DecideRequest
+    from dinox.deciding import run as run_decision
     from dinox.store import TrackingError, resolve_tracking_uri
 
     base: dict = {}
     names = list(experiments)
     if spec_file:
         _doc, trials = _load(spec_file, None)
-        budget_spec = trials[0].spec.budget
-        if budget_spec is not None:
-            base = budget_spec.model_dump()
-        if not names and not run_ids:
-            names = [trials[0].spec.name]
+        base = trials[0].spec.budget.model_dump() if trials[0].spec.budget is not None else {}
+        names = names or ([] if run_ids else [trials[0].spec.name])
     if not names and not run_ids:
-        _fail("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
+        raise BadInput("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
     try:
-        budget = decide_mod.merge_budget(base, days, dataset_size, epochs, target_images, utilization)
-        policy = decide_mod.Policy(max_memory_share, effective_batch, knee_tolerance, exclude_unstable)
+        budget = merge_budget(base, days, dataset_size, epochs, target_images, utilization)
+        policy = Policy(max_memory_share, effective_batch, knee_tolerance, exclude_unstable)
         uri = resolve_tracking_uri(tracking_uri)
-        records, sources, home = fetch_trials(uri, names, list(run_ids))
-        if not records:
-            _fail(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {uri}")
-        decision = decide_mod.decide(records, budget, policy)
-    except (decide_mod.DecisionError, TrackingError) as e:
-        _fail(str(e))
-    decision.sources = sources
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    from dinox.plots import write_plots
-
-    plots = write_plots(decision, records, out)
-    report = out / "report.md"
-    text = report_mod.render_markdown(decision, [p.name for p in plots])
-    report.write_text(text)
-    from dinox.report_html import render_html
-
-    page = out / "report.html"
-    page.write_text(render_html(text, decision.verdict, out))
-    payload = report_mod.to_json(decision)
-    (out / "decision.json").write_text(json.dumps(payload, indent=2) + "\n")
-    click.echo(report_mod.render_terminal(decision))
-    click.echo(f"report: {report} ({page.name} beside it)  decision: {out / 'decision.json'}")
-    if not no_log:
-        try:
-            files = [report, page, out / "decision.json", *plots]
-            params, metrics = report_mod.log_params(decision), report_mod.log_metrics(decision)
-            note = f"**{decision.verdict}**\n\n```\n{report_mod.render_terminal(decision)}\n```"
-            run_id = log_decision(uri, home, decision.verdict, params, metrics, files, note)
-        except TrackingError as e:
-            _fail(str(e))
-        click.echo(f"logged as decision run {run_id}")
+        request = DecideRequest(uri, names, list(run_ids), budget, policy, Path(out_dir), log=not no_log)
+        decision = run_decision(request, click.echo)
+    except (DecisionError, TrackingError) as e:
+        raise BadInput(str(e)) from None
     sys.exit(0 if decision.verdict == "GO" else 1)
 
 
@@ -511,14 +408,14 @@ def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> 
     from dinox.data.dicom_preprocess import preprocess as run_preprocess
 
     if not Path(dicom_root).is_dir():
-        _fail(f"--dicom-root {dicom_root}: no such directory")
+        raise BadInput(f"--dicom-root {dicom_root}: no such directory")
     try:
         summary = run_preprocess(dicom_root, out_root, force=force, min_slices=min_slices)
     except PreprocessError as e:
-        _fail(str(e))
+        raise BadInput(str(e)) from None
     click.echo(render_summary(summary))
     if not summary.slices_indexed:
-        _fail(f"no CT series with at least {min_slices} readable slices under {dicom_root}")
+        raise BadInput(f"no CT series with at least {min_slices} readable slices under {dicom_root}")
 
 
 @main.command()
@@ -540,7 +437,7 @@ def shards(index_csv: str, out_dir: str, root: str | None, shard_size: int) -> N
     try:
         paths = write_shards(index_csv, out_dir, root=root, shard_size=shard_size)
     except (DataError, OSError) as e:
-        _fail(str(e))
+        raise BadInput(str(e)) from None
     click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")
 
 
@@ -599,7 +496,7 @@ def ui(tracking_uri: str | None, host: str, port: int) -> None:
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
-        _fail(f"{uri} is a tracking server: open it in a browser, it serves its own UI")
+        raise BadInput(f"{uri} is a tracking server: open it in a browser, it serves its own UI")
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: the UI listens on {host}, reachable by others, with no authentication", err=True)
     click.echo(f"MLflow UI on http://{host}:{port} for {uri} (Ctrl-C to stop)")

@@ -30,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dinox import lifeline, models, objectives
 from dinox.data.views import view_plan
-from dinox.footprint import GB, Machine, ModelCost
+from dinox.footprint import GIB, Machine, ModelCost
 from dinox.result import one_line
 from dinox.spec import TrialSpec
 
@@ -152,8 +152,8 @@ def cost_of(spec: TrialSpec) -> ModelCost:
 def machine(device_kind: str) -> Machine:
     from dinox.device import available_kinds, environment_tags, resolve_device
 
-    runtime = psutil.Process().memory_info().rss / GB
-    host = psutil.virtual_memory().total / GB
+    runtime = psutil.Process().memory_info().rss / GIB
+    host = psutil.virtual_memory().total / GIB
     kinds, has = available_kinds()
     try:
         device = resolve_device(device_kind)
@@ -164,7 +164,7 @@ def machine(device_kind: str) -> Machine:
     name = environment_tags(device)["dinox.device_name"]
     total: float | None = None
     if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory / GB
+        total = torch.cuda.get_device_properties(device).total_memory / GIB
     elif device.type == "cpu":
         total = host
     return Machine(device.type, name, total, host, runtime, kinds, has)

@@ -14,7 +14,7 @@ from dinox import peaks
 from dinox.result import TrialResult
 from dinox.spec import ROLES, TrialSpec
 
-GB = 2**30
+GIB = 2**30  # every *_gb figure dinox reports is GiB
 # Under autocast the tensors saved for backward are mostly 16-bit (matmul and attention inputs) but not all
 # (LayerNorm inputs, softmax statistics, the loss stay fp32): about this share of the fp32 figure.
 MIXED_ACTIVATION_SHARE = 0.6
@@ -105,13 +105,13 @@ def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPla
     if limit is not None:
         device_limit = min(limit, device_limit) if device_limit is not None else limit
     plan = MemoryPlan(
-        weights_gb=weights / GB,
-        grads_gb=grads / GB,
-        optimizer_gb=optimizer / GB,
-        activations_gb=activations / GB,
-        batch_gb=batch / GB,
+        weights_gb=weights / GIB,
+        grads_gb=grads / GIB,
+        optimizer_gb=optimizer / GIB,
+        activations_gb=activations / GIB,
+        batch_gb=batch / GIB,
         runtime_gb=machine.runtime_gb if on_cpu else 0.0,
-        loader_host_gb=loader_host / GB,
+        loader_host_gb=loader_host / GIB,
         device_limit_gb=device_limit,
         host_limit_gb=machine.host_total_gb,
         over="",
@@ -119,13 +119,13 @@ def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPla
     reasons = []
     if device_limit is not None and plan.device_gb > HEADROOM * device_limit:
         where = "host memory" if on_cpu and limit is None else "the memory limit" if limit else "device memory"
-        reasons.append(f"device {plan.device_gb:.1f} GB > {HEADROOM:.0%} of {where} ({device_limit:.1f} GB)")
+        reasons.append(f"device {plan.device_gb:.1f} GiB > {HEADROOM:.0%} of {where} ({device_limit:.1f} GiB)")
     ranks = spec.hardware.gpus  # each rank: its own loader, and on the CPU its own copy of everything
     host_use = ranks * (plan.loader_host_gb + (plan.device_gb if on_cpu else 0.0))
     if host_use > HEADROOM * machine.host_total_gb:
         reasons.append(
-            f"host {host_use:.1f} GB (loader {plan.loader_host_gb:.1f} GB) > {HEADROOM:.0%} of "
-            f"{machine.host_total_gb:.1f} GB"
+            f"host {host_use:.1f} GiB (loader {plan.loader_host_gb:.1f} GiB) > {HEADROOM:.0%} of "
+            f"{machine.host_total_gb:.1f} GiB"
         )
     return replace(plan, over="; ".join(reasons))
 

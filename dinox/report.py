@@ -1,97 +1,13 @@
-"""The decision as people and programs read it: the terminal summary, report.md, decision.json and the
-decision run's params and metrics. Pure rendering of a Decision; no MLflow, no policy."""
+"""The decision as people read it: the terminal summary and report.md (``report_json`` is what programs read).
+Pure rendering of a Decision; no MLflow, no policy."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict
-from typing import Any
-
 from dinox.budget import SECONDS_PER_DAY, Budget, fmt_days
 from dinox.cross_checks import MemoryCheck
-from dinox.decide import Candidate, Decision, ModelVerdict
+from dinox.decide import Decision, ModelVerdict
 from dinox.loader_findings import LoaderFindings
 from dinox.records import IPS_P50, IPS_P90, IPS_WINDOWS
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _candidate_json(c: Candidate | None) -> dict[str, Any] | None:
-    return None if c is None else asdict(c)
-
-
-def to_json(d: Decision) -> dict[str, Any]:
-    rec = d.recommended
-    recommended = None
-    if rec is not None and rec.best is not None:
-        recommended = {
-            "run_id": rec.best.run_id,
-            "model": rec.name,
-            "model_kwargs": rec.kwargs,
-            "params_m": rec.params_m,
-            "configuration": rec.best.configuration,
-            "images_per_s_p90": rec.best.conservative_ips,
-            "images_per_s_p50": rec.best.median_ips,
-            "mfu": rec.best.mfu,
-            "days": rec.best.days,
-        }
-    models = []
-    for mv in d.models:
-        models.append(
-            {
-                "model": mv.name,
-                "model_kwargs": mv.kwargs,
-                "key": mv.key,
-                "params_m": mv.params_m,
-                "trials": mv.trials,
-                "statuses": mv.statuses,
-                "verdict": "GO" if mv.go else "NO-GO",
-                "best": _candidate_json(mv.best),
-                "days": mv.best.days if mv.best else None,
-                "margin_days": mv.margin_days,
-                "epochs_in_budget": mv.epochs_in_budget,
-                "images_in_budget": mv.images_in_budget,
-                "excluded": [
-                    {"run_id": c.run_id, "run_name": c.run_name, "why": c.excluded} for c in mv.candidates if c.excluded
-                ],
-                "oom_boundary": [asdict(b) for b in mv.oom],
-            }
-        )
-    budget = {**asdict(d.budget), "images_needed": d.budget.images_needed, "needed_images_per_s_p90": d.needed_ips}
-    return _clean(
-        {
-            "verdict": d.verdict,
-            "unstable": d.unstable or None,
-            "reason": d.reason,
-            "recommended": recommended,
-            "models": models,
-            "budget": budget,
-            "policy": asdict(d.policy),
-            "loader": {
-                "knees": [asdict(k) for k in d.loader.knees],
-                "pin_memory": [asdict(p) | {"ratio": p.ratio} for p in d.loader.pin],
-                "pin_memory_summary": d.loader.pin_summary,
-                "io_bound": [
-                    {"run": n, "model": m, "images_per_s": ips, "loader_cost": cost}
-                    for n, m, ips, cost in d.loader.io_bound
-                ],
-                "host_bound": [{"run": n, "model": m, "images_per_s": ips} for n, m, ips in d.loader.host_bound],
-            },
-            "sources": d.sources,
-            "notes": d.notes,
-            "memory_predictions": [asdict(c) | {"ratio": c.ratio} for c in d.memory],
-            "scaling": [asdict(row) | {"efficiency": row.efficiency} for row in d.scaling],
-            "left_out": [{"run": run, "why": why} for run, why in d.left_out],
-        }
-    )
 
 
 def _fmt_config(config: dict[str, str]) -> str:
@@ -262,48 +178,45 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
         out += ["No trial qualifies under the policy.", ""]
     else:
         out += ["No trial finished ok.", ""]
-    if mv.candidates:
-        keys = list(dict.fromkeys(k for c in mv.candidates for k in c.configuration))
-        # Columns only for what differs between the trials; what they share is said once.
-        keys_varying = [k for k in keys if len({c.configuration.get(k) for c in mv.candidates}) > 1]
-        common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in keys_varying}
-        if common:
-            out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-        out.append(
-            "| "
-            + " | ".join(
-                [*keys_varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound", "loader cost", "note"]
-            )
-            + " |"
-        )
-        out.append("|" + "---|" * (len(keys_varying) + 9))
-        for c in mv.candidates:
-            mem = f"{c.memory_share:.0%}" if c.memory_share is not None else "-"
-            notes = [c.excluded or ("**best**" if c is mv.best else "")]
-            if c.unstable and not c.excluded:
-                notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
-            mfu = f"{c.mfu:.1%}" if c.mfu is not None else "-"
-            cells = [c.configuration.get(k, "") for k in keys_varying]
-            loader = f"{c.loader_cost:.0%}" if c.loader_cost is not None else "-"
-            cells += [
-                f"{c.conservative_ips:.2f}",
-                f"{c.median_ips:.2f}",
-                f"{c.measured_ips:.2f}",
-                mfu,
-                fmt_days(c.days),
-                mem,
-                c.bound,
-                loader,
-                "; ".join(n for n in notes if n),
-            ]
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
+    out += _candidates_table(mv)
     for ob in mv.oom:
         fit = f"largest batch that fit: {ob.largest_ok}" if ob.largest_ok is not None else "no batch fit"
         out.append(f"- OOM boundary ({_fmt_settings(ob.settings)}): {fit}; smallest that did not: {ob.smallest_oom}")
     if mv.oom:
         out.append("")
     return out
+
+
+def _candidates_table(mv: ModelVerdict) -> list[str]:
+    """One row per ok trial; columns only for what differs between them, what they share said once."""
+    if not mv.candidates:
+        return []
+    keys = list(dict.fromkeys(k for c in mv.candidates for k in c.configuration))
+    varying = [k for k in keys if len({c.configuration.get(k) for c in mv.candidates}) > 1]
+    common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in varying}
+    out = []
+    if common:
+        out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
+    columns = [*varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound", "loader cost", "note"]
+    out += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for c in mv.candidates:
+        notes = [c.excluded or ("**best**" if c is mv.best else "")]
+        if c.unstable and not c.excluded:
+            notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
+        cells = [c.configuration.get(k, "") for k in varying]
+        cells += [
+            f"{c.conservative_ips:.2f}",
+            f"{c.median_ips:.2f}",
+            f"{c.measured_ips:.2f}",
+            f"{c.mfu:.1%}" if c.mfu is not None else "-",
+            fmt_days(c.days),
+            f"{c.memory_share:.0%}" if c.memory_share is not None else "-",
+            c.bound,
+            f"{c.loader_cost:.0%}" if c.loader_cost is not None else "-",
+            "; ".join(n for n in notes if n),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, ""]
 
 
 def _memory_section(checks: list[MemoryCheck]) -> list[str]:
@@ -317,7 +230,7 @@ def _memory_section(checks: list[MemoryCheck]) -> list[str]:
         "",
     ]
     out += [
-        "| trial | model | batch | predicted GB | measured GB | measured / predicted | status | predicted OOM |",
+        "| trial | model | batch | predicted GiB | measured GiB | measured / predicted | status | predicted OOM |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in checks:
@@ -370,20 +283,4 @@ def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
             "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.",
             "",
         ]
-    return out
-
-
-def log_params(d: Decision) -> dict[str, str]:
-    """The decision's inputs, as MLflow params of the decision run."""
-    out = {f"budget.{k}": str(v) for k, v in asdict(d.budget).items()}
-    out.update({f"policy.{k}": str(v) for k, v in asdict(d.policy).items()})
-    out["sources"] = "; ".join(d.sources)[:500]
-    return out
-
-
-def log_metrics(d: Decision) -> dict[str, float]:
-    out = {"needed_images_per_s": d.needed_ips, "models": float(len(d.models))}
-    if d.recommended is not None and d.recommended.best is not None:
-        out["recommended_days"] = d.recommended.best.days
-        out["recommended_images_per_s"] = d.recommended.best.conservative_ips
     return out

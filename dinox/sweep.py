@@ -55,25 +55,17 @@ class SweepOptions:
 def run_sweep(
     doc: SpecDocument,
     trials: list[Trial],
-    *,
     recorder: SweepRecorder,
     workdir: Path,
+    options: SweepOptions = SweepOptions(),
     echo: Callable[[str], None] = print,
-    on_spawn: Callable[[Trial, int], None] | None = None,
-    force: bool = False,
-    prune: bool = True,
-    isolation: str = "fork",
-    skip_predicted_oom: bool = False,
-    shard: str = "",
     server: ForkServer | None = None,
-    system_metrics: bool = True,
-    live: bool = False,
+    on_spawn: Callable[[Trial, int], None] | None = None,
 ) -> SweepReport:
     """Measure every trial and record it; see the module docstring. Raises TrackingError when the store is
     unusable at the start, WorkdirError when the workdir cannot be written, Interrupted on SIGTERM/SIGINT.
     With isolation fork, `server` is a fork server the caller started early (one is started if not)."""
-    options = SweepOptions(force, prune, skip_predicted_oom, shard, isolation, system_metrics, live)
-    if server is None and isolation == "fork":
+    if server is None and options.isolation == "fork":
         server = ForkServer()
     if server is not None:
         server.start()  # its imports overlap with opening the sweep in MLflow

@@ -4,6 +4,7 @@ then the params), the one-line account of each trial, and the SweepReport the co
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,28 @@ class SweepReport:
         mean["per_trial_s"] = loop
         mean["overhead_s"] = loop - mean["data_setup_s"] - mean["build_s"] - mean["measure_s"]
         return mean
+
+    def summary(self, uri: str) -> list[tuple[str, bool]]:
+        """What `dinox run` says at the end, as (line, to stderr)."""
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.status for r in self.results).items()))
+        resumed = f"; {len(self.resumed)} already recorded" if self.resumed else ""
+        done = f"dinox: sweep done in {self.wall_s:.1f}s: {counts or 'nothing run'}{resumed}."
+        lines = [(f"{done} Results: {self.sweep_dir / 'results.csv'}", False)]
+        t = self.timeline()
+        if t:
+            per_trial = (
+                f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
+                f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, recording {t['recording_s']:.1f}s"
+            )
+            lines.append((per_trial, False))
+        if self.store_failures:
+            failed = f"warning: {self.store_failures} tracking store call(s) failed; run `dinox sync {self.sweep_dir}`"
+            lines.append((f"{failed} once the store is back", True))
+        if uri.startswith("sqlite:///"):
+            lines.append(
+                (f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)", False)
+            )
+        return lines
 
 
 def row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from dinox import grid, spec_file
-from dinox.sweep import run_sweep
+from dinox.sweep import SweepOptions, run_sweep
 from dinox.tracking import SweepRecorder
 
 SPEC = """\
@@ -38,14 +38,8 @@ def sweep(isolation: str, trials: int) -> tuple[dict[str, float], float]:
         path.write_text(SPEC.format(seeds=list(range(trials))))
         doc = spec_file.load(path)
         recorder = SweepRecorder(f"sqlite:///{tmp}/mlflow.db")
-        report = run_sweep(
-            doc,
-            grid.expand(doc),
-            recorder=recorder,
-            workdir=Path(tmp) / "work",
-            echo=lambda _line: None,
-            isolation=isolation,
-        )
+        options = SweepOptions(isolation=isolation)
+        report = run_sweep(doc, grid.expand(doc), recorder, Path(tmp) / "work", options, echo=lambda _line: None)
     bad = [r.status for r in report.results if r.status != "ok"]
     if bad:
         raise SystemExit(f"{isolation}: trials failed: {bad}")

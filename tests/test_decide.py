@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import budget, decide, report
+from dinox import budget, decide, report, report_json
 from dinox.records import TrialRecord
 from tests import study
 
@@ -181,7 +181,7 @@ def test_an_unstable_recommendation_is_called_out_in_the_verdict_line_and_the_re
     assert d.verdict == "GO" and "differ by 18%" in d.unstable
     first = report.render_terminal(d).splitlines()[0]
     assert first.startswith("GO (on an UNSTABLE measurement): ")
-    assert "more measure.repeats" in report.render_markdown(d, []) and report.to_json(d)["unstable"] == d.unstable
+    assert "more measure.repeats" in report.render_markdown(d, []) and report_json.to_json(d)["unstable"] == d.unstable
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_budget_errors(kwargs, message):
 
 def test_json_has_the_contract_keys():
     d = decide.decide(study.records(study.study()), BUDGET)
-    payload = report.to_json(d)
+    payload = report_json.to_json(d)
     assert {"verdict", "recommended", "models", "budget", "policy"} <= set(payload)
     assert payload["verdict"] == "GO"
     rec = payload["recommended"]
@@ -256,7 +256,7 @@ def test_mfu_and_memory_predictions_reach_the_report():
     assert measured.ratio == pytest.approx(measured.measured_gb / 60.0)
     text = report.render_markdown(d, [])
     assert "## Memory: predicted before the sweep, measured in it" in text
-    assert report.to_json(d)["memory_predictions"][0]["predicted_gb"] in (60.0, 95.0)
+    assert report_json.to_json(d)["memory_predictions"][0]["predicted_gb"] in (60.0, 95.0)
 
 
 # --- records from other tools are never trusted blindly ----------------------------------------------------

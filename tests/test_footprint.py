@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dinox import footprint, peaks
-from dinox.footprint import GB, Estimates, Machine, ModelCost
+from dinox.footprint import GIB, Estimates, Machine, ModelCost
 from dinox.spec import TrialSpec
 
 COST = ModelCost(
@@ -28,15 +28,15 @@ def spec(**over) -> TrialSpec:
 
 def test_device_memory_adds_up_the_training_state_and_activations():
     plan = footprint.plan_memory(spec(), COST, H100)
-    assert plan.weights_gb == pytest.approx(4e8 / GB)
-    assert plan.grads_gb == pytest.approx(4e8 / GB)
-    assert plan.optimizer_gb == pytest.approx(8e8 / GB)  # AdamW: two fp32 moments
+    assert plan.weights_gb == pytest.approx(4e8 / GIB)
+    assert plan.grads_gb == pytest.approx(4e8 / GIB)
+    assert plan.optimizer_gb == pytest.approx(8e8 / GIB)  # AdamW: two fp32 moments
     assert plan.activations_gb == pytest.approx(64 * 50 / 1024)
     assert plan.runtime_gb == 0.0  # a GPU's memory does not hold the Python process
-    assert plan.device_gb == pytest.approx(1.6e9 / GB + 3.125 + 64 * COST.sample_bytes / GB)
+    assert plan.device_gb == pytest.approx(1.6e9 / GIB + 3.125 + 64 * COST.sample_bytes / GIB)
     assert plan.over == ""
     sgd = footprint.plan_memory(spec(optimizer={"name": "sgd"}), COST, H100)
-    assert sgd.optimizer_gb == pytest.approx(4e8 / GB)
+    assert sgd.optimizer_gb == pytest.approx(4e8 / GIB)
 
 
 def test_mixed_precision_keeps_16_bit_weight_copies_and_smaller_activations():
@@ -49,20 +49,20 @@ def test_mixed_precision_keeps_16_bit_weight_copies_and_smaller_activations():
 def test_loader_host_memory_is_workers_times_prefetch_times_batch_bytes():
     batch_bytes = 64 * COST.sample_bytes
     plan = footprint.plan_memory(spec(loader={"num_workers": 8, "prefetch_factor": 4}), COST, H100)
-    assert plan.loader_host_gb == pytest.approx(8 * 4 * batch_bytes / GB)
+    assert plan.loader_host_gb == pytest.approx(8 * 4 * batch_bytes / GIB)
     pinned = footprint.plan_memory(spec(loader={"num_workers": 8, "pin_memory": True}), COST, H100)
-    assert pinned.loader_host_gb == pytest.approx((8 * 2 + 1) * batch_bytes / GB)  # torch's prefetch 2, + pinned
-    assert footprint.plan_memory(spec(), COST, H100).loader_host_gb == pytest.approx(batch_bytes / GB)
+    assert pinned.loader_host_gb == pytest.approx((8 * 2 + 1) * batch_bytes / GIB)  # torch's prefetch 2, + pinned
+    assert footprint.plan_memory(spec(), COST, H100).loader_host_gb == pytest.approx(batch_bytes / GIB)
 
 
 def test_a_trial_over_the_device_or_the_cap_is_flagged():
     big = footprint.plan_memory(spec(batch={"size": 2048}), COST, H100)
-    assert big.device_gb > 79.1 and big.over.startswith("device ") and "device memory (79.1 GB)" in big.over
+    assert big.device_gb > 79.1 and big.over.startswith("device ") and "device memory (79.1 GiB)" in big.over
     capped = footprint.plan_memory(spec(hardware={"memory_limit_gb": 4}), COST, H100)
-    assert "the memory limit (4.0 GB)" in capped.over
+    assert "the memory limit (4.0 GiB)" in capped.over
     # On the CPU the device is host memory, and the process itself counts.
     on_cpu = footprint.plan_memory(spec(batch={"size": 512}, hardware={"device": "cpu"}), COST, CPU)
-    assert on_cpu.runtime_gb == 0.7 and "host memory (23.5 GB)" in on_cpu.over and "host " in on_cpu.over
+    assert on_cpu.runtime_gb == 0.7 and "host memory (23.5 GiB)" in on_cpu.over and "host " in on_cpu.over
     loader = footprint.plan_memory(
         spec(batch={"size": 128}, loader={"num_workers": 64, "prefetch_factor": 64}), COST, H100
     )
