@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from dinox.timeline import HostEvent, StepTimes, Timeline, WindowRecorder
@@ -112,13 +113,8 @@ class LoopStats:
 
 
 def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default). statistics.quantiles needs two values and its "inclusive"
-    method gives the same numbers, but not for a single value or q in {0, 1}: kept by hand for those."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    """Linear-interpolated quantile (numpy's default; statistics.quantiles refuses a single value)."""
+    return float(np.quantile(values, q))
 
 
 def timeline_for(device: torch.device) -> tuple[Timeline, str]:

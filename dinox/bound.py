@@ -18,12 +18,13 @@ Three rules, the first whose measurements exist:
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
 Bound = Literal["compute_bound", "io_bound", "transfer_bound", "host_bound"]
 Rule = Literal["ablation", "device_events", "host_timers"]
-BOUNDS: tuple[Bound, ...] = ("compute_bound", "io_bound", "transfer_bound", "host_bound")
+BOUNDS: tuple[Bound, ...] = typing.get_args(Bound)
 # More than half of a forward/backward's device time independent of the batch: kernel launches and Python set
 # its pace (at the same time the device runs half the work in nearly the same time), not the device.
 FIXED_SHARE_HOST_BOUND = 0.5

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Literal
 
 from dinox.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_days
 from dinox.cross_checks import MemoryCheck, ScalingRow, memory_checks, scaling
@@ -102,7 +103,7 @@ class ModelVerdict:
 
 @dataclass
 class Decision:
-    verdict: str  # "GO" or "NO-GO"
+    verdict: Literal["GO", "NO-GO"]
     budget: Budget
     policy: Policy
     models: list[ModelVerdict]

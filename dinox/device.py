@@ -14,9 +14,8 @@ from typing import Any
 import timm
 import torch
 
+from dinox.footprint import GIB
 from dinox.spec import TrialSpec
-
-GIB = 2**30
 
 
 def resolve_device(kind: str) -> torch.device:

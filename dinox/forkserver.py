@@ -14,6 +14,7 @@ Protocol, one JSON object per line: the parent writes ``{"module": ..., "trial":
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -127,10 +128,9 @@ class ForkServer:
 
 def _zygote() -> None:
     lifeline.die_with_parent(lifeline.env_parent())  # a SIGKILLed sweep takes its zygote and trials with it
-    # Everything a trial imports, imported once, here. Nothing touches a device.
-    from dinox import estimate, trial
-
-    entries = {"dinox.trial": trial.run_child, "dinox.estimate": estimate.run_child}
+    # Everything a trial imports, imported once, here, so a forked child finds it loaded. Nothing touches a device.
+    import dinox.estimate  # noqa: F401
+    import dinox.trial  # noqa: F401
 
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -151,7 +151,9 @@ def _zygote() -> None:
                 os.dup2(log, 1)
                 os.dup2(log, 2)
                 os.close(log)
-                code = entries[request["module"]](request["trial"], request["result"], forked=True)
+                # The module a request names is the one `python -m MODULE` runs under spawn isolation.
+                run_child = importlib.import_module(request["module"]).run_child
+                code = run_child(request["trial"], request["result"], forked=True)
             except BaseException:  # noqa: BLE001 - whatever happens, this process ends here, never returns
                 import traceback
 

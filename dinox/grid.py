@@ -109,7 +109,7 @@ def expand(doc: SpecDocument, max_trials: int | None = None) -> list[Trial]:
         for fp in checked:
             key = (".".join(fp.loc), fp.message)
             if key not in seen:
-                seen[key] = (line_for(doc, fp.loc, where), [], overrides)
+                seen[key] = (_line_for(doc, fp.loc, where), [], overrides)
             seen[key][1].append(index)
     if seen:
         problems = []
@@ -135,7 +135,12 @@ def shard(trials: list[Trial], spec: str) -> list[Trial]:
     return [t for t in trials if t.index % n == i - 1]
 
 
-def line_for(doc: SpecDocument, loc: tuple[str, ...], where: dict[str, tuple[str, ...]]) -> int | None:
+def locate(doc: SpecDocument, found: list[tuple[Trial, str, str]]) -> list[Problem]:
+    """Problems found in trials, as (trial, field path, message), at their lines in the spec file."""
+    return [Problem(path, message, _line_for(doc, tuple(path.split(".")), t.locations)) for t, path, message in found]
+
+
+def _line_for(doc: SpecDocument, loc: tuple[str, ...], where: dict[str, tuple[str, ...]]) -> int | None:
     """The line a problem at `loc` points at: a swept path's sweep entry, else the key in the base."""
     path = ".".join(loc)
     for dotted, location in where.items():

@@ -7,18 +7,18 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from dinox.grid import Trial, line_for
+from dinox.data.files import REQUIRED_COLUMNS, DataError, shard_urls
+from dinox.grid import Trial
 from dinox.spec import CtPngData, WebDatasetData
-from dinox.spec_file import Problem, SpecDocument
 
 
-def check(doc: SpecDocument, trials: list[Trial]) -> list[Problem]:
-    problems: dict[tuple[str, str], Problem] = {}
+def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
+    """(trial, field path, message) for each problem, the first trial it occurs in; `grid.locate` finds
+    their lines in the spec file."""
+    problems: dict[tuple[str, str], tuple[Trial, str, str]] = {}
 
     def add(trial: Trial, path: str, message: str) -> None:
-        key = (path, message)
-        if key not in problems:
-            problems[key] = Problem(path, message, line_for(doc, tuple(path.split(".")), trial.locations))
+        problems.setdefault((path, message), (trial, path, message))
 
     names = {t.spec.model.name for t in trials}
     unknown = _unknown_models(names)
@@ -32,13 +32,10 @@ def check(doc: SpecDocument, trials: list[Trial]) -> list[Problem]:
             if data.root is not None and not Path(data.root).is_dir():
                 add(t, "data.root", f"{data.root}: no such directory")
         elif isinstance(data, WebDatasetData):
-            from dinox.data.ct_png import DataError
-            from dinox.data.webdataset_source import shard_urls
-
             try:
                 shard_urls(data.shards)
             except DataError as e:
-                add(t, "data.shards", str(e).removeprefix("data.shards: ").removeprefix("data.shards "))
+                add(t, e.field or "data.shards", e.message)
     return list(problems.values())
 
 
@@ -60,8 +57,6 @@ def _index_problems(index_csv: str) -> list[str]:
             header = next(csv.reader(f), [])
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         return [f"{index_csv}: unreadable ({getattr(e, 'strerror', None) or type(e).__name__})"]
-    from dinox.data.ct_png import REQUIRED_COLUMNS
-
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         return [f"{index_csv}: not a dinox index.csv (missing columns {', '.join(missing)})"]

@@ -1,4 +1,4 @@
-"""A trial as read back from the tracking store: the DESIGN.md record, nothing dinox-specific beyond it.
+"""A trial as read back from the tracking store: the record the README describes ("The MLflow record"), nothing more.
 
 Runs logged by another tool with the same names (params ``batch.size``, metrics ``images_per_s``, tag
 ``dinox.status`` ...) read the same way, so ``decide`` works on them too.

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from dinox.bound import BOUNDS
+from dinox.bound import BOUNDS, Bound
 
 # The file beside result.json where a trial says which phase it is in (setup, warm-up, window 2/3, ...).
 PHASE_FILE = "phase"
 
-STATUSES = ("ok", "oom", "error", "crashed", "timeout", "skipped")
+Status = Literal["ok", "oom", "error", "crashed", "timeout", "skipped"]
+STATUSES: tuple[Status, ...] = typing.get_args(Status)
 
 
 @dataclass
 class TrialResult:
-    status: str  # one of STATUSES
+    status: Status
     error: str = ""  # one line: what went wrong
-    bound: str = ""  # one of BOUNDS, for ok trials
+    bound: Bound | Literal[""] = ""  # for ok trials
     metrics: dict[str, float] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)  # environment and applied settings
     step_s: list[float] = field(default_factory=list)  # each timed optimizer step, seconds

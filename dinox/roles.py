@@ -1,6 +1,6 @@
 """What each spec field is for, declared once on the field and read everywhere else.
 
-Every leaf field of the spec carries one `Role` in its annotation (``img_size: Annotated[PositiveInt, MEMORY]``).
+Every leaf field of the spec carries one `Param` marker in its annotation (``fused: Annotated[bool | None, MEMORY]``).
 The lists that used to be written by hand in five places derive from it here: which params make a trial's id,
 which bound its memory (OOM pruning, decide's OOM boundary), which change the model's cost (the footprint
 estimate), which describe its configuration (decide's tables). Adding a field is one edit: its declaration.
@@ -10,12 +10,12 @@ No torch and no spec import here: ``spec`` imports this module for the markers a
 
 from __future__ import annotations
 
-import typing
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
+
+from dinox.spec_fields import models_in
 
 # From the widest reach to the narrowest:
 #   shape    changes the model's parameters, FLOPs or tensors saved for backward (the footprint estimate)
@@ -53,15 +53,6 @@ def _marker(field_info: Any) -> Param | None:
     return next((m for m in field_info.metadata if isinstance(m, Param)), None)
 
 
-def _models(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return _models(typing.get_args(annotation)[0])
-    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
-
-
 class RoleTable:
     """Dotted param name -> Param, walked from a model's fields (a union's members merged)."""
 
@@ -78,7 +69,7 @@ class RoleTable:
     def _walk(cls, model: type[BaseModel], prefix: str, out: dict[str, Param]) -> None:
         for name, info in model.model_fields.items():
             path = f"{prefix}{name}"
-            marker, members = _marker(info), _models(info.annotation)
+            marker, members = _marker(info), models_in(info.annotation)
             if members and marker is None:
                 for member in members:
                     cls._walk(member, f"{path}.", out)
@@ -119,11 +110,5 @@ class RoleTable:
         """Trials with equal keys share one model cost (parameters, FLOPs, saved tensors)."""
         return tuple(sorted((k, v) for k, v in params.items() if self.role(k) == "shape"))
 
-    def with_role(self, *roles: Role) -> list[str]:
-        return [k for k, p in self.params.items() if p.role in roles]
-
     def shown_keys(self) -> list[str]:
         return [k for k, p in self.params.items() if p.shown]
-
-    def drop(self, params: Iterable[str], *roles: Role) -> set[str]:
-        return {k for k in params if self.role(k) in roles}

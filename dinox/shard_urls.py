@@ -38,8 +38,10 @@ def _at_most(shards: str) -> int:
 
 
 def expand(shards: str, limit: int = MAX_SHARDS) -> list[str]:
-    """A brace pattern (``a-{000..009}.tar``) expanded as webdataset expands it, refusing more than `limit`
-    names. Raises ValueError for such a pattern, or one braceexpand cannot read."""
+    """A brace pattern (``a-{000..009}.tar``) expanded by braceexpand, the library webdataset expands with,
+    refusing more than `limit` names. Raises ValueError for such a pattern, or one braceexpand cannot read.
+    Not webdataset's own ``expand_urls``: it also substitutes ``WDS_`` environment variables (one spec would
+    name other shards on another host, and a variable could carry a scheme past this check) and has no limit."""
     import braceexpand
 
     if _at_most(shards) > limit:

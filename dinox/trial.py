@@ -31,11 +31,10 @@ from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 from dinox import bench, device, lifeline, models, objectives, ranks  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
+from dinox.footprint import GIB  # noqa: E402
 from dinox.result import PHASE_FILE, TrialResult, one_line  # noqa: E402
 from dinox.spec import TrialSpec  # noqa: E402
 from dinox.step_metrics import summarize  # noqa: E402
-
-GIB = device.GIB
 
 _OOM_MARKERS = (
     "out of memory",  # CUDA / HIP / MPS allocators

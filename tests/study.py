@@ -1,5 +1,5 @@
-"""The motivating study's figures (DESIGN.md, seeds) as trial records, and a writer that logs them to MLflow
-through its public API, so decide is tested on known numbers."""
+"""The motivating study's figures (the field reports dinox grew from) as trial records, and a writer that
+logs them to MLflow through its public API, so decide is tested on known numbers."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def trial(
     bound: str = "compute_bound",
     run_id: str = "",
 ) -> dict:
-    """One trial in the DESIGN.md record. `ips` is the p90 figure: step_s_p90 = images per step / ips."""
+    """One trial in the record the README describes. `ips` is the p90 figure: step_s_p90 = images per step / ips."""
     params = {
         **model,
         "batch.size": str(size),

@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 from dinox.device_check import without_torch
 from tests.conftest import TINY, run_dinox
 
-# DESIGN.md's record: every ok trial carries all of these.
+# The README's record ("The MLflow record"): every ok trial carries all of these.
 RECORD_METRICS = {
     "images_per_s",
     "step_s_p50",

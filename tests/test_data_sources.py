@@ -9,10 +9,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from dinox.data import dicom_preprocess as pp
-from dinox.data.ct_png import CtPngSlices, DataError
+from dinox.data.ct_png import CtPngSlices
+from dinox.data.files import DataError, write_shards
 from dinox.data.synthetic import SyntheticImages
 from dinox.data.views import HuWindow, ViewPlan
-from dinox.data.webdataset_source import CtShards, write_shards
+from dinox.data.webdataset_source import CtShards
 from tests.conftest import run_dinox
 from tests.test_dicom_preprocess import demo
 
@@ -91,7 +92,7 @@ def test_subset_and_inflation(ct):
     np.testing.assert_array_equal(ds.hu(0).numpy(), ds.hu(2).numpy())  # the subset repeats, files are not copied
     again = CtPngSlices(index, None, ViewPlan(full_size=32), FIXED, subset_size=2, inflation=1, **kw)
     assert again.slices == ds.slices  # same seed, same subset
-    with pytest.raises(DataError, match="subset_size 9 > the 5 slices"):
+    with pytest.raises(DataError, match="data.subset_size: 9 > the 5 slices"):
         CtPngSlices(index, None, ViewPlan(full_size=32), FIXED, subset_size=9, inflation=1, **kw)
 
 

@@ -98,7 +98,9 @@ def test_parent_side_never_imports_torch_and_child_never_imports_mlflow():
     parent = (
         "import sys, dinox.cli, dinox.sweep, dinox.tracking, dinox.spec, dinox.grid, dinox.decide, dinox.report, "
         "dinox.preflight, dinox.model_names, dinox.data.dicom_preprocess, dinox.overrides, dinox.schema, "
-        "dinox.sweep_summary, dinox.progress, dinox.device_check, dinox.report_html, dinox.system_metrics; "
+        "dinox.sweep_summary, dinox.progress, dinox.device_check, dinox.report_html, dinox.system_metrics, "
+        "dinox.roles, dinox.spec_file, dinox.spec_rules, dinox.store, dinox.readback, dinox.deciding, "
+        "dinox.report_json, dinox.plan_table, dinox.data.files, dinox.prune, dinox.footprint; "
         "print('torch' in sys.modules)"
     )
     child = "import sys; import dinox.trial; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"

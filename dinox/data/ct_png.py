@@ -7,24 +7,16 @@ pick a fixed subset of slices and ``inflation`` repeats it without copying files
 
 from __future__ import annotations
 
-import csv
 import io
 import random
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from dinox.data.files import HU_OFFSET, DataError, default_root, neighbours, read_index
 from dinox.data.views import HuWindow, ViewPlan, make_views
-
-REQUIRED_COLUMNS = ("png_path", "series_dir", "slice_index")
-HU_OFFSET = 32768
-
-
-class DataError(ValueError):
-    """A data input that cannot be used: names the file."""
 
 
 def decode_png16_bytes(data: bytes, decoder: str, name: str) -> torch.Tensor:
@@ -52,37 +44,6 @@ def decode_png16(path: str | Path, decoder: str) -> torch.Tensor:
     return decode_png16_bytes(data, decoder, str(path))
 
 
-def read_index(index_csv: str | Path) -> list[dict[str, str]]:
-    path = Path(index_csv)
-    try:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DataError(f"{path}: not a dinox index.csv (missing columns {', '.join(missing)})")
-            rows = list(reader)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read index ({e.strerror or e})") from None
-    if not rows:
-        raise DataError(f"{path}: the index lists no slices")
-    return rows
-
-
-def default_root(index_csv: str | Path) -> Path:
-    parent = Path(index_csv).parent
-    return parent.parent if parent.name == "_index" else parent
-
-
-def neighbours(rows: list[dict[str, str]]) -> tuple[list[list[str]], list[tuple[int, int]]]:
-    """Slices per series in order, and every slice as (series number, position in its series)."""
-    by_series: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for r in rows:
-        by_series[r["series_dir"]].append((int(r["slice_index"]), r["png_path"]))
-    series = [[p for _, p in sorted(v)] for _k, v in sorted(by_series.items())]
-    slices = [(s, z) for s, paths in enumerate(series) for z in range(len(paths))]
-    return series, slices
-
-
 class CtPngSlices(Dataset):
     def __init__(
         self,
@@ -101,7 +62,7 @@ class CtPngSlices(Dataset):
         self.series, slices = neighbours(read_index(index_csv))
         if subset_size is not None:
             if subset_size > len(slices):
-                raise DataError(f"data.subset_size {subset_size} > the {len(slices)} slices in {index_csv}")
+                raise DataError(f"{subset_size} > the {len(slices)} slices in {index_csv}", "data.subset_size")
             slices = random.Random(seed).sample(slices, subset_size)
         self.slices = slices
         self.plan, self.window, self.decoder = plan, window, decoder

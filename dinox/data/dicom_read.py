@@ -15,8 +15,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pydicom import Dataset
 
 
 class TagError(ValueError):
@@ -104,6 +108,7 @@ def slice_of(path: Path, ds) -> Slice:
 def pixels_hu(path: Path, rows: int, cols: int) -> tuple[np.ndarray | None, str]:
     """The slice in Hounsfield units (float32), or None with the reason it cannot be had."""
     import pydicom
+    from pydicom.pixels import apply_modality_lut
 
     try:
         ds = pydicom.dcmread(path)
@@ -114,30 +119,46 @@ def pixels_hu(path: Path, rows: int, cols: int) -> tuple[np.ndarray | None, str]
     if (ds.Rows, ds.Columns) != (rows, cols):
         return None, f"size {ds.Rows}x{ds.Columns} differs from the series' {rows}x{cols}"
     try:
-        slope, intercept = number(ds, "RescaleSlope", 1.0) or 1.0, number(ds, "RescaleIntercept", 0.0)
+        number(ds, "RescaleSlope", 1.0), number(ds, "RescaleIntercept", 0.0)  # a malformed tag, said plainly
     except TagError as e:
         return None, str(e)
-    syntax = ds.file_meta.get("TransferSyntaxUID") if hasattr(ds, "file_meta") else None
+    why = _undecodable(ds)
+    if why:
+        return None, why
     try:
         pixels = ds.pixel_array
-    except Exception as e:  # noqa: BLE001 - pydicom raises several types for missing handlers
-        return None, _decode_failure(str(e), type(e).__name__, syntax)
+    except Exception as e:  # noqa: BLE001 - pydicom raises several types for data it cannot decode
+        return (
+            None,
+            f"pixel data cannot be decoded ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})",
+        )
     if pixels.ndim != 2:
         return None, f"pixel array of shape {pixels.shape} (multi-frame or colour) is not a CT slice"
-    return pixels.astype(np.float32) * np.float32(slope) + np.float32(intercept), ""
+    # Rescale slope and intercept, or a Modality LUT Sequence where the file has one instead.
+    return apply_modality_lut(pixels, ds).astype(np.float32), ""
 
 
-def _decode_failure(text: str, kind: str, syntax) -> str:
+def _undecodable(ds: Dataset) -> str:
+    """Why the pixel data cannot be decoded, known before trying: no decoder plugin for its compression
+    (pydicom names the plugins that would do), or fewer bytes than Rows x Columns need."""
+    from pydicom.pixels import get_decoder
+
+    syntax = ds.file_meta.get("TransferSyntaxUID") if hasattr(ds, "file_meta") else None
     if syntax is not None and syntax.is_compressed:
-        if "missing dependencies" in text or "plugin" in text.lower():
-            # pydicom names the plugins that would work, e.g. "pylibjpeg - requires pylibjpeg>=2.0 ...".
-            plugins = [ln.strip().split(" - ")[0] for ln in text.splitlines()[1:] if " - " in ln]
-            hint = f"; pip install one of: {', '.join(plugins)}" if plugins else ""
-            return f"compressed ({syntax.name}) and no decoder installed{hint}"
-        return f"compressed ({syntax.name}) pixel data cannot be decoded ({kind})"
-    if "less than expected" in text or "shorter" in text:
+        try:
+            decoder = get_decoder(syntax)
+        except NotImplementedError:
+            return f"compressed ({syntax.name}): pydicom has no decoder for it"
+        if decoder.is_available:
+            return ""
+        plugins = [dep.split(" - ")[0] for dep in decoder.missing_dependencies]
+        hint = f"; pip install one of: {', '.join(plugins)}" if plugins else ""
+        return f"compressed ({syntax.name}) and no decoder installed{hint}"
+    frames = int(ds.get("NumberOfFrames", 1) or 1)
+    needed = ds.Rows * ds.Columns * int(ds.get("SamplesPerPixel", 1)) * int(ds.get("BitsAllocated", 16)) // 8
+    if len(ds.PixelData) < needed * frames:
         return "pixel data shorter than Rows x Columns (truncated file?)"
-    return f"pixel data cannot be decoded ({kind}: {text.splitlines()[0][:120] if text else ''})"
+    return ""
 
 
 @dataclass
