@@ -78,9 +78,9 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
     \b
     Nothing is measured. Unless --no-estimate, a child process runs one training step of each model on
     torch's meta device (no memory, no compute) and the table gains: training GFLOPs per image (forward +
-    backward, no recomputation); predicted device memory (weights, gradients, optimizer state, the tensors
+    backward, no recomputation); predicted device memory in GiB (weights, gradients, optimizer state, the tensors
     saved for backward at the trial's batch, checkpointing and precision; on the CPU also the process
-    itself); the loader's host RAM (workers x prefetch x batch bytes, plus a pinned copy); and OOM? for
+    itself); the loader's host RAM in GiB (workers x prefetch x batch bytes, plus a pinned copy); and OOM? for
     trials predicted to exceed 95% of the device (or hardware.memory_limit_gb) or of host memory. `dinox run
     --skip-predicted-oom` skips those.
     """

@@ -7,6 +7,10 @@ import typing
 
 import click
 
+if typing.TYPE_CHECKING:  # imported when a command runs: `dinox --help` stays quick
+    from dinox.grid import Trial
+    from dinox.spec_file import Problem, SpecDocument
+
 EXIT_BAD_INPUT = 2
 
 
@@ -21,7 +25,9 @@ class BadInput(click.ClickException):
         click.echo(message if "\n" in message else f"error: {message}", err=True)
 
 
-def load_trials(path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()):
+def load_trials(
+    path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()
+) -> tuple[SpecDocument, list[Trial]]:
     """The spec (with any --set overrides) and its trials, or exit 2 with one line per problem. With preflight,
     also the model names and data files (this imports timm, so it is kept to the commands that need it)."""
     from dinox import grid, overrides, spec_file
@@ -42,7 +48,7 @@ def load_trials(path: str, max_trials: int | None = 1000, preflight: bool = Fals
         raise BadInput(e.render()) from None
 
 
-def _named_override(problem, items: list[tuple[str, str | None]]):
+def _named_override(problem: Problem, items: list[tuple[str, str | None]]) -> Problem:
     """A problem in a value set on the command line says so."""
     import dataclasses
 

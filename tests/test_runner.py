@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from dinox import grid, runner, spec_file
+from dinox import grid, process_tree, runner, spec_file
 from tests.conftest import TINY
 
 
@@ -97,7 +97,7 @@ def test_hung_child_is_timeout_and_killed(write_spec, tmp_path):
     r = runner.run_trial(grid.Trial(0, 1, {}, trial, "x"), tmp_path / "t", on_spawn=on_spawn).result
     assert r.status == "timeout"
     assert "no result after measure.timeout_s=3s" in r.error
-    assert 3.0 <= time.time() - t0 < 3.0 + runner.TERM_GRACE_S + 5
+    assert 3.0 <= time.time() - t0 < 3.0 + process_tree.TERM_GRACE_S + 5
     assert group_gone(pids[0])
 
 
