@@ -123,7 +123,8 @@ class Decision:
 
 
 def _configuration(r: TrialRecord, varying: set[str]) -> dict[str, str]:
-    keys = [k for k in ROLES.shown_keys() if k in r.params]
+    # The batch leads (what a recipe is read by), then the other shown fields in the spec's order.
+    keys = sorted((k for k in ROLES.shown_keys() if k in r.params), key=lambda k: not k.startswith("batch."))
     keys += sorted(k for k in varying if k not in keys and k in r.params)
     return {k: r.params[k] for k in keys}
 
