@@ -47,22 +47,35 @@ def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> 
 
 
 @click.command()
-@click.option("--index-csv", required=True, type=click.Path(dir_okay=False), help="index.csv from dinox preprocess.")
+@click.option("--index-csv", default=None, type=click.Path(dir_okay=False), help="CT: index.csv from dinox preprocess.")
+@click.option(
+    "--image-folder", default=None, type=click.Path(file_okay=False), help="Images: a root/<class>/<image> tree."
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the .tar shards.")
 @click.option(
     "--root",
     default=None,
     type=click.Path(file_okay=False),
-    help="Folder png_path is relative to; default: the folder above _index/.",
+    help="CT: folder png_path is relative to; default: the folder above _index/.",
 )
 @click.option("--shard-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Samples per shard.")
-def shards(index_csv: str, out_dir: str, root: str | None, shard_size: int) -> None:
-    """Write webdataset tar shards from an index: each sample keeps its three slices (z-1, z, z+1) as the
-    lossless 16-bit PNGs, for `data: {source: webdataset, shards: DIR}`."""
-    from dinox.data.files import DataError, write_shards
+def shards(index_csv: str | None, image_folder: str | None, out_dir: str, root: str | None, shard_size: int) -> None:
+    """Write webdataset tar shards for `data: {source: webdataset, shards: DIR}`.
 
+    \b
+    --index-csv: each CT sample keeps its three slices (z-1, z, z+1) as the lossless 16-bit PNGs.
+    --image-folder: each image as it is on disk, under the standard keys jpg (or png) and cls (the class
+    index, classes in sorted folder order), so shards other tools wrote read the same way.
+    """
+    from dinox.data.files import DataError, write_image_shards, write_shards
+
+    if (index_csv is None) == (image_folder is None):
+        raise BadInput("give --index-csv (CT slices) or --image-folder (images), one of them")
     try:
-        paths = write_shards(index_csv, out_dir, root=root, shard_size=shard_size)
+        if image_folder is not None:
+            paths = write_image_shards(image_folder, out_dir, shard_size=shard_size)
+        else:
+            paths = write_shards(index_csv, out_dir, root=root, shard_size=shard_size)
     except (DataError, OSError) as e:
         raise BadInput(str(e)) from None
     click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")

@@ -17,11 +17,17 @@ from dinox.spec import ClassificationObjective, DinoObjective
 
 
 class Classification:
-    """Supervised classification: cross-entropy on the model's logits."""
+    """Supervised classification: cross-entropy on the model's logits; on soft targets (timm's
+    SoftTargetCrossEntropy) when Mixup / CutMix made them, as timm's train.py does."""
 
-    def __init__(self, model: nn.Module, spec: ClassificationObjective):
+    def __init__(self, model: nn.Module, spec: ClassificationObjective, soft_targets: bool = False):
         self.model = model
-        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing)
+        if soft_targets:
+            from timm.loss import SoftTargetCrossEntropy
+
+            self.loss_fn: nn.Module = SoftTargetCrossEntropy()
+        else:
+            self.loss_fn = nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing)
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -142,7 +148,9 @@ class Dino:
         torch._foreach_add_(self._teacher_params, self._student_params, alpha=1 - m)
 
 
-def build(model: nn.Module, spec: ClassificationObjective | DinoObjective) -> Classification | Dino:
+def build(
+    model: nn.Module, spec: ClassificationObjective | DinoObjective, soft_targets: bool = False
+) -> Classification | Dino:
     if isinstance(spec, DinoObjective):
         return Dino(model, spec)
-    return Classification(model, spec)
+    return Classification(model, spec, soft_targets)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dinox.data.files import REQUIRED_COLUMNS, DataError, shard_urls
 from dinox.grid import Trial
-from dinox.spec import CtPngData, WebDatasetData
+from dinox.spec_data import CtPngData, ImageFolderData, WebDatasetData
 
 
 def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
@@ -31,6 +31,9 @@ def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
                 add(t, "data.index_csv", message)
             if data.root is not None and not Path(data.root).is_dir():
                 add(t, "data.root", f"{data.root}: no such directory")
+        elif isinstance(data, ImageFolderData):
+            for message in _image_folder_problems(data.root):
+                add(t, "data.root", message)
         elif isinstance(data, WebDatasetData):
             try:
                 shard_urls(data.shards)
@@ -44,6 +47,17 @@ def _unknown_models(names: set[str]) -> dict[str, str]:
 
     known = architectures()  # a cached list: timm (and torch) are imported only to make it
     return {name: problem for name in sorted(names) if (problem := unknown_model(name, known))}
+
+
+def _image_folder_problems(root: str) -> list[str]:
+    """A look at the top of the tree only: listing every file of an ImageNet on a network file system takes
+    minutes, and the trial lists it anyway (an empty class folder fails the trial, naming it)."""
+    path = Path(root)
+    if not path.is_dir():
+        return [f"{root}: no such directory (python scripts/make_demo_images.py {root} writes a small one)"]
+    if not any(p.is_dir() for p in path.iterdir()):
+        return [f"{root}: no class folders (an image folder is root/<class>/<image>)"]
+    return []
 
 
 def _index_problems(index_csv: str) -> list[str]:

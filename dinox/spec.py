@@ -14,8 +14,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
-    Discriminator,
     Field,
     JsonValue,
     NonNegativeFloat,
@@ -28,25 +26,13 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from dinox.roles import BATCH, CONFIG, DECISION, MEASURE, MEMORY, SEARCH, SHAPE, STEER, RoleTable, shown
+from dinox.spec_base import MAX_BATCH, MAX_IMAGES, MAX_PIXELS, MAX_STEPS, Section, tag_or
+from dinox.spec_data import DataSource, SyntheticData
+from dinox.spec_fields import models_in
 
 Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 DeviceKind = Literal["auto", "cuda", "cpu", "mps"]
-
-
-class _Section(BaseModel):
-    # frozen: a validated trial is a value; extra=forbid: a typo is an error, never a silent default.
-    # allow_inf_nan=False: "inf" and "nan" are never sizes, rates or times.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-# Upper bounds: what no real trial exceeds, so an absurd number (2**64 + 1 warm-up steps, a timeout of 3e302 s)
-# is an error that names its field, not an overflow deep in a trial or a decision.
-MAX_PIXELS = 16_384  # image and crop sides
-MAX_BATCH = 1_048_576
-MAX_STEPS = 1_000_000
-MAX_SEED = 2**63 - 1
-MAX_IMAGES = 10**16  # a schedule: 100 epochs of 10^14 images
 
 
 def _timm_name(value: str) -> str:
@@ -73,7 +59,7 @@ def _sane_kwargs(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
     return value
 
 
-class ModelSpec(_Section):
+class ModelSpec(Section):
     name: Annotated[str, AfterValidator(_timm_name), SHAPE] = Field(
         min_length=1, max_length=200, description="any timm model name; weights are never downloaded"
     )
@@ -88,13 +74,13 @@ class ModelSpec(_Section):
     channels_last: Annotated[bool, shown(MEMORY)] = False
 
 
-class ClassificationObjective(_Section):
+class ClassificationObjective(Section):
     kind: Annotated[Literal["classification"], SHAPE] = "classification"
     num_classes: Annotated[PositiveInt, SHAPE] = Field(1000, le=10_000_000)
     label_smoothing: Annotated[float, CONFIG] = Field(0.0, ge=0.0, lt=1.0)
 
 
-class DinoObjective(_Section):
+class DinoObjective(Section):
     """DINO self-distillation: a student and an EMA teacher on the same backbone, multi-crop views."""
 
     kind: Annotated[Literal["dino"], SHAPE] = "dino"
@@ -118,21 +104,9 @@ class DinoObjective(_Section):
     teacher_momentum: Annotated[float, CONFIG] = Field(0.996, ge=0.0, lt=1.0)
 
 
-def _tag_or(key: str, default: str):
-    """A discriminator that reads `key`, defaulting to `default`: `objective: {num_classes: 10}` is a
-    classification objective, `data: {seed: 1}` synthetic data, without writing the tag."""
-
-    def pick(value: Any) -> str:
-        if isinstance(value, dict):
-            return str(value.get(key, default))
-        return str(getattr(value, key, default))
-
-    return Discriminator(pick)
-
-
 Objective = Annotated[
     Annotated[ClassificationObjective, Tag("classification")] | Annotated[DinoObjective, Tag("dino")],
-    _tag_or("kind", "classification"),
+    tag_or("kind", "classification"),
 ]
 
 
@@ -151,7 +125,7 @@ def _batch_size(value: Any) -> int | str:
     return value
 
 
-class BatchSpec(_Section):
+class BatchSpec(Section):
     size: Annotated[int | Literal["auto"], PlainValidator(_batch_size), shown(BATCH)] = Field(
         32, description="physical batch per device and micro-step; auto: the largest that fits, less auto_margin"
     )
@@ -176,7 +150,7 @@ class BatchSpec(_Section):
         return self.size == "auto"
 
 
-class OptimizerSpec(_Section):
+class OptimizerSpec(Section):
     name: Annotated[Literal["adamw", "sgd"], MEMORY] = "adamw"
     lr: Annotated[PositiveFloat, CONFIG] = Field(1.0e-3, le=100.0)
     weight_decay: Annotated[NonNegativeFloat, CONFIG] = Field(0.05, le=100.0)
@@ -186,7 +160,7 @@ class OptimizerSpec(_Section):
     )
 
 
-class LoaderSpec(_Section):
+class LoaderSpec(Section):
     num_workers: Annotated[NonNegativeInt, shown(CONFIG)] = Field(0, le=1024)
     pin_memory: Annotated[bool, shown(CONFIG)] = False
     prefetch_factor: Annotated[PositiveInt | None, shown(CONFIG)] = Field(
@@ -195,76 +169,7 @@ class LoaderSpec(_Section):
     persistent_workers: Annotated[bool, shown(CONFIG)] = False
 
 
-class SyntheticData(_Section):
-    source: Annotated[Literal["synthetic"], CONFIG] = "synthetic"
-    num_samples: Annotated[PositiveInt | None, CONFIG] = Field(
-        None, le=10**12, description="dataset length; null: exactly what the measured steps consume (no epoch edge)"
-    )
-    seed: Annotated[NonNegativeInt, CONFIG] = Field(0, le=MAX_SEED)
-    sample_delay_ms: Annotated[NonNegativeFloat, CONFIG] = Field(
-        0.0, le=60_000.0, description="a wait added to every sample: a slow disk or decoder, as a what-if"
-    )
-
-
-class _HuWindow(_Section):
-    # A random HU window per view, as in the loader study: level and width drawn uniformly.
-    window_level_min: Annotated[float, CONFIG] = Field(-700.0, ge=-32768, le=32767)
-    window_level_max: Annotated[float, CONFIG] = Field(100.0, ge=-32768, le=32767)
-    window_width_min: Annotated[PositiveFloat, CONFIG] = Field(300.0, le=65536)
-    window_width_max: Annotated[PositiveFloat, CONFIG] = Field(2000.0, le=65536)
-    # PIL by default: as fast as torchvision.io on 16-bit PNG here (scripts/bench_decode.py), whose decoders
-    # torchvision 0.29 deprecates.
-    decoder: Annotated[Literal["pil", "torchvision"], CONFIG] = Field("pil", description="16-bit PNG decoding")
-
-
-class CtPngData(_HuWindow):
-    """CT slices from `dinox preprocess`: each sample stacks slices z-1, z, z+1 of its series."""
-
-    source: Annotated[Literal["ct_png"], CONFIG] = "ct_png"
-    index_csv: Annotated[str, CONFIG] = Field(min_length=1, description="the index.csv that dinox preprocess wrote")
-    root: Annotated[str | None, CONFIG] = Field(
-        None, description="folder png_path is relative to; null: the folder above _index/"
-    )
-    subset_size: Annotated[PositiveInt | None, CONFIG] = Field(
-        None, le=10**12, description="use only this many slices (drawn with seed)"
-    )
-    seed: Annotated[NonNegativeInt, CONFIG] = Field(0, le=MAX_SEED)
-    inflation: Annotated[PositiveInt, CONFIG] = Field(
-        1, le=10**9, description="repeat the (sub)set this many times, without copying files"
-    )
-
-
-def _shards(value: str) -> str:
-    from dinox import shard_urls
-
-    why = shard_urls.problem(value)
-    if why:
-        raise PydanticCustomError("shards", why)
-    return value
-
-
-class WebDatasetData(_HuWindow):
-    """Tar shards from `dinox shards`, streamed with webdataset, split across workers and hosts."""
-
-    source: Annotated[Literal["webdataset"], CONFIG] = "webdataset"
-    shards: Annotated[str, AfterValidator(_shards), CONFIG] = Field(
-        min_length=1,
-        max_length=4096,
-        description="a folder of .tar shards, a glob, a brace pattern a-{000..009}.tar, or http(s):// URLs",
-    )
-    shuffle_buffer: Annotated[NonNegativeInt, CONFIG] = Field(1000, le=10_000_000)
-    seed: Annotated[NonNegativeInt, CONFIG] = Field(0, le=MAX_SEED)
-
-
-DataSource = Annotated[
-    Annotated[SyntheticData, Tag("synthetic")]
-    | Annotated[CtPngData, Tag("ct_png")]
-    | Annotated[WebDatasetData, Tag("webdataset")],
-    _tag_or("source", "synthetic"),
-]
-
-
-class HardwareSpec(_Section):
+class HardwareSpec(Section):
     device: Annotated[DeviceKind, MEMORY] = "auto"
     gpus: Annotated[PositiveInt, MEMORY] = Field(
         1, le=1024, description="ranks per trial: > 1 launches torchrun with DDP (NCCL; gloo on cpu)"
@@ -275,7 +180,7 @@ class HardwareSpec(_Section):
     peak_tflops: Annotated[PositiveFloat | None, STEER] = Field(None, le=1e6)
 
 
-class MeasureSpec(_Section):
+class MeasureSpec(Section):
     warmup_steps: Annotated[NonNegativeInt, MEASURE] = Field(5, le=MAX_STEPS)
     bench_steps: Annotated[PositiveInt, MEASURE] = Field(
         20, le=MAX_STEPS, description="timed optimizer steps per window"
@@ -308,14 +213,14 @@ class MeasureSpec(_Section):
     )
 
 
-class BudgetSpec(_Section):
+class BudgetSpec(Section):
     days: PositiveFloat = Field(le=3650.0, description="compute budget in days (at most ten years)")
     dataset_size: PositiveInt | None = Field(None, le=10**14)
     epochs: PositiveFloat | None = Field(None, le=1e6)
     target_images: PositiveInt | None = Field(None, le=MAX_IMAGES)
 
 
-class SweepSpec(_Section):
+class SweepSpec(Section):
     grid: dict[str, Annotated[list[JsonValue], Field(min_length=1)]] = Field(
         default_factory=dict, description="cartesian product over dotted paths"
     )
@@ -334,7 +239,7 @@ def _experiment_name(value: str) -> str:
     return value
 
 
-class TrialSpec(_Section):
+class TrialSpec(Section):
     """One grid point: every knob single-valued."""
 
     name: Annotated[str, AfterValidator(_experiment_name), STEER] = Field(
@@ -377,6 +282,7 @@ class TrialSpec(_Section):
     def flat_params(self) -> dict[str, str]:
         """The trial as dotted names -> strings: the MLflow params, and the input of the trial id."""
         data = self.model_dump(mode="json")
+        _drop_absent_sections(self, data)
         if not self.batch.auto:
             data["batch"]["accumulation"] = self.accumulation
             data["batch"]["effective"] = self.effective_batch
@@ -385,6 +291,17 @@ class TrialSpec(_Section):
         # The search bounds mean nothing for a fixed batch: they would only make equal trials look different.
         dropped = ("decision",) if self.batch.auto else ("decision", "search")
         return {k: v for k, v in flat.items() if ROLES.role(k) not in dropped}
+
+
+def _drop_absent_sections(model: BaseModel, data: dict[str, Any]) -> None:
+    """An optional section left out (data.augment: null) is no param at all: adding one to the spec leaves the
+    ids of the trials that do not use it as they were."""
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if value is None and models_in(info.annotation):
+            data.pop(name, None)
+        elif isinstance(value, BaseModel):
+            _drop_absent_sections(value, data[name])
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, str]) -> None:

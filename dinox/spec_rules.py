@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dinox.spec import CtPngData, DinoObjective, TrialSpec, WebDatasetData
+from dinox.spec import DinoObjective, TrialSpec
+from dinox.spec_data import CtPngData, ImageFolderData, WebDatasetData
 from dinox.spec_fields import FieldProblem, field_problems
 
 Rule = tuple[str, str]  # (field path, message)
@@ -122,13 +123,27 @@ def _hardware(t: TrialSpec) -> list[Rule]:
 
 def _data(t: TrialSpec) -> list[Rule]:
     d = t.data
+    out = _image_pipeline(t) if isinstance(d, (ImageFolderData, WebDatasetData)) else []
     if not isinstance(d, (CtPngData, WebDatasetData)):
-        return []
-    out = []
+        return out
     if d.window_level_min > d.window_level_max:
         out.append(("data.window_level_min", f"{d.window_level_min} > window_level_max {d.window_level_max}"))
     if d.window_width_min > d.window_width_max:
         out.append(("data.window_width_min", f"{d.window_width_min} > window_width_max {d.window_width_max}"))
+    return out
+
+
+def _image_pipeline(t: TrialSpec) -> list[Rule]:
+    d, out = t.data, []
+    if d.mixup is not None and isinstance(t.objective, DinoObjective):  # type: ignore[union-attr]
+        out.append(("data.mixup", "Mixup / CutMix mixes class targets: it needs a classification objective"))
+    elif d.mixup is not None and not t.batch.auto and t.size % 2:  # type: ignore[union-attr]
+        out.append(("data.mixup", f"timm's Mixup pairs images: batch.size {t.size} must be even"))
+    if getattr(d, "decode_device", "cpu") == "cuda":
+        if t.hardware.device not in ("auto", "cuda"):
+            out.append(("data.decode_device", f"cuda decodes on the GPU; this trial runs on {t.hardware.device}"))
+        if d.augment is not None and d.augment.auto_augment is not None:  # type: ignore[union-attr]
+            out.append(("data.augment.auto_augment", "timm's policies work on PIL images, not GPU-decoded ones"))
     return out
 
 

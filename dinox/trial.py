@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 from dinox import bench, device, lifeline, models, objectives, ranks  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
+from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
 from dinox.footprint import GIB  # noqa: E402
 from dinox.result import PHASE_FILE, TrialResult, one_line  # noqa: E402
@@ -146,9 +147,11 @@ class TrialRun:
     def _setup_loader(self) -> None:
         spec, lo = self.spec, self.spec.loader
         t = time.time()
-        dataset = build_dataset(
+        pipeline = build_dataset(
             spec, models.in_chans(spec.model), max(self.num_classes, 1), self._samples_needed(), self.plan
         )
+        dataset = pipeline.dataset
+        self.prep = DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes) if pipeline.images else None
         self.pin = lo.pin_memory and self.dev.type == "cuda"
         self.tags["dinox.pin_memory_applied"] = str(self.pin)
         iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
@@ -171,6 +174,7 @@ class TrialRun:
             pin_memory=self.pin,
             prefetch_factor=lo.prefetch_factor,
             persistent_workers=lo.persistent_workers,
+            collate_fn=pipeline.collate_fn,
             drop_last=True,  # every step sees the same shapes: no recompilation, no ragged last batch
             worker_init_fn=lifeline.worker_init,  # a worker dies with its trial, even a hung one
         )
@@ -185,7 +189,8 @@ class TrialRun:
         memory_format = torch.channels_last if spec.model.channels_last else torch.contiguous_format
         model = model.to(device=self.dev, memory_format=memory_format)
         model.train()
-        self.objective = objectives.build(model, spec.objective)
+        mixup = self.prep is not None and self.prep.mixup is not None
+        self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
         self.metrics["trainable_params_m"] = sum(p.numel() for p in self.objective.parameters()) / 1e6
         self.optimizer = _build_optimizer(spec, self.objective.parameters(), self.dev, self.tags)
         if spec.model.compile is not False:
@@ -202,12 +207,20 @@ class TrialRun:
 
     def _move(self, x: torch.Tensor) -> torch.Tensor:
         # Asynchronous copies only from pinned memory; otherwise they are synchronous anyway.
-        x = x.to(self.dev, non_blocking=self.pin)
+        return self._layout(x.to(self.dev, non_blocking=self.pin))
+
+    def _layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.spec.model.channels_last and x.dim() == 4 else x
 
     def to_device(self, batch: Any) -> Any:
         images, labels = batch
-        images = [self._move(v) for v in images] if isinstance(images, (list, tuple)) else self._move(images)
+        prep = self.prep
+        if prep is not None and prep.decode_on_device:
+            # Encoded bytes stay on the host, where the device's decoder reads them from.
+            images = self._layout(prep.images(images))
+        else:
+            images = [self._move(v) for v in images] if isinstance(images, (list, tuple)) else self._move(images)
+            images = prep.images(images) if prep is not None else images
         return images, labels.to(self.dev, non_blocking=self.pin)
 
     def halve(self, batch: Any) -> Any:
@@ -222,6 +235,8 @@ class TrialRun:
         last = self.micro_count % self.accumulation == 0
         sync = self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext()
         dtype = self.autocast_dtype
+        if self.prep is not None and self.prep.mixup is not None:
+            batch = self.prep.mixup(*batch)  # on the device batch, inside the step, as timm's train.py does
         with sync:
             with torch.autocast(self.dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 loss = self.objective.loss(batch) / self.accumulation

@@ -13,7 +13,7 @@ from dinox.data.ct_png import CtPngSlices
 from dinox.data.files import DataError, write_shards
 from dinox.data.synthetic import SyntheticImages
 from dinox.data.views import HuWindow, ViewPlan
-from dinox.data.webdataset_source import CtShards
+from dinox.data.webdataset_source import Shards
 from tests.conftest import run_dinox
 from tests.test_dicom_preprocess import demo
 
@@ -172,7 +172,7 @@ def test_webdataset_shards_carry_the_same_pixels(ct, tmp_path, decoder):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"wrote 3 shards to {tmp_path / 'shards'}"
-    ds = CtShards(
+    ds = Shards(
         str(tmp_path / "shards"),
         ViewPlan(full_size=32),
         FIXED,
@@ -192,7 +192,7 @@ def test_webdataset_shards_carry_the_same_pixels(ct, tmp_path, decoder):
 def test_webdataset_splits_shards_across_workers(ct, tmp_path):
     root, _ = ct
     write_shards(root / "png" / "_index" / "index.csv", tmp_path / "s", shard_size=1)
-    ds = CtShards(
+    ds = Shards(
         str(tmp_path / "s"),
         ViewPlan(full_size=32),
         FIXED,
@@ -208,9 +208,9 @@ def test_webdataset_splits_shards_across_workers(ct, tmp_path):
 
 def test_missing_shards_are_named(tmp_path):
     with pytest.raises(DataError, match="no .tar shards found"):
-        CtShards(str(tmp_path), ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)
+        Shards(str(tmp_path), ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)
     with pytest.raises(DataError, match=r"ct-000000.tar does not exist \(2 of 2 shards missing\)"):
-        CtShards(
+        Shards(
             str(tmp_path / "ct-{000000..000001}.tar"),
             ViewPlan(full_size=8),
             FIXED,
@@ -248,7 +248,7 @@ def test_shards_over_http_are_read_without_a_subprocess(ct, tmp_path, monkeypatc
     monkeypatch.setattr(subprocess, "Popen", no_subprocess)
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/ct-{{000000..000002}}.tar"
-        ds = CtShards(url, ViewPlan(full_size=32), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=10)
+        ds = Shards(url, ViewPlan(full_size=32), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=10)
         images = [img for img, _ in ds]
     finally:
         server.shutdown()
@@ -260,4 +260,4 @@ def test_shards_over_http_are_read_without_a_subprocess(ct, tmp_path, monkeypatc
 def test_a_hand_written_trial_cannot_reach_a_shell_either(shards):
     """The spec refuses these at validation; the reader refuses them again (a trial.json written by hand)."""
     with pytest.raises(DataError, match="is not accepted"):
-        CtShards(shards, ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)
+        Shards(shards, ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)

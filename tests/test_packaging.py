@@ -88,6 +88,7 @@ def test_every_shipped_spec_passes_dinox_validate_where_its_data_exists(tmp_path
     index = tmp_path / "data" / "processed" / "_index" / "index.csv"
     index.parent.mkdir(parents=True)
     index.write_text("png_path,series_dir,slice_index\na/00000.png,a,0\n")
+    (tmp_path / "data" / "demo_images" / "n0").mkdir(parents=True)  # the ImageNet spec's image folder
     proc = run_dinox(["validate", *map(str, SPECS)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [f"OK {p}" for p in SPECS]

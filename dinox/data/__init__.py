@@ -6,7 +6,9 @@ so the factory imports torch and the sources only when it is called.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
@@ -15,22 +17,35 @@ if TYPE_CHECKING:
     from dinox.spec import TrialSpec
 
 
-def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Dataset:
+@dataclass
+class Pipeline:
+    """What the trial's DataLoader reads, how it batches it, and whether the batch is an image source's (then
+    ``dinox.data.device_prep`` finishes it on the device, as timm's loader does)."""
+
+    dataset: Dataset
+    collate_fn: Callable[[list], Any] | None = None
+    images: bool = False
+
+
+def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Pipeline:
     from dinox.data.views import HuWindow
-    from dinox.spec import CtPngData, SyntheticData, WebDatasetData
+    from dinox.spec_data import CtPngData, ImageFolderData, SyntheticData
 
     data = spec.data
     if isinstance(data, SyntheticData):
         from dinox.data.synthetic import SyntheticImages
 
-        return SyntheticImages(
-            data.num_samples or samples_needed, channels, plan, num_classes, data.seed, data.sample_delay_ms / 1000.0
+        delay = data.sample_delay_ms / 1000.0
+        return Pipeline(
+            SyntheticImages(data.num_samples or samples_needed, channels, plan, num_classes, data.seed, delay)
         )
+    if isinstance(data, ImageFolderData):
+        return _image_folder(data, plan)
     window = HuWindow((data.window_level_min, data.window_level_max), (data.window_width_min, data.window_width_max))
     if isinstance(data, CtPngData):
         from dinox.data.ct_png import CtPngSlices
 
-        return CtPngSlices(
+        slices = CtPngSlices(
             data.index_csv,
             data.root,
             plan,
@@ -41,16 +56,28 @@ def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_need
             inflation=data.inflation,
             num_classes=num_classes,
         )
-    if isinstance(data, WebDatasetData):
-        from dinox.data.webdataset_source import CtShards
+        return Pipeline(slices)
+    from dinox.data.webdataset_source import Shards
 
-        return CtShards(
-            data.shards,
-            plan,
-            window,
-            decoder=data.decoder,
-            shuffle_buffer=data.shuffle_buffer,
-            seed=data.seed,
-            num_classes=num_classes,
-        )
-    raise ValueError(f"data.source: {data.source!r} is not supported")
+    shards = Shards(
+        data.shards,
+        plan,
+        window,
+        decoder=data.decoder,
+        shuffle_buffer=data.shuffle_buffer,
+        seed=data.seed,
+        num_classes=num_classes,
+        augment=data.augment,
+    )
+    # A CT shard's views are finished in the worker; an image shard's on the device (DevicePrep tells them apart).
+    return Pipeline(shards, images=True)
+
+
+def _image_folder(data: Any, plan: ViewPlan) -> Pipeline:
+    from dinox.data.files import list_image_folder
+    from dinox.data.images import ImageSamples, collate_encoded
+
+    _classes, items = list_image_folder(data.root)
+    encoded = data.decode_device == "cuda"
+    samples = ImageSamples(items, plan, data.decoder, data.augment, encoded=encoded)
+    return Pipeline(samples, collate_encoded if encoded else None, images=True)

@@ -16,6 +16,8 @@ HU_OFFSET = 32768
 # A shard sample's three slices (z-1, z, z+1) under keys without dots: webdataset reads a dot as the start of
 # a file extension, and series UIDs are full of them.
 PARTS = ("prev.png", "cur.png", "next.png")
+# An image sample's keys, as webdataset's own writers and most tools name them: the encoded image and its class.
+IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")
 
 
 class DataError(ValueError):
@@ -105,3 +107,41 @@ def shard_urls(shards: str) -> list[str]:
     if missing:
         raise DataError(f"{missing[0]} does not exist ({len(missing)} of {len(urls)} shards missing)", "data.shards")
     return urls
+
+
+def list_image_folder(root: str | Path) -> tuple[list[str], list[tuple[str, int]]]:
+    """The class names (sorted folder names) and every (file, class index) under them; a class folder with
+    no file is an error that names it."""
+    base = Path(root)
+    if not base.is_dir():
+        raise DataError(f"{root}: no such directory", "data.root")
+    classes = sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise DataError(f"{root}: no class folders (an image folder is root/<class>/<image>)", "data.root")
+    items: list[tuple[str, int]] = []
+    for index, name in enumerate(classes):
+        files = sorted(p for p in (base / name).iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise DataError(f"{base / name}: an empty class folder", "data.root")
+        items += [(str(p), index) for p in files]
+    return classes, items
+
+
+def write_image_shards(
+    root: str | Path, out_dir: str | Path, *, shard_size: int = 1000, prefix: str = "images"
+) -> list[Path]:
+    """Every image of an image folder as a sample of standard keys (``jpg`` or ``png`` with ``cls``, the
+    class index), its bytes as they are on disk; return the shard paths."""
+    import webdataset as wds
+
+    _classes, items = list_image_folder(root)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with wds.ShardWriter(str(out / f"{prefix}-%06d.tar"), maxcount=shard_size, verbose=0) as sink:
+        for i, (path, label) in enumerate(items):
+            ext = Path(path).suffix.lower().lstrip(".")
+            key = "jpg" if ext == "jpeg" else ext
+            if key not in IMAGE_KEYS:
+                raise DataError(f"{path}: not a .jpg, .jpeg, .png or .webp file")
+            sink.write({"__key__": f"i{i:08d}", key: Path(path).read_bytes(), "cls": str(label).encode()})
+    return sorted(out.glob(f"{prefix}-*.tar"))

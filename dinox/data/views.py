@@ -58,10 +58,12 @@ class HuWindow:
         return ((hu - (level - width / 2)) / width).clamp_(0.0, 1.0)
 
 
-def make_views(hu: torch.Tensor, plan: ViewPlan, window: HuWindow) -> torch.Tensor | list[torch.Tensor]:
-    """hu: float32 [C, H, W] in Hounsfield units. Returns one windowed image, or the list of crops."""
+def make_views(hu: torch.Tensor, plan: ViewPlan, window: HuWindow | None) -> torch.Tensor | list[torch.Tensor]:
+    """hu: float32 [C, H, W] in Hounsfield units (or an image in [0, 1], with no window). Returns one windowed
+    image, or the list of crops."""
+    apply = window.apply if window is not None else (lambda x: x)
     if plan.full_size is not None:
-        return window.apply(F.resize(hu, [plan.full_size, plan.full_size], antialias=True))
+        return apply(F.resize(hu, [plan.full_size, plan.full_size], antialias=True))
     views = []
     for count, size, scale in (
         (plan.global_count, plan.global_size, plan.global_scale),
@@ -72,5 +74,5 @@ def make_views(hu: torch.Tensor, plan: ViewPlan, window: HuWindow) -> torch.Tens
             view = F.resized_crop(hu, top, left, h, w, [size, size], antialias=True)
             if torch.rand(1).item() < 0.5:
                 view = F.horizontal_flip(view)
-            views.append(window.apply(view))
+            views.append(apply(view))
     return views

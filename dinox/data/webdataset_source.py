@@ -1,9 +1,10 @@
-"""CT slices as webdataset tar shards: ``dinox shards`` writes them from an index.csv, the reader streams
-them split across DataLoader workers and hosts.
+"""webdataset tar shards, streamed and split across DataLoader workers and hosts, in either layout:
 
-A sample keeps its three slices (z-1, z, z+1, clamped) as the lossless 16-bit PNG bytes ``preprocess``
-wrote, under keys ``prev.png``, ``cur.png``, ``next.png``, plus ``json`` metadata. Sample keys avoid dots,
-which webdataset reads as the start of a file extension (series UIDs are full of them).
+- CT: ``dinox shards --index-csv`` keeps a slice's three slices (z-1, z, z+1, clamped) as the lossless 16-bit
+  PNG bytes ``preprocess`` wrote, under keys ``prev.png``, ``cur.png``, ``next.png``, plus ``json`` metadata.
+  Sample keys avoid dots, which webdataset reads as the start of a file extension (series UIDs have many).
+- images: ``jpg`` / ``png`` (or ``jpeg``, ``webp``) with ``cls``, as ``dinox shards --image-folder`` and other
+  tools write them; decoded and transformed as an image folder's files are (``dinox.data.images``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import torch
 from torch.utils.data import IterableDataset
 
 from dinox.data.ct_png import decode_png16_bytes
-from dinox.data.files import HU_OFFSET, PARTS, shard_urls
+from dinox.data.files import HU_OFFSET, IMAGE_KEYS, PARTS, DataError, shard_urls
+from dinox.data.images import ImageSamples
 from dinox.data.views import HuWindow, ViewPlan, make_views
+from dinox.spec_data import AugmentSpec
 
 
-class CtShards(IterableDataset):
+class Shards(IterableDataset):
     def __init__(
         self,
         shards: str,
@@ -30,8 +33,10 @@ class CtShards(IterableDataset):
         shuffle_buffer: int,
         seed: int,
         num_classes: int,
+        augment: AugmentSpec | None = None,
     ):
         self.urls = shard_urls(shards)
+        self.images = ImageSamples([], plan, decoder, augment)
         self.plan, self.window, self.decoder = plan, window, decoder
         self.shuffle_buffer, self.seed, self.num_classes = shuffle_buffer, seed, num_classes
 
@@ -54,6 +59,8 @@ class CtShards(IterableDataset):
         return ds.map(self._sample)
 
     def _sample(self, sample: dict):
+        if "cur.png" not in sample:
+            return self._image(sample)
         key = sample["__key__"]
         stored = torch.stack(
             [decode_png16_bytes(sample[p], self.decoder, f"{key}.{p} in {sample.get('__url__')}") for p in PARTS]
@@ -62,6 +69,13 @@ class CtShards(IterableDataset):
         meta = json.load(io.BytesIO(sample["json"]))
         label = (int(meta["series"]) * 7919 + int(meta["slice"])) % self.num_classes
         return make_views(hu, self.plan, self.window), label
+
+    def _image(self, sample: dict):
+        where = f"{sample['__key__']} in {sample.get('__url__')}"
+        key = next((k for k in IMAGE_KEYS if k in sample), None)
+        if key is None or "cls" not in sample:
+            raise DataError(f"{where}: neither a CT sample (cur.png) nor an image sample (jpg/png with cls)")
+        return self.images.prepare(sample[key], f"{where}.{key}"), int(sample["cls"]) % self.num_classes
 
     def __iter__(self):
         return iter(self._pipeline())
