@@ -59,11 +59,21 @@ def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> 
     help="CT: folder png_path is relative to; default: the folder above _index/.",
 )
 @click.option("--shard-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Samples per shard.")
-def shards(index_csv: str | None, image_folder: str | None, out_dir: str, root: str | None, shard_size: int) -> None:
+@click.option(
+    "--encoding",
+    type=click.Choice(["png16", "raw16"]),
+    default="png16",
+    show_default=True,
+    help="CT: the slices as their 16-bit PNGs, or raw16: uncompressed (larger shards, nothing to inflate).",
+)
+def shards(
+    index_csv: str | None, image_folder: str | None, out_dir: str, root: str | None, shard_size: int, encoding: str
+) -> None:
     """Write webdataset tar shards for `data: {source: webdataset, shards: DIR}`.
 
     \b
-    --index-csv: each CT sample keeps its three slices (z-1, z, z+1) as the lossless 16-bit PNGs.
+    --index-csv: each CT sample keeps its three slices (z-1, z, z+1) as the lossless 16-bit PNGs, or with
+    --encoding raw16 as one uncompressed uint16 array (slices.npy): no PNG inflate in the workers.
     --image-folder: each image as it is on disk, under the standard keys jpg (or png) and cls (the class
     index, classes in sorted folder order), so shards other tools wrote read the same way.
     """
@@ -75,7 +85,7 @@ def shards(index_csv: str | None, image_folder: str | None, out_dir: str, root: 
         if image_folder is not None:
             paths = write_image_shards(image_folder, out_dir, shard_size=shard_size)
         else:
-            paths = write_shards(index_csv, out_dir, root=root, shard_size=shard_size)
+            paths = write_shards(index_csv, out_dir, root=root, shard_size=shard_size, encoding=encoding)
     except (DataError, OSError) as e:
         raise BadInput(str(e)) from None
     click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")

@@ -246,7 +246,7 @@ def _memory_section(checks: list[MemoryCheck]) -> list[str]:
 
 
 def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
-    if not (f.knees or f.pin or f.io_bound or f.host_bound):
+    if not (f.knees or f.pin or f.io_bound or f.host_bound or f.encodings):
         return []
     out = ["## Input pipeline", ""]
     if f.knees:
@@ -270,6 +270,13 @@ def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
         out.append("")
     if f.pin:
         out += [f"{f.pin_summary[0].upper()}{f.pin_summary[1:]}.", ""]
+    for e in f.encodings:
+        rates = ", ".join(
+            f"{layout} {ips:.1f} img/s"
+            + (f" (loader alone {alone:.0f})" if (alone := e.loader_images_per_s.get(layout)) else "")
+            for layout, ips in sorted(e.images_per_s.items())
+        )
+        out += [f"Shard encodings ({_fmt_settings(e.settings)}): {rates}.", ""]
     if f.io_bound:
         shown = ", ".join(
             f"{n} ({ips:.0f} img/s" + (f", the loader costs {cost:.0%}" if cost is not None else "") + ")"

@@ -87,6 +87,7 @@ def _loader(f: LoaderFindings) -> dict[str, Any]:
         "knees": f.knees,
         "pin_memory": [asdict(p) | {"ratio": p.ratio} for p in f.pin],
         "pin_memory_summary": f.pin_summary,
+        "encodings": f.encodings,
         "io_bound": [
             {"run": n, "model": m, "images_per_s": ips, "loader_cost": cost} for n, m, ips, cost in f.io_bound
         ],

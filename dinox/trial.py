@@ -151,6 +151,10 @@ class TrialRun:
             spec, models.in_chans(spec.model), max(self.num_classes, 1), self._samples_needed(), self.plan
         )
         dataset = pipeline.dataset
+        if getattr(dataset, "urls", None):
+            from dinox.data.files import shard_layout
+
+            self.tags["dinox.shard_layout"] = shard_layout(dataset.urls[0]) or "unknown"
         self.prep = DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes) if pipeline.images else None
         self.pin = lo.pin_memory and self.dev.type == "cuda"
         self.tags["dinox.pin_memory_applied"] = str(self.pin)

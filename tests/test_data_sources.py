@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 from dinox.data import dicom_preprocess as pp
 from dinox.data.ct_png import CtPngSlices
-from dinox.data.files import DataError, write_shards
+from dinox.data.files import DataError, shard_layout, write_shards
 from dinox.data.synthetic import SyntheticImages
 from dinox.data.views import HuWindow, ViewPlan
 from dinox.data.webdataset_source import Shards
@@ -186,6 +186,21 @@ def test_webdataset_shards_carry_the_same_pixels(ct, tmp_path, decoder):
     for z, image in enumerate(images):  # unshuffled: shard order, then sample order
         picks = [max(z - 1, 0), z, min(z + 1, 4)]
         assert image.dtype == torch.float32 and image.shape == (3, 32, 32)
+        np.testing.assert_allclose(image.numpy(), expected_window(hu[picks]), atol=1e-6)
+
+
+def test_raw16_shards_hold_the_same_slices_uncompressed(ct, tmp_path):
+    root, hu = ct
+    index = root / "png" / "_index" / "index.csv"
+    write_shards(index, tmp_path / "png16", shard_size=5)
+    write_shards(index, tmp_path / "raw16", shard_size=5, encoding="raw16")
+    layouts = [shard_layout(str(tmp_path / encoding / "ct-000000.tar")) for encoding in ("png16", "raw16")]
+    assert layouts == ["png16", "raw16"]
+    ds = Shards(
+        str(tmp_path / "raw16"), ViewPlan(full_size=32), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=10
+    )
+    for z, (image, _label) in enumerate(ds):
+        picks = [max(z - 1, 0), z, min(z + 1, 4)]
         np.testing.assert_allclose(image.numpy(), expected_window(hu[picks]), atol=1e-6)
 
 

@@ -330,3 +330,20 @@ def test_policy_options_are_validated():
     for kwargs, message in cases:
         with pytest.raises(budget.DecisionError, match=message):
             decide.Policy(**kwargs)
+
+
+def test_png_and_raw16_shards_are_compared_when_both_were_swept():
+    base = {"model.name": "m", "batch.size": "8", "data.source": "webdataset", "loader.num_workers": "2"}
+
+    def rec(i: int, shards: str, layout: str, ips: float, alone: float) -> TrialRecord:
+        tags = {"dinox.status": "ok", "dinox.shard_layout": layout}
+        params = {**base, "data.shards": shards}
+        return TrialRecord(f"r{i}", "0", f"t{i}", params, {"images_per_s": ips, "loader_images_per_s": alone}, tags)
+
+    d = decide.decide([rec(0, "/s/png", "png16", 40.0, 50.0), rec(1, "/s/raw", "raw16", 60.0, 140.0)], BUDGET)
+    (row,) = d.loader.encodings
+    assert row.images_per_s == {"png16": 40.0, "raw16": 60.0} and row.loader_images_per_s["raw16"] == 140.0
+    text = report.render_markdown(d, [])
+    assert "Shard encodings (data.shards=/s/png" not in text  # the shards are the compared thing, not a setting
+    assert "png16 40.0 img/s (loader alone 50), raw16 60.0 img/s (loader alone 140)" in text
+    assert report_json.to_json(d)["loader"]["encodings"][0]["images_per_s"]["raw16"] == 60.0

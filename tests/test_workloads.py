@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from tests.conftest import ROOT, run_dinox
 from tests.test_cli import RECORD_METRICS, RECORD_PARAMS, RECORD_TAGS
 from tests.test_dicom_preprocess import demo
+from tests.test_images import demo as images
 
 TINY_VIT = {"embed_dim": 48, "depth": 2, "num_heads": 2}
 SMALL_STEPS = {"warmup_steps": 1, "bench_steps": 2, "repeats": 1, "timeout_s": 300, "ablation": False}
@@ -123,8 +124,13 @@ def test_loader_knee_grid_classification_on_ct_png(ct_data):
 
 
 def test_resnet50_case_runs(ct_data):
+    """The ImageNet spec on real JPEGs: RandAugment and random erasing (its base), Mixup/CutMix (one grid value)."""
+    images.write_tree(ct_data / "data" / "demo_images", classes=2, per_class=4, size=(64, 48))
     spec = shrink("resnet50_imagenet.yaml", model__img_size=32, model__compile=False, loader__pin_memory=False)
     spec["sweep"]["cases"] = [{"batch.size": 4, "loader.num_workers": 1, "loader.prefetch_factor": 2}]
+    spec["sweep"]["grid"]["data.mixup"] = spec["sweep"]["grid"]["data.mixup"][1:]
     (run,) = run_spec(ct_data, spec)
     assert run.data.params["precision"] == "fp16-mixed" and run.data.params["model.channels_last"] == "True"
+    assert run.data.params["data.augment.auto_augment"] == "rand-m9-mstd0.5-inc1"
+    assert run.data.params["data.mixup.cutmix_alpha"] == "1.0" and run.data.params["data.source"] == "image_folder"
     assert run.data.metrics["device_mem_total_gb"] == pytest.approx(23.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import itertools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -16,6 +17,7 @@ HU_OFFSET = 32768
 # A shard sample's three slices (z-1, z, z+1) under keys without dots: webdataset reads a dot as the start of
 # a file extension, and series UIDs are full of them.
 PARTS = ("prev.png", "cur.png", "next.png")
+RAW_KEY = "slices.npy"  # raw16 shards: the three slices, uint16, in one array
 # An image sample's keys, as webdataset's own writers and most tools name them: the encoded image and its class.
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")
 
@@ -66,8 +68,10 @@ def write_shards(
     root: str | Path | None = None,
     shard_size: int = 1000,
     prefix: str = "ct",
+    encoding: str = "png16",
 ) -> list[Path]:
-    """Write every slice of the index as a sample; return the shard paths."""
+    """Write every slice of the index as a sample; return the shard paths. png16: the three slices as the PNG
+    bytes preprocess wrote; raw16: as one uint16 [3, H, W] array (``slices.npy``), nothing to inflate."""
     import webdataset as wds
 
     root = Path(root) if root else default_root(index_csv)
@@ -80,11 +84,34 @@ def write_shards(
             paths = series[s]
             picks = (paths[max(z - 1, 0)], paths[z], paths[min(z + 1, len(paths) - 1)])
             sample = {"__key__": f"s{s:06d}_z{z:05d}"}
-            for part, p in zip(PARTS, picks, strict=True):
-                sample[part] = (root / p).read_bytes()
-            sample["json"] = json.dumps({"png_path": paths[z], "series": s, "slice": z}).encode()
+            if encoding == "raw16":
+                sample[RAW_KEY] = _raw16([root / p for p in picks])
+            else:
+                for part, p in zip(PARTS, picks, strict=True):
+                    sample[part] = (root / p).read_bytes()
+            meta = {"png_path": paths[z], "series": s, "slice": z, "encoding": encoding}
+            sample["json"] = json.dumps(meta).encode()
             sink.write(sample)
     return sorted(out.glob(f"{prefix}-*.tar"))
+
+
+def _raw16(paths: list[Path]) -> bytes:
+    """Three 16-bit PNG slices as one .npy array of their stored values (HU + 32768), uncompressed."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    arrays = []
+    for path in paths:
+        try:
+            with Image.open(path) as im:
+                arrays.append(np.asarray(im, dtype=np.uint16))
+        except (OSError, ValueError) as e:
+            raise DataError(f"cannot decode {path}: {type(e).__name__}: {e}") from e
+    buf = io.BytesIO()
+    np.save(buf, np.stack(arrays), allow_pickle=False)
+    return buf.getvalue()
 
 
 def shard_urls(shards: str) -> list[str]:
@@ -145,3 +172,23 @@ def write_image_shards(
                 raise DataError(f"{path}: not a .jpg, .jpeg, .png or .webp file")
             sink.write({"__key__": f"i{i:08d}", key: Path(path).read_bytes(), "cls": str(label).encode()})
     return sorted(out.glob(f"{prefix}-*.tar"))
+
+
+def shard_layout(url: str) -> str:
+    """What a local shard holds, from its first sample's member names: png16 or raw16 CT slices, or images;
+    "" for a remote shard (not opened twice) or one that cannot be read."""
+    import tarfile
+
+    if "://" in url:
+        return ""
+    try:
+        with tarfile.open(url) as tar:
+            names = [m.name for m in itertools.islice(tar, 8)]
+    except (OSError, tarfile.TarError):
+        return ""
+    suffixes = {name.split(".", 1)[-1] for name in names}
+    if RAW_KEY in suffixes:
+        return "raw16"
+    if "cur.png" in suffixes:
+        return "png16"
+    return "images" if suffixes & set(IMAGE_KEYS) else ""

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from dinox.data.ct_png import decode_png16_bytes
-from dinox.data.files import HU_OFFSET, IMAGE_KEYS, PARTS, DataError, shard_urls
+from dinox.data.files import HU_OFFSET, IMAGE_KEYS, PARTS, RAW_KEY, DataError, shard_urls
 from dinox.data.images import ImageSamples
 from dinox.data.views import HuWindow, ViewPlan, make_views
 from dinox.spec_data import AugmentSpec
@@ -59,12 +59,13 @@ class Shards(IterableDataset):
         return ds.map(self._sample)
 
     def _sample(self, sample: dict):
-        if "cur.png" not in sample:
+        if RAW_KEY in sample:
+            stored = _raw16(sample[RAW_KEY], f"{sample['__key__']}.{RAW_KEY} in {sample.get('__url__')}")
+        elif "cur.png" in sample:
+            where = f"{sample['__key__']}.{{}} in {sample.get('__url__')}"
+            stored = torch.stack([decode_png16_bytes(sample[p], self.decoder, where.format(p)) for p in PARTS])
+        else:
             return self._image(sample)
-        key = sample["__key__"]
-        stored = torch.stack(
-            [decode_png16_bytes(sample[p], self.decoder, f"{key}.{p} in {sample.get('__url__')}") for p in PARTS]
-        )
         hu = (stored - HU_OFFSET).to(torch.float32)
         meta = json.load(io.BytesIO(sample["json"]))
         label = (int(meta["series"]) * 7919 + int(meta["slice"])) % self.num_classes
@@ -74,8 +75,21 @@ class Shards(IterableDataset):
         where = f"{sample['__key__']} in {sample.get('__url__')}"
         key = next((k for k in IMAGE_KEYS if k in sample), None)
         if key is None or "cls" not in sample:
-            raise DataError(f"{where}: neither a CT sample (cur.png) nor an image sample (jpg/png with cls)")
+            raise DataError(f"{where}: neither a CT sample (cur.png, slices.npy) nor an image one (jpg/png with cls)")
         return self.images.prepare(sample[key], f"{where}.{key}"), int(sample["cls"]) % self.num_classes
 
     def __iter__(self):
         return iter(self._pipeline())
+
+
+def _raw16(data: bytes, name: str) -> torch.Tensor:
+    """A raw16 sample's uint16 [3, H, W] as int32 (torch.uint16 supports few ops)."""
+    import numpy as np
+
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot decode {name}: {type(e).__name__}: {e}") from e
+    if array.dtype != np.uint16 or array.ndim != 3 or array.shape[0] != 3:
+        raise DataError(f"{name}: a {array.dtype} array of shape {array.shape}, not uint16 [3, H, W]")
+    return torch.from_numpy(array.astype(np.int32))
