@@ -139,7 +139,11 @@ def _image_pipeline(t: TrialSpec) -> list[Rule]:
         out.append(("data.mixup", "Mixup / CutMix mixes class targets: it needs a classification objective"))
     elif d.mixup is not None and not t.batch.auto and t.size % 2:  # type: ignore[union-attr]
         out.append(("data.mixup", f"timm's Mixup pairs images: batch.size {t.size} must be even"))
+    elif d.mixup is not None and t.batch.auto and t.batch.auto_min % 2:  # type: ignore[union-attr]
+        out.append(("batch.auto_min", f"{t.batch.auto_min}: with data.mixup every probed batch must be even"))
     if getattr(d, "decode_device", "cpu") == "cuda":
+        if isinstance(t.objective, DinoObjective):
+            out.append(("data.decode_device", "cuda decodes one view per image; DINO's multi-crop needs cpu"))
         if t.hardware.device not in ("auto", "cuda"):
             out.append(("data.decode_device", f"cuda decodes on the GPU; this trial runs on {t.hardware.device}"))
         if d.augment is not None and d.augment.auto_augment is not None:  # type: ignore[union-attr]

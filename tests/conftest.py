@@ -121,6 +121,18 @@ def mlflow_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def fork_server():
+    """One fork server for the tests that measure a trial without testing how it is started: each trial then
+    costs a fork, not an interpreter that imports torch and timm again (dinox run forks them the same way)."""
+    from dinox.forkserver import ForkServer
+
+    server = ForkServer()
+    server.start()
+    yield server
+    server.close()
+
+
 def trial_process(root_pid: int, index: int, need_worker: bool = False):
     """The process running trial `index` of the sweep under root_pid, whichever the isolation: the one
     holding that trial's log open (a forked trial shows the fork server's command line)."""

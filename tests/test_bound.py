@@ -7,7 +7,6 @@ import pytest
 
 from dinox import grid, runner, spec_file
 from dinox.bound import Evidence, classify, costs, fixed_share
-from dinox.forkserver import ForkServer
 
 
 def test_the_ablation_rule_comes_first_and_respects_the_noise():
@@ -51,7 +50,7 @@ measure: {{warmup_steps: 3, bench_steps: 10, repeats: 2, ablation_steps: 10, tim
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def measured(tmp_path_factory, fork_server):
     """Two real trials in forked children: a loader whose samples cost 20 ms each in the main process (0
     workers) against a 2-layer ViT at 32 px, and ResNet-18 at 64 px on noise that costs nothing to make."""
     tmp = tmp_path_factory.mktemp("bound")
@@ -61,17 +60,13 @@ def measured(tmp_path_factory):
         ),
         "compute": dict(model="resnet18", img=64, kwargs="", batch=8, delay=0),
     }
-    server = ForkServer()
-    try:
-        out = {}
-        for name, case in cases.items():
-            path = tmp / f"{name}.yaml"
-            path.write_text(CONSTRUCTED.format(**case))
-            (trial,) = grid.expand(spec_file.load(path))
-            out[name] = (runner.run_trial(trial, tmp / name, server=server).result, case["batch"])
-        return out
-    finally:
-        server.close()
+    out = {}
+    for name, case in cases.items():
+        path = tmp / f"{name}.yaml"
+        path.write_text(CONSTRUCTED.format(**case))
+        (trial,) = grid.expand(spec_file.load(path))
+        out[name] = (runner.run_trial(trial, tmp / name, server=fork_server).result, case["batch"])
+    return out
 
 
 def test_a_constructed_loader_bound_trial_is_io_bound_by_its_ablation_windows(measured):

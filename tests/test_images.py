@@ -151,12 +151,16 @@ def test_image_pipeline_rules():
     assert paths(data={**image, "mixup": {}}, batch={"size": 5}) == ["data.mixup"]
     assert paths(data={**image, "mixup": {}}, objective={"kind": "dino", "out_dim": 16}) == ["data.mixup"]
     assert paths(data={**image, "decode_device": "cuda"}, hardware={"device": "cpu"}) == ["data.decode_device"]
+    dino = {"kind": "dino", "out_dim": 16}
+    assert paths(data={**image, "decode_device": "cuda"}, objective=dino) == ["data.decode_device"]
+    assert paths(data={**image, "mixup": {}}, batch={"size": "auto"}) == ["batch.auto_min"]
+    assert paths(data={**image, "mixup": {}}, batch={"size": "auto", "auto_min": 2}) == []
     cuda_aa = {**image, "decode_device": "cuda", "augment": {"auto_augment": "rand-m9"}}
     assert paths(data=cuda_aa) == ["data.augment.auto_augment"]
     assert paths(data={**image, "augment": {"auto_augment": "rm -rf"}}) == ["data.augment.auto_augment"]
 
 
-def test_a_corrupt_jpeg_fails_its_trial_by_name(tmp_path, write_spec):
+def test_a_corrupt_jpeg_fails_its_trial_by_name(tmp_path, write_spec, fork_server):
     """In a real trial; the same spec on a sound tree trains (tests/test_workloads.py: the ResNet-50 spec)."""
     broken = tmp_path / "tree"
     demo.write_tree(broken, classes=2, per_class=4, size=(64, 48))
@@ -171,5 +175,5 @@ def test_a_corrupt_jpeg_fails_its_trial_by_name(tmp_path, write_spec):
         measure: {{warmup_steps: 1, bench_steps: 2, repeats: 1, ablation: false, timeout_s: 120}}
         """
     (trial,) = grid.expand(spec_file.load(write_spec(text)))
-    r = runner.run_trial(trial, tmp_path / "trial").result
+    r = runner.run_trial(trial, tmp_path / "trial", server=fork_server).result
     assert r.status == "error" and str(bad) in r.error and "DataError" in r.error, r.error

@@ -64,11 +64,11 @@ def test_ok_trial_with_workers_measures_and_leaves_no_process(write_spec, tmp_pa
     assert group_gone(pids[0]) and not psutil.pid_exists(pids[0])
 
 
-def test_exception_in_trial_is_error_with_message(write_spec, tmp_path):
+def test_exception_in_trial_is_error_with_message(write_spec, tmp_path, fork_server):
     t = one_trial(write_spec, "")
     bad = t.spec.model_copy(update={"model": t.spec.model.model_copy(update={"name": "vit_tinny_patch16_224"})})
     trial = grid.Trial(0, 1, {}, bad, "x")
-    r = runner.run_trial(trial, tmp_path / "t").result
+    r = runner.run_trial(trial, tmp_path / "t", server=fork_server).result
     assert r.status == "error"
     assert "unknown timm model 'vit_tinny_patch16_224'" in r.error and "vit_tiny_patch16_224" in r.error
 
@@ -101,21 +101,21 @@ def test_hung_child_is_timeout_and_killed(write_spec, tmp_path):
     assert group_gone(pids[0])
 
 
-def test_mixed_precision_channels_last_and_checkpointing_run(write_spec, tmp_path):
+def test_mixed_precision_channels_last_and_checkpointing_run(write_spec, tmp_path, fork_server):
     extra = (
         "precision: fp16-mixed\nsweep:\n  cases:\n    - {model.channels_last: true, model.grad_checkpointing: true}\n"
         "    - {precision: bf16-mixed, optimizer.name: sgd, optimizer.momentum: 0.8}\n"
     )
     for trial in grid.expand(spec_file.load(write_spec(TINY.format(name="prec") + extra))):
-        r = runner.run_trial(trial, tmp_path / str(trial.index)).result
+        r = runner.run_trial(trial, tmp_path / str(trial.index), server=fork_server).result
         assert r.status == "ok", r.error
         assert r.metrics["loss"] == pytest.approx(r.metrics["loss"])  # finite, not NaN
 
 
-def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_path):
+def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_path, fork_server):
     text = TINY.format(name="comp").replace("vit_tiny_patch16_224", "resnet18").replace(", kwargs: {patch_size: 8}", "")
     (trial,) = grid.expand(spec_file.load(write_spec(text + "sweep: {cases: [{model.compile: true}]}\n")))
-    r = runner.run_trial(trial, tmp_path / "t").result
+    r = runner.run_trial(trial, tmp_path / "t", server=fork_server).result
     assert r.status == "ok", r.error
     m = r.metrics
     # Compilation lands in the first warm-up step, never in the timed window.
@@ -124,7 +124,7 @@ def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_pat
     assert max(r.step_s) < m["compile_s"]
 
 
-def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tmp_path):
+def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tmp_path, fork_server):
     from dinox.data.dicom_preprocess import preprocess
     from tests.test_dicom_preprocess import demo
 
@@ -137,6 +137,6 @@ def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tm
         "loader: {num_workers: 1}\nsweep: {cases: [{batch.size: 3}]}\n"
     )
     (trial,) = grid.expand(spec_file.load(write_spec(TINY.format(name="corrupt") + extra)))
-    r = runner.run_trial(trial, tmp_path / "t").result
+    r = runner.run_trial(trial, tmp_path / "t", server=fork_server).result
     assert r.status == "error"
     assert f"cannot decode {victim}" in r.error  # raised in the loader worker, named in the trial's status
