@@ -34,6 +34,11 @@ def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
         elif isinstance(data, ImageFolderData):
             for message in _image_folder_problems(data.root):
                 add(t, "data.root", message)
+        policy = (
+            data.augment.auto_augment if isinstance(data, (ImageFolderData, WebDatasetData)) and data.augment else None
+        )
+        if policy and (why := _auto_augment_problem(policy)):
+            add(t, "data.augment.auto_augment", why)
         elif isinstance(data, WebDatasetData):
             try:
                 shard_urls(data.shards)
@@ -47,6 +52,31 @@ def _unknown_models(names: set[str]) -> dict[str, str]:
 
     known = architectures()  # a cached list: timm (and torch) are imported only to make it
     return {name: problem for name in sorted(names) if (problem := unknown_model(name, known))}
+
+
+def _auto_augment_problem(policy: str) -> str:
+    """A policy this machine's timm and Pillow cannot run: timm 1.0's increasing posterize (the ``inc1`` of
+    rand-m9-mstd0.5-inc1) keeps 0 bits at full magnitude, which Pillow 13 refuses, so a run crashes in a
+    loader worker now and then (whenever a sampled magnitude reaches 10). Imports timm: asked only for such a
+    policy."""
+    if "inc1" not in policy.split("-"):
+        return ""
+    from importlib.metadata import version
+
+    from PIL import Image, ImageOps
+    from timm.data import auto_augment
+
+    bits = auto_augment._posterize_increasing_level_to_arg(auto_augment._LEVEL_DENOM, {})[0]
+    try:
+        if bits < 8:
+            ImageOps.posterize(Image.new("RGB", (1, 1)), bits)
+    except ValueError as e:
+        return (
+            f"{policy}: timm {version('timm')}'s increasing posterize keeps {bits} bits at full magnitude and "
+            f"Pillow {version('pillow')} refuses that ({e}): a run with this policy crashes in a loader worker "
+            "now and then. Use it without -inc1 (rand-m9-mstd0.5), or a Pillow before 13"
+        )
+    return ""
 
 
 def _image_folder_problems(root: str) -> list[str]:

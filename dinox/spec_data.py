@@ -74,7 +74,7 @@ class AugmentSpec(Section):
     vflip: float = Field(0.0, ge=0.0, le=1.0)
     color_jitter: float = Field(0.4, ge=0.0, le=10.0, description="0: off (ignored when auto_augment is set)")
     auto_augment: str | None = Field(
-        None, max_length=200, pattern=_AUTO_AUGMENT, description="a timm policy, e.g. rand-m9-mstd0.5-inc1"
+        None, max_length=200, pattern=_AUTO_AUGMENT, description="a timm policy, e.g. rand-m9-mstd0.5"
     )
     interpolation: Literal["bilinear", "bicubic", "random"] = "bilinear"
     re_prob: float = Field(0.0, ge=0.0, le=1.0, description="random erasing probability (on the device batch)")

@@ -1,5 +1,5 @@
 """The image loader alone: images/s per DataLoader worker count, PIL against torchvision decoding, with and
-without RandAugment (timm's rand-m9-mstd0.5-inc1), and GPU decoding (nvJPEG) when CUDA is there.
+without RandAugment (timm's rand-m9-mstd0.5), and GPU decoding (nvJPEG) when CUDA is there.
 
 Reads the demo tree (`python scripts/make_demo_images.py data/demo_images`, written here if missing) through
 dinox's own ImageSamples and timm's transform, as a trial's loader does, with no model. Each configuration
@@ -30,7 +30,7 @@ from dinox.data.images import ImageSamples, collate_encoded  # noqa: E402
 from dinox.data.views import ViewPlan  # noqa: E402
 from dinox.spec_data import AugmentSpec, ImageFolderData  # noqa: E402
 
-RANDAUGMENT = AugmentSpec(auto_augment="rand-m9-mstd0.5-inc1")
+RANDAUGMENT = AugmentSpec(auto_augment="rand-m9-mstd0.5")  # -inc1 crashes with Pillow 13: see dinox.preflight
 
 
 def _demo_tree(root: Path) -> None:

@@ -177,3 +177,19 @@ def test_a_corrupt_jpeg_fails_its_trial_by_name(tmp_path, write_spec, fork_serve
     (trial,) = grid.expand(spec_file.load(write_spec(text)))
     r = runner.run_trial(trial, tmp_path / "trial", server=fork_server).result
     assert r.status == "error" and str(bad) in r.error and "DataError" in r.error, r.error
+
+
+def test_an_inc1_policy_is_refused_exactly_where_timm_and_pillow_crash_on_it():
+    """timm's own op at full magnitude decides; the preflight check must agree with it on this machine."""
+    from timm.data.auto_augment import AugmentOp
+
+    from dinox.preflight import _auto_augment_problem
+
+    try:
+        AugmentOp("PosterizeIncreasing", prob=1.0, magnitude=10)(Image.new("RGB", (8, 8)))
+        crashes = False
+    except ValueError:
+        crashes = True
+    problem = _auto_augment_problem("rand-m9-mstd0.5-inc1")
+    assert bool(problem) == crashes and ("Pillow" in problem) == crashes
+    assert _auto_augment_problem("rand-m9-mstd0.5") == ""

@@ -131,6 +131,6 @@ def test_resnet50_case_runs(ct_data):
     spec["sweep"]["grid"]["data.mixup"] = spec["sweep"]["grid"]["data.mixup"][1:]
     (run,) = run_spec(ct_data, spec)
     assert run.data.params["precision"] == "fp16-mixed" and run.data.params["model.channels_last"] == "True"
-    assert run.data.params["data.augment.auto_augment"] == "rand-m9-mstd0.5-inc1"
+    assert run.data.params["data.augment.auto_augment"] == "rand-m9-mstd0.5"
     assert run.data.params["data.mixup.cutmix_alpha"] == "1.0" and run.data.params["data.source"] == "image_folder"
     assert run.data.metrics["device_mem_total_gb"] == pytest.approx(23.0)
