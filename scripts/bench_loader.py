@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -49,7 +49,8 @@ def images_per_s(items, size: int, decoder: str, augment, workers: int, batch: i
     loader = DataLoader(
         samples,
         batch_size=batch,
-        shuffle=True,
+        # Drawn with replacement: as many batches as asked for, whatever the size of the tree.
+        sampler=RandomSampler(samples, replacement=True, num_samples=(batches + 1) * batch),
         num_workers=workers,
         collate_fn=collate_encoded if encoded else None,
         drop_last=True,
