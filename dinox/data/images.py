@@ -76,8 +76,9 @@ class ImageSamples(Dataset):
     ):
         self.items, self.plan, self.decoder, self.augment, self.encoded = items, plan, decoder, augment, encoded
         self.to_pil = needs_pil(augment)
-        size = plan.full_size or plan.global_size
-        self.transform = build_transform(size, augment) if plan.full_size is not None and not encoded else None
+        # Classification: timm's transform; DINO keeps its own multi-crop views (dinox.data.views).
+        full = plan.full_size
+        self.transform = build_transform(full, augment) if full is not None and not encoded else None
 
     def __len__(self) -> int:
         return len(self.items)
