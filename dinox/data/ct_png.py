@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from dinox.data.files import HU_OFFSET, DataError, default_root, neighbours, read_index
-from dinox.data.views import HuWindow, ViewPlan, make_views
+from dinox.data.views import HuWindow, ViewPlan, make_views, one_thread
 
 
 def decode_png16_bytes(data: bytes, decoder: str, name: str) -> torch.Tensor:
@@ -85,4 +85,5 @@ class CtPngSlices(Dataset):
             raise IndexError(index)
         s, z = self.slices[index % len(self.slices)]
         # No labels in CT pre-training: classification gets a fixed pseudo-label, for throughput only.
-        return make_views(self.hu(index), self.plan, self.window), (s * 7919 + z) % self.num_classes
+        with one_thread():
+            return make_views(self.hu(index), self.plan, self.window), (s * 7919 + z) % self.num_classes

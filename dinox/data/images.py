@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from dinox.data.files import DataError
-from dinox.data.views import ViewPlan, make_views
+from dinox.data.views import ViewPlan, make_views, one_thread
 from dinox.spec_data import AugmentSpec
 
 
@@ -89,7 +89,8 @@ class ImageSamples(Dataset):
             data = Path(path).read_bytes()
         except OSError as e:
             raise DataError(f"cannot read {path}: {e.strerror or e}") from e
-        return self.prepare(data, path), label
+        with one_thread():
+            return self.prepare(data, path), label
 
     def prepare(self, data: bytes, name: str):
         """One encoded image as a sample: what the DataLoader batches."""

@@ -14,7 +14,7 @@ import time
 import torch
 from torch.utils.data import Dataset
 
-from dinox.data.views import ViewPlan
+from dinox.data.views import ViewPlan, one_thread
 
 
 class SyntheticImages(Dataset):
@@ -34,8 +34,9 @@ class SyntheticImages(Dataset):
             raise IndexError(index)
         # Seeded per index: the same sample whichever worker draws it, so runs are repeatable.
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        views = [torch.randn((self.channels, s, s), generator=g) for s in self.plan.sizes]
-        label = int(torch.randint(self.num_classes, (1,), generator=g))
+        with one_thread():
+            views = [torch.randn((self.channels, s, s), generator=g) for s in self.plan.sizes]
+            label = int(torch.randint(self.num_classes, (1,), generator=g))
         if self.delay_s:
             time.sleep(self.delay_s)
         return (views[0] if self.plan.full_size is not None else views), label

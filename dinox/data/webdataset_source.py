@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset
 from dinox.data.ct_png import decode_png16_bytes
 from dinox.data.files import HU_OFFSET, IMAGE_KEYS, PARTS, RAW_KEY, DataError, shard_urls
 from dinox.data.images import ImageSamples
-from dinox.data.views import HuWindow, ViewPlan, make_views
+from dinox.data.views import HuWindow, ViewPlan, make_views, one_thread
 from dinox.spec_data import AugmentSpec
 
 
@@ -56,7 +56,11 @@ class Shards(IterableDataset):
         )
         if self.shuffle_buffer:
             ds = ds.shuffle(self.shuffle_buffer)
-        return ds.map(self._sample)
+        return ds.map(self._prepared)
+
+    def _prepared(self, sample: dict):
+        with one_thread():
+            return self._sample(sample)
 
     def _sample(self, sample: dict):
         if RAW_KEY in sample:
