@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""ct_png loader throughput per worker count: torchvision.io against PIL + numpy decoding, in one run.
+"""ct_png loader throughput per worker count: torchvision.io against PIL + numpy decoding, in one run; then
+CT shards per worker count, png16 (the PNG bytes) against raw16 (uncompressed, nothing to inflate).
 
 Writes a demo CT study at 512 x 512 (the usual CT matrix), preprocesses it to 16-bit PNGs, then iterates
 a real DataLoader over the ct_png dataset (three slices per sample, random HU window, resize to 224) for
@@ -23,7 +24,9 @@ from torch.utils.data import DataLoader
 
 from dinox.data.ct_png import CtPngSlices, decode_png16
 from dinox.data.dicom_preprocess import preprocess
+from dinox.data.files import write_shards
 from dinox.data.views import HuWindow, ViewPlan
+from dinox.data.webdataset_source import Shards
 
 _spec = importlib.util.spec_from_file_location("make_demo_ct", Path(__file__).with_name("make_demo_ct.py"))
 demo = importlib.util.module_from_spec(_spec)
@@ -49,6 +52,20 @@ def loader_ips(index: Path, decoder: str, workers: int, batch: int, batches: int
     for _ in range(batches):
         next(it)
     return batches * batch / (time.perf_counter() - t)
+
+
+def shards_ips(folder: Path, workers: int, batch: int) -> float:
+    """One warm pass over the shards (workers started, files cached), then a timed one."""
+    ds = Shards(
+        str(folder), ViewPlan(full_size=224), HuWindow(), decoder="pil", shuffle_buffer=0, seed=0, num_classes=10
+    )
+    loader = DataLoader(ds, batch_size=batch, num_workers=workers, persistent_workers=workers > 0)
+    for _ in loader:
+        pass
+    t, n = time.perf_counter(), 0
+    for images, _labels in loader:
+        n += images.shape[0]
+    return n / (time.perf_counter() - t)
 
 
 def decode_ms(pngs: list[Path], decoder: str) -> float:
@@ -92,6 +109,22 @@ def main() -> None:
                     ips[d].append(loader_ips(index, d, w, args.batch, args.batches))
             tv, pil = statistics.median(ips["torchvision"]), statistics.median(ips["pil"])
             print(f"  {w:>7} {tv:>12.1f} {pil:>8.1f} {tv / pil:>7.2f}")
+        _shard_table(Path(tmp), index, args)
+
+
+def _shard_table(tmp: Path, index: Path, args: argparse.Namespace) -> None:
+    encodings = ("png16", "raw16")
+    for encoding in encodings:
+        write_shards(index, tmp / encoding, shard_size=8, encoding=encoding)
+    print(f"CT shards, loader images/s (PIL for png16; batch {args.batch}, median of {args.rounds} rounds):")
+    print(f"  {'workers':>7} {'png16':>8} {'raw16':>8} {'raw/png':>8}")
+    for w in args.workers:
+        ips = {e: [] for e in encodings}
+        for _ in range(args.rounds):
+            for e in encodings:
+                ips[e].append(shards_ips(tmp / e, w, args.batch))
+        png, raw = statistics.median(ips["png16"]), statistics.median(ips["raw16"])
+        print(f"  {w:>7} {png:>8.1f} {raw:>8.1f} {raw / png:>8.2f}")
 
 
 if __name__ == "__main__":
