@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dinox.result import TrialResult
 from dinox.spec import TrialSpec
 
 
@@ -73,6 +74,17 @@ class BatchSearch:
 
     def describe(self) -> str:
         return " ".join(f"{s}:{'ok' if ok else 'oom'}" for s, ok in self.probes)
+
+    def annotate(self, result: TrialResult) -> None:
+        """What the search found, on the trial's result: its probes and the largest batch that fit."""
+        result.tags["dinox.batch_auto_probes"] = self.describe()
+        result.metrics["batch_auto_probes"] = float(len(self.probes))
+        if self.fit is not None:
+            result.metrics["batch_auto_fit"] = float(self.fit)
+
+    def nothing_fits(self) -> TrialResult:
+        error = f"batch.size auto: not even batch.auto_min={self.low} fits (probes {self.describe()})"
+        return TrialResult("oom", error=error)
 
 
 def probe_spec(spec: TrialSpec, size: int) -> TrialSpec:

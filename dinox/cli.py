@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -147,7 +147,7 @@ def run(
     force: bool,
     no_prune: bool,
     max_trials: int,
-    isolation: str,
+    isolation: Literal["fork", "spawn"],
     shard: str | None,
     skip_predicted_oom: bool,
     no_system_metrics: bool,
@@ -201,10 +201,11 @@ def _sweep(
     workdir: Path,
     server: ForkServer | None,
 ) -> None:
+    from dinox.device_check import DeviceMissing
     from dinox.interrupts import Interrupted
     from dinox.journal import WorkdirError
     from dinox.store import TrackingError, resolve_tracking_uri
-    from dinox.sweep import DeviceMissing, run_sweep
+    from dinox.sweep import run_sweep
     from dinox.tracking import SweepRecorder
 
     uri = resolve_tracking_uri(tracking_uri)

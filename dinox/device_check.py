@@ -22,6 +22,10 @@ _GPU_DRIVER_PATHS = (
 )
 
 
+class DeviceMissing(ValueError):
+    """The spec asks for a device kind this machine does not have: bad input, refused before any run."""
+
+
 def without_torch(kind: str) -> str:
     """What this machine has, in words, when it certainly lacks `kind`; "" when it may have it."""
     if kind == "cuda" and not any(os.path.exists(p) for p in _GPU_DRIVER_PATHS):

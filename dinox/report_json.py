@@ -19,7 +19,16 @@ _JSON = TypeAdapter(dict[str, Any])
 
 
 def to_json(d: Decision) -> dict[str, Any]:
-    payload = {
+    return json.loads(_JSON.dump_json(_payload(d)))
+
+
+def dumps(d: Decision) -> str:
+    return _JSON.dump_json(_payload(d), indent=2).decode() + "\n"
+
+
+def _payload(d: Decision) -> dict[str, Any]:
+    """The file's shape, holding the decision's own dataclasses; pydantic turns them into JSON."""
+    return {
         "verdict": d.verdict,
         "unstable": d.unstable or None,
         "reason": d.reason,
@@ -38,11 +47,6 @@ def to_json(d: Decision) -> dict[str, Any]:
         "scaling": [asdict(row) | {"efficiency": row.efficiency} for row in d.scaling],
         "left_out": [{"run": run, "why": why} for run, why in d.left_out],
     }
-    return json.loads(_JSON.dump_json(payload))
-
-
-def dumps(d: Decision) -> str:
-    return _JSON.dump_json(to_json(d), indent=2).decode() + "\n"
 
 
 def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:

@@ -17,10 +17,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from dinox import footprint, runner, sweep_summary
 from dinox.autobatch import BatchSearch, probe_spec
-from dinox.device_check import missing_message
+from dinox.device_check import DeviceMissing, missing_message
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
 from dinox.grid import Trial, trial_id
@@ -37,17 +38,13 @@ from dinox.sweep_store import BestEffortStore, InFlight
 from dinox.tracking import SweepRecorder, result_summary
 
 
-class DeviceMissing(ValueError):
-    """The spec asks for a device kind this machine does not have: bad input, refused before any run."""
-
-
 @dataclass(frozen=True)
 class SweepOptions:
     force: bool = False
     prune: bool = True
     skip_predicted_oom: bool = False
     shard: str = ""  # "i/N" when this process runs one slice of the sweep
-    isolation: str = "fork"
+    isolation: Literal["fork", "spawn"] = "fork"
     system_metrics: bool = True
     live: bool = False  # a progress bar (a terminal) instead of plain lines only
 
@@ -284,10 +281,7 @@ class Sweep:
         result, log_path, measured = self._measure(trial, search, failure)
         flight.stop_monitor()
         if search is not None:
-            result.tags["dinox.batch_auto_probes"] = search.describe()
-            result.metrics["batch_auto_probes"] = float(len(search.probes))
-            if search.fit is not None:
-                result.metrics["batch_auto_fit"] = float(search.fit)
+            search.annotate(result)
         self._record(flight, result, log_path)
         self.in_flight = None
         if measured:
@@ -315,10 +309,7 @@ class Sweep:
         """The trial's result, its log, and whether it was measured (not skipped or settled by its search)."""
         spec = trial.spec
         if search is not None and spec.batch.auto:
-            result = failure or TrialResult(
-                "oom", error=f"batch.size auto: not even batch.auto_min={search.low} fits (probes {search.describe()})"
-            )
-            return result, None, False
+            return failure or search.nothing_fits(), None, False
         reason = self.pruner.reason(spec) if self.options.prune else None
         plan = self.estimates.memory(spec)
         if reason is None and self.options.skip_predicted_oom and plan is not None and plan.over:

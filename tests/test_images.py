@@ -180,13 +180,15 @@ def test_a_corrupt_jpeg_fails_its_trial_by_name(tmp_path, write_spec, fork_serve
 
 
 def test_an_inc1_policy_is_refused_exactly_where_timm_and_pillow_crash_on_it():
-    """timm's own op at full magnitude decides; the preflight check must agree with it on this machine."""
-    from timm.data.auto_augment import AugmentOp
+    """timm's level function and Pillow decide; the preflight check (timm's op) must agree with them."""
+    from PIL import ImageOps
+    from timm.data import auto_augment
 
     from dinox.preflight import _auto_augment_problem
 
+    bits = auto_augment._posterize_increasing_level_to_arg(auto_augment._LEVEL_DENOM, {})[0]
     try:
-        AugmentOp("PosterizeIncreasing", prob=1.0, magnitude=10)(Image.new("RGB", (8, 8)))
+        ImageOps.posterize(Image.new("RGB", (8, 8)), bits)
         crashes = False
     except ValueError:
         crashes = True
