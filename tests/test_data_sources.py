@@ -7,6 +7,7 @@ import pydicom
 import pytest
 import torch
 from torch.utils.data import DataLoader
+from torchvision.transforms.v2 import functional as F
 
 from dinox.data import dicom_preprocess as pp
 from dinox.data.ct_png import CtPngSlices
@@ -81,6 +82,37 @@ def test_ct_png_resizes_to_the_model_input_and_draws_windows_in_range(ct):
     assert image.shape == (3, 48, 48) and 0.0 <= float(image.min()) and float(image.max()) <= 1.0
     draws = {float(ds[2][0].mean()) for _ in range(5)}
     assert len(draws) > 1  # a new random window every time
+
+
+def test_every_ct_reader_gives_torchvisions_resize_of_the_hu_slices(ct, tmp_path):
+    """ct_png (both decoders) and both shard encodings resize a 32 px slice to a 16 px model as torchvision's
+    antialiased resize of the HU image does, though they resize the stored values and take the offset off
+    the small image (float32 at ~32768 rounds to 1/256 HU)."""
+    root, hu = ct
+    index = root / "png" / "_index" / "index.csv"
+    reference = F.resize(torch.from_numpy(hu), [16, 16], antialias=True).numpy()
+    write_shards(index, tmp_path / "raw16", shard_size=5, encoding="raw16")
+    write_shards(index, tmp_path / "png16", shard_size=5)
+    readers = {
+        f"ct_png {decoder}": CtPngSlices(
+            str(index), None, ViewPlan(16), FIXED, decoder=decoder, subset_size=None, seed=0, inflation=1, num_classes=2
+        )
+        for decoder in ("pil", "torchvision")
+    }
+    for encoding in ("raw16", "png16"):
+        readers[encoding] = list(
+            Shards(
+                str(tmp_path / encoding), ViewPlan(16), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=2
+            )
+        )
+    for name, reader in readers.items():
+        for z in range(5):
+            picks = [max(z - 1, 0), z, min(z + 1, 4)]
+            image = reader[z][0].numpy()
+            assert image.shape == (3, 16, 16), name
+            np.testing.assert_allclose(image, expected_window(reference[picks]), atol=0.05 / WIDTH, err_msg=name)
+    small = readers["ct_png pil"].hu(0)  # already at the model's size: the windows work on the small image
+    assert small.shape == (3, 16, 16) and float(np.abs(small.numpy() - reference[[0, 0, 1]]).max()) < 0.05
 
 
 def test_subset_and_inflation(ct):

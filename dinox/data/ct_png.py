@@ -14,34 +14,46 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from torchvision.transforms.v2 import functional as F
 
 from dinox.data.files import HU_OFFSET, DataError, default_root, neighbours, read_index
 from dinox.data.views import HuWindow, ViewPlan, make_views, one_thread
 
 
-def decode_png16_bytes(data: bytes, decoder: str, name: str) -> torch.Tensor:
-    """A 16-bit PNG's bytes as int32 [H, W] (the stored values, HU + 32768); `name` says where it came from."""
+def decode_png16_bytes(data: bytes, decoder: str, name: str) -> np.ndarray:
+    """A 16-bit PNG's bytes as its stored values (HU + 32768), uint16 [H, W]; `name` says where it came from."""
     try:
         if decoder == "torchvision":
             from torchvision.io import ImageReadMode, decode_png
 
             buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            # torch.uint16 supports few ops: widen before anything else.
-            return decode_png(buf, mode=ImageReadMode.UNCHANGED)[0].to(torch.int32)
+            return decode_png(buf, mode=ImageReadMode.UNCHANGED)[0].numpy()
         from PIL import Image
 
         with Image.open(io.BytesIO(data)) as im:
-            return torch.from_numpy(np.asarray(im, dtype=np.int32))
+            return np.asarray(im)
     except Exception as e:  # noqa: BLE001 - a corrupt file fails the trial with its name, whatever raised
         raise DataError(f"cannot decode {name}: {type(e).__name__}: {e}") from e
 
 
-def decode_png16(path: str | Path, decoder: str) -> torch.Tensor:
+def decode_png16(path: str | Path, decoder: str) -> np.ndarray:
     try:
         data = Path(path).read_bytes()
     except OSError as e:
         raise DataError(f"cannot decode {path}: {type(e).__name__}: {e}") from e
     return decode_png16_bytes(data, decoder, str(path))
+
+
+def to_hu(stored: np.ndarray, size: int | None) -> torch.Tensor:
+    """Stored slices, uint16 [3, H, W], as float32 HU, resized to size x size first if a size is given.
+    One pass widens the 16-bit values to float and the offset comes off the resized image: this box, a
+    256 px slice to 64 px, 0.30 ms against 0.43 ms through int32. Resizing the 16-bit image in PIL before
+    widening was slower still (0.60 ms; torchvision's antialiased resize of the float image is the faster
+    kernel), so the widening stays first."""
+    image = torch.from_numpy(stored.astype(np.float32))
+    if size is not None:
+        image = F.resize(image, [size, size], antialias=True)
+    return image.sub_(HU_OFFSET)
 
 
 class CtPngSlices(Dataset):
@@ -73,12 +85,13 @@ class CtPngSlices(Dataset):
         return len(self.slices) * self.inflation
 
     def hu(self, index: int) -> torch.Tensor:
-        """Slices z-1, z, z+1 (clamped at the ends) in HU, float32 [3, H, W]."""
+        """Slices z-1, z, z+1 (clamped at the ends) in HU, float32 [3, H, W], at a classification model's
+        input size."""
         s, z = self.slices[index % len(self.slices)]
         paths = self.series[s]
         picks = (paths[max(z - 1, 0)], paths[z], paths[min(z + 1, len(paths) - 1)])
-        stored = torch.stack([decode_png16(self.root / p, self.decoder) for p in picks])
-        return (stored - HU_OFFSET).to(torch.float32)
+        stored = np.stack([decode_png16(self.root / p, self.decoder) for p in picks])
+        return to_hu(stored, self.plan.full_size)  # multi-crop views crop the full slice
 
     def __getitem__(self, index: int):
         if not 0 <= index < len(self):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import io
 import json
 
-import torch
+import numpy as np
 from torch.utils.data import IterableDataset
 
-from dinox.data.ct_png import decode_png16_bytes
-from dinox.data.files import HU_OFFSET, IMAGE_KEYS, PARTS, RAW_KEY, DataError, shard_urls
+from dinox.data.ct_png import decode_png16_bytes, to_hu
+from dinox.data.files import IMAGE_KEYS, PARTS, RAW_KEY, DataError, shard_urls
 from dinox.data.images import ImageSamples
 from dinox.data.views import HuWindow, ViewPlan, make_views, one_thread
 from dinox.spec_data import AugmentSpec
@@ -67,10 +67,10 @@ class Shards(IterableDataset):
             stored = _raw16(sample[RAW_KEY], f"{sample['__key__']}.{RAW_KEY} in {sample.get('__url__')}")
         elif "cur.png" in sample:
             where = f"{sample['__key__']}.{{}} in {sample.get('__url__')}"
-            stored = torch.stack([decode_png16_bytes(sample[p], self.decoder, where.format(p)) for p in PARTS])
+            stored = np.stack([decode_png16_bytes(sample[p], self.decoder, where.format(p)) for p in PARTS])
         else:
             return self._image(sample)
-        hu = (stored - HU_OFFSET).to(torch.float32)
+        hu = to_hu(stored, self.plan.full_size)
         meta = json.load(io.BytesIO(sample["json"]))
         label = (int(meta["series"]) * 7919 + int(meta["slice"])) % self.num_classes
         return make_views(hu, self.plan, self.window), label
@@ -86,14 +86,12 @@ class Shards(IterableDataset):
         return iter(self._pipeline())
 
 
-def _raw16(data: bytes, name: str) -> torch.Tensor:
-    """A raw16 sample's uint16 [3, H, W] as int32 (torch.uint16 supports few ops)."""
-    import numpy as np
-
+def _raw16(data: bytes, name: str) -> np.ndarray:
+    """A raw16 sample's stored values, uint16 [3, H, W]."""
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (OSError, ValueError) as e:
         raise DataError(f"cannot decode {name}: {type(e).__name__}: {e}") from e
     if array.dtype != np.uint16 or array.ndim != 3 or array.shape[0] != 3:
         raise DataError(f"{name}: a {array.dtype} array of shape {array.shape}, not uint16 [3, H, W]")
-    return torch.from_numpy(array.astype(np.int32))
+    return array
