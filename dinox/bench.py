@@ -50,6 +50,33 @@ class Window:
         return self.images / (len(self.steps) + 1)
 
 
+def spread(rates: list[float]) -> float:
+    """(fastest - slowest) / median throughput of windows: 0 for one window."""
+    return (max(rates) - min(rates)) / statistics.median(rates)
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """How many timed windows: at least `least`, then more until their spread is at most `threshold`, never
+    more than `most`. A fixed count is least == most."""
+
+    least: int
+    most: int
+    threshold: float = 0.0
+    # The ranks of a distributed trial must stop together (each window runs collectives): this turns one
+    # rank's answer into all of theirs.
+    agree: Callable[[bool], bool] | None = None
+
+    @classmethod
+    def fixed(cls, n: int) -> Repeats:
+        return cls(n, n)
+
+    def settled(self, rates: list[float]) -> bool:
+        n = len(rates)
+        done = n >= self.most or (n >= self.least and spread(rates) <= self.threshold)
+        return self.agree(done) if self.agree is not None and n < self.most else done
+
+
 def rate(windows: list[Window]) -> float | None:
     """Images/s of windows of one kind from their median step, all their steps pooled: a burst that slows a
     few steps (a neighbour on a shared machine) moves a window's mean but not this."""
@@ -91,9 +118,7 @@ class LoopStats:
 
     @property
     def spread(self) -> float:
-        """(fastest - slowest) / median window throughput: 0 for one window."""
-        rates = self.window_images_per_s
-        return (max(rates) - min(rates)) / statistics.median(rates)
+        return spread(self.window_images_per_s)
 
     @property
     def steps(self) -> list[StepTimes]:
@@ -214,12 +239,13 @@ class Loop:
         self,
         warmup_steps: int,
         bench_steps: int,
-        repeats: int = 1,
+        repeats: Repeats | int = 1,
         ablation_steps: int = 0,
         loader_batches: int = 0,
         loader_buffered: int = 0,
     ) -> LoopStats:
-        """Warm up, time `repeats` windows of `bench_steps` steps, then (if asked) the two ablation windows of
+        """Warm up, time windows of `bench_steps` steps until `repeats` says they settled (an int: that many),
+        then (if asked) the two ablation windows of
         `ablation_steps` steps and a loader-only window of `loader_batches` batches, after skipping the
         `loader_buffered` batches the workers had ready."""
         perf = self.timeline.host_clock  # type: ignore[union-attr]
@@ -229,10 +255,7 @@ class Loop:
         loader_start_s = perf() - t
         self._phase("warm-up")
         first_step_s, warmup_s = self._warm_up(warmup_steps)
-        windows = []
-        for k in range(repeats):
-            self._phase(f"window {k + 1}/{repeats}")
-            windows.append(self.window(bench_steps))
+        windows = self._timed_windows(bench_steps, Repeats.fixed(repeats) if isinstance(repeats, int) else repeats)
         t = perf()
         reference: list[Window] = []
         compute_only: list[Window] = []
@@ -257,6 +280,14 @@ class Loop:
             compute_half,
             reference,
         )
+
+    def _timed_windows(self, steps: int, repeats: Repeats) -> list[Window]:
+        windows: list[Window] = []
+        while not windows or not repeats.settled([w.images_per_s for w in windows]):
+            upto = f"/{repeats.most}" if repeats.least == repeats.most else f" (of {repeats.least}-{repeats.most})"
+            self._phase(f"window {len(windows) + 1}{upto}")
+            windows.append(self.window(steps))
+        return windows
 
     def _ablation(self, steps: int) -> tuple[list[Window], list[Window], list[Window], Window | None]:
         """A loader window (the reference), the compute-only and the no-loader windows, in turn, twice over,
@@ -318,14 +349,14 @@ def run(
     batch_size: int,
     warmup_steps: int,
     bench_steps: int,
-    repeats: int = 1,
+    repeats: Repeats | int = 1,
     ablation_steps: int = 0,
     loader_batches: int = 0,
     loader_buffered: int = 0,
     timeline: Timeline | None = None,
     halve: Callable[[Any], Any] | None = None,
 ) -> LoopStats:
-    """Warm up, then time `repeats` windows of `bench_steps` optimizer steps each (see Loop.run)."""
+    """Warm up, then time windows of `bench_steps` optimizer steps each as `repeats` says (see Loop.run)."""
     loop = Loop(
         loader,
         to_device,

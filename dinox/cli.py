@@ -125,9 +125,11 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
 @click.option(
     "--shard",
     default=None,
-    metavar="I/N",
+    metavar="I/N|auto[/N]",
     help="Run only the I-th of N disjoint slices of the sweep (1/N ... N/N), e.g. one per host against "
-    "one tracking server; resume makes a re-run of a shard measure only what is missing.",
+    "one tracking server; resume makes a re-run of a shard measure only what is missing. auto: the slice "
+    "of this Slurm array task (SLURM_ARRAY_TASK_ID) or Kubernetes indexed pod (JOB_COMPLETION_INDEX; "
+    "the count from auto/N or DINOX_SHARD_COUNT).",
 )
 @click.option(
     "--skip-predicted-oom",
@@ -166,7 +168,7 @@ def run(
     unusable tracking store, 130 when interrupted.
     """
     doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
-    trials = _of_shard(trials, shard)
+    trials, shard = _of_shard(trials, shard)
     if not trials:
         click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
         return
@@ -226,13 +228,22 @@ def _sweep(
             click.echo(line, err=to_stderr)
 
 
-def _of_shard(trials: list[Trial], shard: str | None) -> list[Trial]:
+def _of_shard(trials: list[Trial], shard: str | None) -> tuple[list[Trial], str | None]:
+    """The trials of this process's slice, and the slice as I/N (`auto` read from the scheduler's variables)."""
     if shard is None:
-        return trials
+        return trials, None
+    from dinox import shard_env
     from dinox.grid import shard as shard_of
 
     try:
-        return shard_of(trials, shard)
+        picked = shard_env.resolve(shard, os.environ)
+    except shard_env.ShardEnvError as e:
+        raise BadInput(f"--shard {e}") from None
+    if picked is not None:
+        click.echo(f"dinox: shard {picked.spec} ({picked.source})")
+        shard = picked.spec
+    try:
+        return shard_of(trials, shard), shard
     except ValueError as e:
         raise BadInput(f"--shard {e}") from None
 

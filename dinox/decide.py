@@ -316,6 +316,6 @@ def _unstable_warning(recommended: ModelVerdict | None) -> str:
     spread = f"differ by {best.spread:.0%}" if best.spread is not None else "disagree"
     return (
         f"the recommended trial is UNSTABLE: its timed windows {spread}, so its throughput is uncertain; "
-        "measure it again with more measure.repeats (or longer measure.bench_steps) on a quiet machine "
+        "measure it again with a higher measure.max_repeats (or longer measure.bench_steps) on a quiet machine "
         "before committing"
     )

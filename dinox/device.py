@@ -9,6 +9,7 @@ import os
 import platform
 import resource
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import timm
@@ -151,6 +152,18 @@ def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> t
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=spec.measure.timeout_s))
     tags.update({"dinox.rank": str(rank), "dinox.world_size": str(world), "dinox.dist_backend": backend})
     return device
+
+
+def all_agree(device: torch.device) -> Callable[[bool], bool]:
+    """True for every rank once every rank says True (an all-reduce of one integer on the trial's device)."""
+    import torch.distributed as dist
+
+    def agree(mine: bool) -> bool:
+        flag = torch.tensor([int(mine)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    return agree
 
 
 def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[str, str]) -> None:

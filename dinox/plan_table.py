@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dinox.footprint import Estimates
 from dinox.grid import Trial
+from dinox.spec import MeasureSpec
 
 
 def render(trials: list[Trial], estimates: Estimates | None) -> list[str]:
@@ -17,7 +18,7 @@ def render(trials: list[Trial], estimates: Estimates | None) -> list[str]:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     m = trials[0].spec.measure
     lines.append(
-        f"{len(trials)} trials; each: {m.warmup_steps} warm-up + {m.repeats} x "
+        f"{len(trials)} trials; each: {m.warmup_steps} warm-up + {_windows(m)} x "
         f"{m.bench_steps} timed optimizer steps, timeout {m.timeout_s:g}s"
     )
     return lines + (_estimate_notes(trials, estimates) if estimates is not None else [])
@@ -58,3 +59,8 @@ def _estimate_notes(trials: list[Trial], estimates: Estimates) -> list[str]:
         elif estimates.cost(t.spec) is None:
             lines.append(f"  #{t.index + 1} no estimate: {estimates.why_missing(t.spec) or 'unknown'}")
     return lines
+
+
+def _windows(m: MeasureSpec) -> str:
+    least, most = m.window_bounds
+    return str(least) if least == most else f"{least}-{most}"

@@ -185,13 +185,20 @@ class MeasureSpec(Section):
     bench_steps: Annotated[PositiveInt, MEASURE] = Field(
         20, le=MAX_STEPS, description="timed optimizer steps per window"
     )
-    repeats: Annotated[PositiveInt, MEASURE] = Field(
-        3, le=1000, description="timed windows, back to back; their spread measures stability"
+    min_repeats: Annotated[PositiveInt, MEASURE] = Field(
+        2, le=1000, description="timed windows at least; more while their spread exceeds unstable_threshold"
+    )
+    max_repeats: Annotated[PositiveInt, MEASURE] = Field(
+        5, le=1000, description="timed windows at most; a trial still unsettled then is tagged unstable"
+    )
+    repeats: Annotated[PositiveInt | None, MEASURE] = Field(
+        None, le=1000, description="a fixed number of timed windows instead; null: min_repeats to max_repeats"
     )
     unstable_threshold: Annotated[PositiveFloat, STEER] = Field(
         0.10,
         le=10.0,
-        description="(fastest - slowest) / median window throughput above which a trial is tagged unstable",
+        description="(fastest - slowest) / median window throughput above which a trial is tagged unstable, "
+        "and below which its windows have settled",
     )
     timeout_s: Annotated[PositiveFloat, STEER] = Field(
         1800.0, le=30 * 86400.0, description="hard limit on the whole child process (at most 30 days)"
@@ -211,6 +218,13 @@ class MeasureSpec(Section):
         description="share of step time waiting on the loader (or copying) that makes a trial io_bound "
         "(or transfer_bound)",
     )
+
+    @property
+    def window_bounds(self) -> tuple[int, int]:
+        """The fewest and the most timed windows."""
+        if self.repeats is not None:
+            return self.repeats, self.repeats
+        return self.min_repeats, self.max_repeats
 
 
 class BudgetSpec(Section):

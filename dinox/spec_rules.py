@@ -43,7 +43,7 @@ def check_trial(raw: dict[str, Any]) -> TrialSpec | list[FieldProblem]:
 
 def consistency_problems(t: TrialSpec) -> list[Rule]:
     """Contradictions inside one valid-shaped trial, as (field path, message)."""
-    checks = (_auto_batch, _fixed_batch, _loader, _model, _optimizer, _hardware, _data, _objective, _budget)
+    checks = (_auto_batch, _fixed_batch, _loader, _model, _measure, _optimizer, _hardware, _data, _objective, _budget)
     return [problem for check in checks for problem in check(t)]
 
 
@@ -106,6 +106,16 @@ def _model(t: TrialSpec) -> list[Rule]:
         why = "0 with model.compile on would put compilation inside the timed steps; use at least 1"
         out.append(("measure.warmup_steps", why))
     return out
+
+
+def _measure(t: TrialSpec) -> list[Rule]:
+    m = t.measure
+    if m.repeats is not None and m.model_fields_set & {"min_repeats", "max_repeats"}:
+        why = f"{m.repeats} fixes the number of windows; give it or measure.min_repeats/max_repeats, not both"
+        return [("measure.repeats", why)]
+    if m.min_repeats > m.max_repeats:
+        return [("measure.min_repeats", f"{m.min_repeats} > measure.max_repeats {m.max_repeats}")]
+    return []
 
 
 def _optimizer(t: TrialSpec) -> list[Rule]:

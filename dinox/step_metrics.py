@@ -45,6 +45,7 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
             "images_per_s_min": min(stats.window_images_per_s),
             "images_per_s_max": max(stats.window_images_per_s),
             "window_spread": stats.spread,
+            "windows": len(stats.windows),
             "warmup_s": stats.warmup_s,
             "loader_start_s": stats.loader_start_s,
             "first_step_s": stats.first_step_s,
@@ -67,7 +68,7 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
         )
     loader_cost, transfer_cost = _ablation(stats, out.metrics)
     # One window cannot disagree with itself: only repeated windows can call a trial unstable.
-    out.tags["dinox.unstable"] = str(m.repeats > 1 and stats.spread > m.unstable_threshold).lower()
+    out.tags["dinox.unstable"] = str(len(stats.windows) > 1 and stats.spread > m.unstable_threshold).lower()
     out.tags["dinox.step_clock"] = stats.clock
     timed = device_timeline and bool(stats.steps)
     evidence = Evidence(

@@ -136,7 +136,7 @@ class TrialRun:
         """What the loop draws from the loader: warm-up, timed windows and the loader-only window (with the
         batches its workers hold ready), so synthetic data never crosses an epoch edge inside a window."""
         m, lo = self.spec.measure, self.spec.loader
-        steps = m.warmup_steps + m.bench_steps * m.repeats + (self._ablation_steps() if m.ablation else 0)
+        steps = m.warmup_steps + m.bench_steps * m.window_bounds[1] + (self._ablation_steps() if m.ablation else 0)
         buffered = lo.num_workers * (lo.prefetch_factor or 2)
         return (steps * self.accumulation + buffered) * self.spec.size * self.world
 
@@ -270,10 +270,11 @@ class TrialRun:
             halve=self.halve,
             on_phase=self.on_phase,
         )
+        agree = device.all_agree(self.dev) if self.world > 1 else None
         return loop.run(
             m.warmup_steps,
             m.bench_steps,
-            m.repeats,
+            bench.Repeats(*m.window_bounds, m.unstable_threshold, agree),
             ablation_steps=ablation,
             loader_batches=ablation * self.accumulation,
             loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),

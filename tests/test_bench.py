@@ -10,6 +10,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dinox import bench
+from dinox.spec import MeasureSpec
+from dinox.step_metrics import summarize
 
 
 class Images(Dataset):
@@ -108,6 +110,40 @@ def test_repeated_windows_report_their_spread():
     assert stats.spread == pytest.approx((fast - min(slow1, slow2)) / sorted([fast, slow1, slow2])[1])
     assert stats.spread > 0.5
     assert stats.loader_start_s >= 0
+
+
+def test_windows_settle_when_they_agree_and_run_to_the_cap_when_they_do_not():
+    """A steady step stops at the least windows; a step slowed in every other window (noisy on purpose: 10 ms,
+    then 30 ms) goes on to the most and keeps its spread."""
+    windows = bench.Repeats(2, 5, threshold=0.10)
+    steady = loop(
+        DataLoader(Images(400), batch_size=4), lambda b: time.sleep(0.010), warmup=1, steps=3, repeats=windows
+    )
+    assert len(steady.windows) in (2, 3) and steady.spread <= 0.10  # 3: a burst of this shared machine's load
+
+    micro_calls = [0]
+
+    def noisy(batch):
+        micro_calls[0] += 1
+        window = (micro_calls[0] - 1 - 2) // 6  # 2 warm-up micro-steps, then 3 steps x 2 per window
+        time.sleep(0.030 if window % 2 else 0.010)
+
+    wobbly = loop(DataLoader(Images(400), batch_size=4), noisy, warmup=1, steps=3, repeats=windows)
+    assert len(wobbly.windows) == 5 and wobbly.spread > 0.5
+    summary = summarize(wobbly, MeasureSpec(), compiled=False)
+    assert summary.metrics["windows"] == 5 and summary.tags["dinox.unstable"] == "true"
+
+
+def test_repeats_rules():
+    r = bench.Repeats(2, 4, threshold=0.1)
+    assert not r.settled([100.0])  # one window cannot settle when two are asked
+    assert r.settled([100.0, 105.0]) and not r.settled([100.0, 120.0])
+    assert not r.settled([100.0, 120.0, 100.0]) and r.settled([100.0, 120.0, 100.0, 130.0])  # the cap
+    assert bench.Repeats.fixed(1).settled([5.0]) and not bench.Repeats.fixed(3).settled([5.0, 5.0])
+    said = []
+    ranks = bench.Repeats(1, 3, 0.1, agree=lambda mine: said.append(mine) or False)  # another rank is not done
+    assert not ranks.settled([100.0]) and said == [True]
+    assert ranks.settled([100.0, 100.0, 100.0]) and said == [True]  # the cap needs no vote: every rank is there
 
 
 def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():

@@ -181,7 +181,10 @@ def test_an_unstable_recommendation_is_called_out_in_the_verdict_line_and_the_re
     assert d.verdict == "GO" and "differ by 18%" in d.unstable
     first = report.render_terminal(d).splitlines()[0]
     assert first.startswith("GO (on an UNSTABLE measurement): ")
-    assert "more measure.repeats" in report.render_markdown(d, []) and report_json.to_json(d)["unstable"] == d.unstable
+    assert (
+        "a higher measure.max_repeats" in report.render_markdown(d, [])
+        and report_json.to_json(d)["unstable"] == d.unstable
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,10 @@ from dinox.readback import fetch_trials
 from tests.conftest import TINY, run_dinox
 
 TWO_RANKS = (
-    TINY.format(name="ddp").replace("batch: {size: 4}", "batch: {size: 4, accumulation: 2}")
+    TINY.format(name="ddp")
+    .replace("batch: {size: 4}", "batch: {size: 4, accumulation: 2}")
+    # Adaptive windows: the ranks must agree when to stop, or one waits in a collective the other never joins.
+    .replace("repeats: 1", "min_repeats: 1, max_repeats: 3, unstable_threshold: 0.02")
     + """\
 hardware: {device: cpu}
 sweep:
@@ -45,6 +48,7 @@ def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
     t, m = two.data.tags, two.data.metrics
     assert t["dinox.isolation"] == "torchrun" and t["dinox.world_size"] == "2" and t["dinox.dist_backend"] == "gloo"
     assert two.data.params["batch.effective"] == "16"  # 4 x 2 micro-batches x 2 ranks
+    assert 1 <= m["windows"] <= 3 and two.data.params["measure.max_repeats"] == "3"
     # Global: every rank's images over the slowest rank's window, and each rank's own figure beside it.
     assert m["rank0_images_per_s"] > 0 and m["rank1_images_per_s"] > 0
     slowest = max(m["rank0_images_per_s"], m["rank1_images_per_s"])
@@ -109,23 +113,28 @@ sweep:
 
 
 def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlflow_server):
-    # 3 trials: shard 1/2 holds two of them, 2/2 one.
+    # 3 trials: shard 1/2 holds two of them, 2/2 one. The first is task 1 of a Slurm array 1-2, the second
+    # pod 1 of a Kubernetes Indexed Job of 2 completions: `--shard auto` reads which slice from each.
     (tmp_path / "s.yaml").write_text(SHARDED)
     env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_server.url)
     env.pop("MLFLOW_RUN_ID", None)
+    slurm = {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "2"}
+    launches = [("auto", slurm), ("auto/2", {"JOB_COMPLETION_INDEX": "1"})]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "dinox", "run", "s.yaml", "--shard", f"{i}/2"],
+            [sys.executable, "-m", "dinox", "run", "s.yaml", "--shard", shard],
             cwd=tmp_path,
-            env=env,
+            env={**env, **scheduler},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        for i in (1, 2)
+        for shard, scheduler in launches
     ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    assert "dinox: shard 1/2 (SLURM_ARRAY_TASK_ID=1, array from 1 step 1)" in outs[0]
+    assert "dinox: shard 2/2 (JOB_COMPLETION_INDEX=1)" in outs[1]
     client = MlflowClient(mlflow_server.url)
     exp = client.get_experiment_by_name("sharded")
     runs = client.search_runs([exp.experiment_id])
@@ -146,7 +155,7 @@ def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlf
     assert "3 trials (3 ok)" in _decided(mlflow_server.url, "sharded")
 
 
-@pytest.mark.parametrize("bad", ["0/2", "3/2", "1", "a/b"])
+@pytest.mark.parametrize("bad", ["0/2", "3/2", "1", "a/b", "auto", "auto/x"])
 def test_a_bad_shard_is_refused(tmp_path, bad):
     (tmp_path / "s.yaml").write_text(SHARDED)
     proc = run_dinox(["run", "s.yaml", "--shard", bad], cwd=tmp_path)
