@@ -192,7 +192,9 @@ class MeasureSpec(Section):
         5, le=1000, description="timed windows at most; a trial still unsettled then is tagged unstable"
     )
     repeats: Annotated[PositiveInt | None, MEASURE] = Field(
-        None, le=1000, description="a fixed number of timed windows instead; null: min_repeats to max_repeats"
+        None,
+        le=1000,
+        description="a fixed number of timed windows, overriding min/max_repeats; null: min_repeats to max_repeats",
     )
     unstable_threshold: Annotated[PositiveFloat, STEER] = Field(
         0.10,

@@ -110,10 +110,7 @@ def _model(t: TrialSpec) -> list[Rule]:
 
 def _measure(t: TrialSpec) -> list[Rule]:
     m = t.measure
-    if m.repeats is not None and m.model_fields_set & {"min_repeats", "max_repeats"}:
-        why = f"{m.repeats} fixes the number of windows; give it or measure.min_repeats/max_repeats, not both"
-        return [("measure.repeats", why)]
-    if m.min_repeats > m.max_repeats:
+    if m.repeats is None and m.min_repeats > m.max_repeats:  # a fixed count overrides both
         return [("measure.min_repeats", f"{m.min_repeats} > measure.max_repeats {m.max_repeats}")]
     return []
 

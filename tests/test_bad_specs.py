@@ -111,11 +111,6 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
         "spec.yaml:3: measure.min_repeats: 4 > measure.max_repeats 3",
     ),
     (
-        "repeats_and_bounds",
-        OK + "measure: {repeats: 3, max_repeats: 6}\n",
-        "spec.yaml:3: measure.repeats: 3 fixes the number of windows; give it or measure.min_repeats/max_repeats",
-    ),
-    (
         "auto_both",
         OK + "batch: {size: auto, accumulation: 2, effective: 64}\n",
         "spec.yaml:3: batch.accumulation: with batch.size auto give",

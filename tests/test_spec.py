@@ -176,3 +176,11 @@ def test_kwargs_are_free_form_and_sweepable(write_spec):
 def test_duplicate_keys_are_refused_with_both_lines(write_spec):
     path = write_spec("name: m\nmodel: {name: resnet18}\nbatch: {size: 8}\nmodel: {name: resnet50}\n")
     assert f"{path}:4: model: duplicate key (first given on line 2)" in problems(path)
+
+
+def test_a_fixed_repeats_overrides_the_window_bounds():
+    from dinox.spec import MeasureSpec
+
+    assert MeasureSpec().window_bounds == (2, 5)
+    assert MeasureSpec(min_repeats=3, max_repeats=8).window_bounds == (3, 8)
+    assert MeasureSpec(min_repeats=3, max_repeats=8, repeats=1).window_bounds == (1, 1)  # --set measure.repeats=1
