@@ -14,6 +14,7 @@ from dinox import cli_decide, cli_tools
 from dinox.cli_common import EXIT_BAD_INPUT, MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials
 
 if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` stays quick
+    from dinox.devices import Request as DevicesRequest
     from dinox.forkserver import ForkServer
     from dinox.grid import Trial
     from dinox.spec_file import SpecDocument
@@ -132,6 +133,14 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
     "the count from auto/N or DINOX_SHARD_COUNT).",
 )
 @click.option(
+    "--devices",
+    default=None,
+    metavar="all|0,1,..|cpu:N",
+    help="Run trials side by side, each on its own device (CUDA_VISIBLE_DEVICES) and its own equal share "
+    "of the cores (its GPU's NUMA node where known); a hardware.gpus: N trial takes N devices. all: every "
+    "CUDA device; cpu:N: N trials at once on disjoint cores. Default: one trial at a time on the whole machine.",
+)
+@click.option(
     "--skip-predicted-oom",
     is_flag=True,
     help="Record trials that `dinox plan` predicts to run out of memory as skipped, unmeasured.",
@@ -151,6 +160,7 @@ def run(
     max_trials: int,
     isolation: Literal["fork", "spawn"],
     shard: str | None,
+    devices: str | None,
     skip_predicted_oom: bool,
     no_system_metrics: bool,
     sets: tuple[str, ...],
@@ -167,6 +177,7 @@ def run(
     Exit code 0 when the sweep ran to the end (whatever the trials' statuses), 2 for bad input or an
     unusable tracking store, 130 when interrupted.
     """
+    request = _devices(devices)
     doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
     trials, shard = _of_shard(trials, shard)
     if not trials:
@@ -182,8 +193,19 @@ def run(
     from dinox.sweep import SweepOptions
 
     live = sys.stdout.isatty()
-    options = SweepOptions(force, not no_prune, skip_predicted_oom, shard or "", isolation, not no_system_metrics, live)
+    options = SweepOptions(
+        force, not no_prune, skip_predicted_oom, shard or "", isolation, not no_system_metrics, live, request
+    )
     _sweep(doc, trials, options, tracking_uri, Path(workdir), server)
+
+
+def _devices(text: str | None) -> DevicesRequest | None:
+    from dinox.devices import DevicesError, parse
+
+    try:
+        return parse(text) if text is not None else None
+    except DevicesError as e:
+        raise BadInput(f"--devices {e}") from None
 
 
 def _check_devices(spec_file: str, trials: list[Trial]) -> None:

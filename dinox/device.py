@@ -10,6 +10,7 @@ import platform
 import resource
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import timm
@@ -41,6 +42,19 @@ def available_kinds() -> tuple[tuple[str, ...], str]:
     if torch.backends.mps.is_available():
         return ("cpu", "mps"), "an Apple GPU (MPS) and no CUDA device"
     return ("cpu",), "only a CPU (torch.cuda.is_available() and torch.backends.mps.is_available() are False)"
+
+
+def cuda_numa_nodes(sysfs: Path = Path("/sys/bus/pci/devices")) -> tuple[int, ...]:
+    """Each CUDA device's NUMA node from its PCI address in sysfs; -1 where the kernel does not say."""
+    nodes = []
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        p = torch.cuda.get_device_properties(i)
+        address = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+        try:
+            nodes.append(int((sysfs / address / "numa_node").read_text()))
+        except (OSError, ValueError):
+            nodes.append(-1)
+    return tuple(nodes)
 
 
 def device_total_bytes(device: torch.device) -> int:
@@ -137,6 +151,21 @@ def rank_of_world() -> tuple[int, int, int] | None:
     if world <= 1:
         return None
     return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), world
+
+
+def pin_cores(tags: dict[str, str]) -> None:
+    """Run on the cores `dinox run --devices` gave this trial (a rank: its part of them), with at most one
+    torch thread per core (torch's own default where that is fewer: physical cores, not hyperthreads).
+    Loader workers fork from here and keep the same cores."""
+    from dinox.devices import child_cores, format_cores
+
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    cores = child_cores(os.environ, int(os.environ.get("LOCAL_RANK", "0")), local_world)
+    if not cores:
+        return
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(min(torch.get_num_threads(), len(cores)))
+    tags["dinox.cores"] = format_cores(sorted(os.sched_getaffinity(0)))  # what the kernel holds it to
 
 
 def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> torch.device:

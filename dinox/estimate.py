@@ -150,24 +150,26 @@ def cost_of(spec: TrialSpec) -> ModelCost:
 
 
 def machine(device_kind: str) -> Machine:
-    from dinox.device import available_kinds, environment_tags, resolve_device
+    from dinox.device import available_kinds, cuda_numa_nodes, environment_tags, resolve_device
 
     runtime = psutil.Process().memory_info().rss / GIB
     host = psutil.virtual_memory().total / GIB
     kinds, has = available_kinds()
+    numa = cuda_numa_nodes()
+    gpus = {"cuda_devices": len(numa), "cuda_numa": numa}
     try:
         device = resolve_device(device_kind)
     except RuntimeError:
         # Planning here for another box (a laptop for a GPU node): no device size, but hardware.memory_limit_gb
         # and host RAM still give a plan.
-        return Machine(device_kind, "(not on this machine)", None, host, runtime, kinds, has)
+        return Machine(device_kind, "(not on this machine)", None, host, runtime, kinds, has, **gpus)
     name = environment_tags(device)["dinox.device_name"]
     total: float | None = None
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory / GIB
     elif device.type == "cpu":
         total = host
-    return Machine(device.type, name, total, host, runtime, kinds, has)
+    return Machine(device.type, name, total, host, runtime, kinds, has, **gpus)
 
 
 def run_child(request_json: str, result_json: str, forked: bool = False) -> int:

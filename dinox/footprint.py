@@ -48,6 +48,8 @@ class Machine:
     runtime_gb: float  # a process with torch and timm imported, before any model (what the CPU adds)
     kinds: tuple[str, ...] = ("cpu",)  # the device kinds this machine has: cpu, and cuda / mps where torch sees them
     has: str = ""  # the same in words, for a message: "only a CPU (torch.cuda.is_available() is False)"
+    cuda_devices: int = 0  # how many CUDA devices torch sees (--devices all)
+    cuda_numa: tuple[int, ...] = ()  # each one's NUMA node, -1 where the machine does not say
 
     def missing(self, kinds: set[str]) -> list[str]:
         """The device kinds asked for (auto always resolves) that this machine lacks."""
@@ -165,7 +167,10 @@ class Estimates:
             return cls(None, {}, {"machine": failure or "the estimate process gave no result"})
         machine = None
         if "machine" in data:
-            machine = Machine(**{**data["machine"], "kinds": tuple(data["machine"].get("kinds", ("cpu",)))})
+            m = data["machine"]
+            machine = Machine(
+                **{**m, "kinds": tuple(m.get("kinds", ("cpu",))), "cuda_numa": tuple(m.get("cuda_numa", ()))}
+            )
         costs = {k: ModelCost(**v) for k, v in data.get("costs", {}).items()}
         return cls(machine, costs, dict(data.get("errors", {})))
 

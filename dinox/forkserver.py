@@ -5,11 +5,14 @@ session (so a timeout or an interrupt kills it with its loader workers), sends i
 log and runs the trial exactly as ``python -m dinox.trial`` would. The child pays for a fork, not for
 importing torch and timm (about 2 s here). The zygote itself runs no trial, never touches a device and never
 initialises CUDA (a child initialises its own after the fork), so a trial that crashes, hangs or poisons its
-GPU context takes nothing with it. If the zygote dies, the next trial starts a new one.
+GPU context takes nothing with it. If the zygote dies, the next trial starts a new one. Several children
+may run at once (`dinox run --devices`: one zygote serves every slot, each request carrying the child's own
+CUDA_VISIBLE_DEVICES and cores); the zygote reaps each as it exits.
 
 Protocol, one JSON object per line: the parent writes ``{"module": ..., "trial": ..., "result": ..., "log":
-...}`` (module: dinox.trial, or dinox.estimate for the meta-device estimates); the zygote answers
-``{"pid": N}`` once the child exists and ``{"exit": N, "pid": N}`` once it is reaped.
+..., "env": {...}}`` (module: dinox.trial, or dinox.estimate for the meta-device estimates); the zygote answers
+``{"pid": N}`` once the child exists and ``{"exit": N, "pid": N}`` once it is reaped (requests are answered
+in order; exits come whenever they happen).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Mapping
 
 from dinox import lifeline
 
@@ -52,9 +57,15 @@ class ForkServer:
         self.proc: subprocess.Popen | None = None
         self._exits: dict[int, int] = {}
         self._buffer = b""
+        # Lanes share the zygote: a request and its pid reply must not interleave with another's.
+        self._lock = threading.RLock()
 
     def start(self) -> None:
         """Start the zygote now (its imports then overlap with whatever the caller does next)."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
         self.proc = subprocess.Popen(
@@ -67,10 +78,30 @@ class ForkServer:
         )
         self._buffer = b""
 
-    def spawn(self, trial_json: str, result_json: str, log_path: str, module: str = "dinox.trial") -> ForkedChild:
-        self.start()
+    def spawn(
+        self,
+        trial_json: str,
+        result_json: str,
+        log_path: str,
+        module: str = "dinox.trial",
+        env: Mapping[str, str] | None = None,
+    ) -> ForkedChild:
+        with self._lock:
+            return self._spawn(module, trial_json, result_json, log_path, env)
+
+    def _spawn(
+        self, module: str, trial_json: str, result_json: str, log_path: str, env: Mapping[str, str] | None
+    ) -> ForkedChild:
+        self._start()
         assert self.proc is not None and self.proc.stdin is not None
-        msg = json.dumps({"module": module, "trial": trial_json, "result": result_json, "log": log_path}) + "\n"
+        request = {
+            "module": module,
+            "trial": trial_json,
+            "result": result_json,
+            "log": log_path,
+            "env": dict(env or {}),
+        }
+        msg = json.dumps(request) + "\n"
         try:
             self.proc.stdin.write(msg.encode())
             self.proc.stdin.flush()
@@ -81,16 +112,20 @@ class ForkServer:
         return ForkedChild(self, int(reply["pid"]))
 
     def exit_status(self, pid: int, timeout: float) -> int | None:
-        if pid in self._exits:
-            return self._exits[pid]
-        try:
-            self._read(timeout=timeout, want="exit")
-        except TimeoutError:
-            return None
-        except EOFError:
-            # The zygote died with the child unreported: the child's session is killed by the runner.
-            self._exits.setdefault(pid, -signal.SIGKILL)
-        return self._exits.get(pid)
+        """The child's exit code once the zygote reaped it; None while it runs (waiting up to `timeout`)."""
+        with self._lock:
+            if pid in self._exits:
+                return self._exits[pid]
+            try:
+                if self.proc is None:
+                    raise EOFError
+                self._read(timeout=timeout, want="exit")
+            except TimeoutError:
+                return None
+            except EOFError:
+                # The zygote died with the child unreported: the child's session is killed by the runner.
+                self._exits.setdefault(pid, -signal.SIGKILL)
+            return self._exits.get(pid)
 
     def _read(self, timeout: float, want: str) -> dict:
         assert self.proc is not None and self.proc.stdout is not None
@@ -116,14 +151,18 @@ class ForkServer:
             self._buffer += chunk
 
     def close(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self.proc = None
+        with self._lock:
+            if self.proc is None:
+                return
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
+
+
+REAP_S = 0.02
 
 
 def _zygote() -> None:
@@ -134,38 +173,64 @@ def _zygote() -> None:
 
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
-    zygote = os.getpid()
-    for line in sys.stdin:
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the trial
-            try:
-                lifeline.die_with_parent(zygote)
-                os.setsid()
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.dup2(devnull, 0)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-                os.close(log)
-                # The module a request names is the one `python -m MODULE` runs under spawn isolation.
-                run_child = importlib.import_module(request["module"]).run_child
-                code = run_child(request["trial"], request["result"], forked=True)
-            except BaseException:  # noqa: BLE001 - whatever happens, this process ends here, never returns
-                import traceback
+    children: set[int] = set()  # forked, not yet reaped: several at once under --devices
+    pending = b""
+    while True:
+        # Children to reap: look every 20 ms (the runner polls its child at 50 ms); none: wait for a request.
+        ready, _, _ = select.select([0], [], [], REAP_S if children else None)
+        _reap(children, out)
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:  # the parent closed us, or is gone
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            pid = _fork(json.loads(line), devnull)
+            children.add(pid)
+            out.write(json.dumps({"pid": pid}) + "\n")
 
-                traceback.print_exc()
-                code = 1
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        out.write(json.dumps({"pid": pid}) + "\n")
-        _pid, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        out.write(json.dumps({"pid": pid, "exit": code}) + "\n")
+
+def _reap(children: set[int], out) -> None:
+    for pid in list(children):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            children.discard(pid)
+            out.write(json.dumps({"pid": pid, "exit": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+def _fork(request: dict, devnull: int) -> int:
+    """Fork the child a request asks for; its pid. The child runs its module and never returns."""
+    zygote = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        lifeline.die_with_parent(zygote)
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        # Its devices and cores: set before anything in the child initialises CUDA or a thread pool.
+        os.environ.update(request.get("env", {}))
+        # The module a request names is the one `python -m MODULE` runs under spawn isolation.
+        run_child = importlib.import_module(request["module"]).run_child
+        code = run_child(request["trial"], request["result"], forked=True)
+    except BaseException:  # noqa: BLE001 - whatever happens, this process ends here, never returns
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

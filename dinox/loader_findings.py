@@ -50,6 +50,9 @@ class LoaderFindings:
     # (run name, model, measured ips): trials whose device waits on the host (Python, kernel launches)
     host_bound: list[tuple[str, str, float]] = field(default_factory=list)
     encodings: list[EncodingRow] = field(default_factory=list)
+    # io_bound trials measured while other trials ran (`dinox run --devices`): disk, page cache and memory
+    # bandwidth were shared, whatever cores each had
+    io_bound_beside: list[str] = field(default_factory=list)
 
     @property
     def pin_summary(self) -> str:
@@ -77,6 +80,11 @@ def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindi
         )
         for r in ok
         if r.tags.get("dinox.bound") == "io_bound"
+    ]
+    findings.io_bound_beside = [
+        r.run_name or r.run_id
+        for r in ok
+        if r.tags.get("dinox.bound") == "io_bound" and int(r.tags.get("dinox.concurrent_trials", "1")) > 1
     ]
     findings.host_bound = [
         (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])

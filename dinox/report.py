@@ -45,6 +45,11 @@ def render_terminal(d: Decision) -> str:
             f"{statuses}"
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}")
+    if beside := d.loader.io_bound_beside:
+        lines.append(
+            f"WARNING: io_bound trial(s) measured beside others (--devices), their loaders shared the disk and "
+            f"page cache: {', '.join(beside[:3])}{', ...' if len(beside) > 3 else ''}; measure them alone"
+        )
     if d.left_out:
         lines.append(
             f"left out {len(d.left_out)} record(s) that cannot be trusted: "
@@ -283,6 +288,14 @@ def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
             for n, _m, ips, cost in f.io_bound
         )
         out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
+    if f.io_bound_beside:
+        out += [
+            f"> **Warning:** {len(f.io_bound_beside)} io_bound trial(s) were measured beside other trials "
+            f"(`dinox run --devices`): {', '.join(f.io_bound_beside)}. Each had cores of its own, but the disk, "
+            "the page cache and memory bandwidth were shared: measure them alone before trusting their loader "
+            "figures.",
+            "",
+        ]
     if f.host_bound:
         shown = ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound)
         out += [

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -145,11 +145,13 @@ def run_trial(
     poll_s: float = 0.05,
     server: ForkServer | None = None,
     on_phase: Callable[[str], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ChildOutcome:
     """Run one trial in a child process and return what happened to it. Never raises for a bad trial.
 
     With a fork server the child is forked from a process that has imported torch and timm already;
-    without, it is a fresh interpreter (`python -m dinox.trial`). Either way it is a process of its own."""
+    without, it is a fresh interpreter (`python -m dinox.trial`). Either way it is a process of its own,
+    with `env` (its devices and cores under --devices) added to this process's environment."""
     spec_path = trial_dir / "trial.json"
     result_path = trial_dir / "result.json"
     log_path = trial_dir / "child.log"
@@ -167,9 +169,9 @@ def run_trial(
     with log:
         spawned_at = time.time()
         if world > 1:
-            proc, isolation = _launch_ranks(world, spec_path, result_path, log), "torchrun"
+            proc, isolation = _launch_ranks(world, spec_path, result_path, log, env or {}), "torchrun"
         else:
-            proc, isolation = _launch("dinox.trial", spec_path, result_path, log, log_path, server)
+            proc, isolation = _launch("dinox.trial", spec_path, result_path, log, log_path, server, env or {})
         memory = TreeMemory(proc.pid)
         try:
             if on_spawn is not None:
@@ -213,12 +215,18 @@ def _check_writable(folder: Path, size: int = 1 << 18) -> None:
 
 
 def _launch(
-    module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path: Path, server: ForkServer | None
+    module: str,
+    in_path: Path,
+    out_path: Path,
+    log: BinaryIO,
+    log_path: Path,
+    server: ForkServer | None,
+    env: Mapping[str, str],
 ) -> tuple[subprocess.Popen | ForkedChild, str]:
     """A child running `module` on in_path -> out_path: forked from the server, else a fresh interpreter."""
     if server is not None:
         try:
-            return server.spawn(str(in_path), str(out_path), str(log_path), module=module), "fork"
+            return server.spawn(str(in_path), str(out_path), str(log_path), module=module, env=env), "fork"
         except RuntimeError as e:
             # The server is gone (a broken environment, a kill): this child gets a fresh interpreter
             # instead, and the next one a new server.
@@ -230,12 +238,12 @@ def _launch(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1")),
+        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **env)),
     )
     return proc, "spawn"
 
 
-def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO) -> subprocess.Popen:
+def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO, env: Mapping[str, str]) -> subprocess.Popen:
     """torchrun with `world` ranks of `python -m dinox.trial` on this host; no restarts: a failed rank is
     a result, not something to retry."""
     # torchrun is not dinox code: the lifeline wrapper asks for its death with this process, then execs it;
@@ -256,9 +264,13 @@ def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO) -> s
         str(in_path),
         str(out_path),
     ]
-    env = lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1"))
     return subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **env)),
     )
 
 
@@ -273,7 +285,7 @@ def run_estimate(
         out_path.unlink(missing_ok=True)
         log = open(log_path, "wb")  # closed below, once the child is gone
     with log:
-        proc, _isolation = _launch("dinox.estimate", in_path, out_path, log, log_path, server)
+        proc, _isolation = _launch("dinox.estimate", in_path, out_path, log, log_path, server, {})
         deadline = time.time() + timeout
         try:
             while proc.poll() is None and time.time() < deadline:

@@ -19,14 +19,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from dinox import footprint, runner, sweep_summary
+from dinox import footprint, runner, sweep_end, sweep_summary
 from dinox.autobatch import BatchSearch, probe_spec
 from dinox.device_check import DeviceMissing, missing_message
+from dinox.devices import DevicesError, Request
+from dinox.flights import Flights, InFlight
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
 from dinox.grid import Trial, trial_id
-from dinox.interrupts import Interrupted, signals_ignored, signals_raise
-from dinox.journal import Journal, WorkdirError, new_result_id
+from dinox.interrupts import Interrupted, signals_raise
+from dinox.journal import Journal, WorkdirError
+from dinox.lanes import Lane, Lanes, Stopping, side_by_side
 from dinox.lifeline import ProcessRef
 from dinox.progress import Progress
 from dinox.prune import Pruner
@@ -34,8 +37,8 @@ from dinox.result import TrialResult, one_line
 from dinox.spec_file import SpecDocument
 from dinox.store import configure_client
 from dinox.sweep_report import FINAL, SweepReport, describe, row, write_csv, write_sweep_files
-from dinox.sweep_store import BestEffortStore, InFlight
-from dinox.tracking import SweepRecorder, result_summary
+from dinox.sweep_store import BestEffortStore
+from dinox.tracking import SweepRecorder
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class SweepOptions:
     isolation: Literal["fork", "spawn"] = "fork"
     system_metrics: bool = True
     live: bool = False  # a progress bar (a terminal) instead of plain lines only
+    devices: Request | None = None  # --devices: trials side by side, each on its own slots
 
 
 def run_sweep(
@@ -91,10 +95,11 @@ class Sweep:
     ):
         self.doc, self.trials, self.recorder, self.workdir = doc, trials, recorder, workdir
         self.progress = Progress(len(trials), echo, options.live)
-        self.echo, self.on_spawn, self.options, self.server = self.progress.line, on_spawn, options, server
+        self.echo, self.options, self.server = self.progress.line, options, server
         self.t0 = time.time()
         self.name = trials[0].spec.name
-        self.in_flight: InFlight | None = None
+        self.flights = Flights(on_spawn)
+        self.lanes: Lanes | None = None
 
     # --- the whole sweep ----------------------------------------------------------------------------
 
@@ -109,21 +114,21 @@ class Sweep:
         if self._nothing_left():
             return self.report
         self._setup_estimates()  # a device the machine lacks: DeviceMissing, no run opened
+        self._setup_lanes()
         self._setup_parent()
         try:
             with signals_raise():
                 self._setup_workdir()
                 self._warn_without_estimates()
                 self._setup_resume()
-                for trial in self.trials:
-                    self._one(trial)
+                self._trials()
         except (KeyboardInterrupt, Interrupted) as e:
-            self._abort("KILLED", str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT")
+            sweep_end.abort(self, "KILLED", str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT")
             raise
         except WorkdirError as e:
-            self._abort("FAILED", f"the sweep stopped: {e}")
+            sweep_end.abort(self, "FAILED", f"the sweep stopped: {e}")
             raise
-        self._finish()
+        sweep_end.finish(self)
         return self.report
 
     def _setup_store(self) -> None:
@@ -200,6 +205,17 @@ class Sweep:
             shutil.rmtree(self.estimate_dir, ignore_errors=True)
             raise DeviceMissing(missing_message(self.doc.path, missing[0], machine.has))  # type: ignore[union-attr]
 
+    def _setup_lanes(self) -> None:
+        """--devices: the slots trials run on side by side; a machine that lacks them: DeviceMissing."""
+        request = self.options.devices
+        if request is None:
+            return
+        try:
+            self.lanes = Lanes.resolve(request, self.estimates.machine, self.trials, self.server)
+        except DevicesError as e:
+            raise DeviceMissing(f"--devices: {e}") from None
+        self.echo(f"dinox: {self.lanes.describe()}")
+
     def _warn_without_estimates(self) -> None:
         if self.estimates.machine is None:
             why = self.estimates.why_missing(self.trials[0].spec)
@@ -211,58 +227,32 @@ class Sweep:
             for r in self.recorded:
                 self.pruner.observe(r.params, r.batch_size, r.status, r.run_id)
 
-    def _finish(self) -> None:
-        self._journal_quietly(lambda: self.journal.sweep_end("FINISHED"))
-        d = self.report.sweep_dir
-        artifacts = [self.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
-        try:
-            plot = sweep_summary.throughput_plot(self.report.rows, d / "throughput_vs_batch.png")
-        except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record
-            plot = None
-            self.echo(f"warning: no throughput plot for the parent run ({one_line(str(e), 200)})")
-        rows, summary = self.report.rows, result_summary(self.report.results)
-        note = sweep_summary.sweep_note(self.name, rows, len(self.report.resumed))
-        extra = {"note": note, "metrics": sweep_summary.sweep_metrics(rows)}
-        if self.store.call(
-            self.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra
-        )[0]:
-            self.journal.sweep_closed()
-        self.report.wall_s = time.time() - self.t0
+    # --- the trials, one at a time or side by side -----------------------------------------------------
 
-    def _abort(self, status: str, reason: str) -> None:
-        """Close what is open, so nothing stays RUNNING. Further signals wait until that is done: a second
-        Ctrl-C must not leave runs RUNNING."""
-        with signals_ignored():
-            journal = getattr(self, "journal", None)
-            store = getattr(self, "store", None) or BestEffortStore(self.recorder, journal, self.echo, self.report)
-            if journal is not None:
-                self._journal_quietly(lambda: journal.sweep_end(status))
-            flight = self.in_flight
-            if flight is not None:
-                flight.stop_monitor()
-            if flight is not None and flight.run_id and not flight.closed:
-                store.call(self.recorder.kill_trial, flight.run_id, reason)
-            summary = result_summary(self.report.results)
-            sweep_dir = self.report.sweep_dir
-            artifacts = [sweep_dir / "results.csv", sweep_dir / "spec.yaml"] if journal is not None else []
-            if store.call(self.recorder.close_sweep, status, summary, artifacts, reason)[0] and journal is not None:
-                self._journal_quietly(journal.sweep_closed)
+    def _trials(self) -> None:
+        lanes = self.lanes
+        if lanes is None or len(lanes.slots) == 1:
+            lane = lanes.lane(lanes.slots) if lanes else Lane((), self.server)
+            for trial in self.trials:
+                self._one(trial, lane)
+            return
+        side_by_side(self.trials, lanes, self._slots_for, self._one, self.flights.stop)
 
-    @staticmethod
-    def _journal_quietly(write: Callable[[], None]) -> None:
-        # At the end of a sweep (or after the workdir failed) a journal line that cannot be written only
-        # means `dinox sync` closes the parent run later.
-        with contextlib.suppress(WorkdirError):
-            write()
+    def _slots_for(self, trial: Trial) -> int:
+        return 0 if trial.trial_id in self.done else trial.spec.hardware.gpus
+
+    def _one(self, trial: Trial, lane: Lane | None) -> None:
+        with self.flights.lock:
+            self.progress.phase(trial.label, "start-up")
+            try:
+                self._measure_or_resume(trial, lane or Lane())
+            except Stopping:
+                return
+            self.progress.advance()
 
     # --- one trial ------------------------------------------------------------------------------------
 
-    def _one(self, trial: Trial) -> None:
-        self.progress.phase(trial.label, "start-up")
-        self._measure_or_resume(trial)
-        self.progress.advance()
-
-    def _measure_or_resume(self, trial: Trial) -> None:
+    def _measure_or_resume(self, trial: Trial, lane: Lane) -> None:
         if trial.trial_id in self.done:
             self.report.resumed.append((trial, self.done[trial.trial_id].status))
             self._echo_recorded(trial)
@@ -270,20 +260,20 @@ class Sweep:
         search: BatchSearch | None = None
         failure: TrialResult | None = None
         if trial.spec.batch.auto:
-            search, failure = self._search_batch(trial)
+            search, failure = self._search_batch(trial, lane)
             size = search.chosen()
             if size is not None and failure is None:
                 trial = replace(trial, spec=trial.spec.with_batch(size))
-        flight = self.in_flight = InFlight(trial, new_result_id())  # after any batch search: probes are their own
+        flight = self.flights.open(trial)  # after any batch search: probes are their own
         self._open_run(flight)
         if flight.run_id is not None and self.options.system_metrics:
             flight.monitor = self.recorder.watch(flight.run_id)
-        result, log_path, measured = self._measure(trial, search, failure)
+        result, log_path, measured = self._measure(trial, search, failure, lane, flight)
         flight.stop_monitor()
         if search is not None:
             search.annotate(result)
         self._record(flight, result, log_path)
-        self.in_flight = None
+        self.flights.done(flight)
         if measured:
             self.report.trial_loop_s.append(time.time() - flight.started)
         self.echo(describe(trial, result))
@@ -304,7 +294,7 @@ class Sweep:
             self.store.call(self.recorder.log_params, flight.run_id, flight.trial)
 
     def _measure(
-        self, trial: Trial, search: BatchSearch | None, failure: TrialResult | None
+        self, trial: Trial, search: BatchSearch | None, failure: TrialResult | None, lane: Lane, flight: InFlight
     ) -> tuple[TrialResult, Path | None, bool]:
         """The trial's result, its log, and whether it was measured (not skipped or settled by its search)."""
         spec = trial.spec
@@ -316,14 +306,9 @@ class Sweep:
             reason = f"predicted out of memory: {plan.over}; run without --skip-predicted-oom to measure it"
         if reason:
             return TrialResult("skipped", error=reason, marks={"result_written": time.time()}), None, False
-        spawn = (lambda pid, t=trial: self.on_spawn(t, pid)) if self.on_spawn else None
-        outcome = runner.run_trial(
-            trial,
-            self._trial_dir(trial),
-            spawn,
-            server=self.server,
-            on_phase=lambda text: self.progress.phase(trial.label, text),
-        )
+        phase = self.flights.locked(lambda text: self.progress.phase(trial.label, text))
+        outcome = self.flights.run_child(self._trial_dir(trial), lane, flight, phase)
+        outcome.result.tags.update(lane.tags(flight.concurrent))
         return outcome.result, outcome.log_path, True
 
     def _trial_dir(self, trial: Trial, suffix: str = "") -> Path:
@@ -369,7 +354,7 @@ class Sweep:
 
     # --- batch.size auto --------------------------------------------------------------------------------
 
-    def _search_batch(self, trial: Trial) -> tuple[BatchSearch, TrialResult | None]:
+    def _search_batch(self, trial: Trial, lane: Lane) -> tuple[BatchSearch, TrialResult | None]:
         """Probe batch sizes for a batch.size auto trial, each probe a process and a run of its own. Returns
         the search and, when a probe ended other than ok or oom, the result the trial gets instead."""
         search = BatchSearch.for_spec(trial.spec)
@@ -378,13 +363,13 @@ class Sweep:
             probe = Trial(
                 trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec), trial.locations
             )
-            flight = self.in_flight = InFlight(probe, new_result_id())
+            flight = self.flights.open(probe)
             self._open_run(flight, "probe")
-            outcome = runner.run_trial(probe, self._trial_dir(trial, f"-probe{size}"), server=self.server)
+            outcome = self.flights.run_child(self._trial_dir(trial, f"-probe{size}"), lane, flight, None, probe=True)
             r = outcome.result
             if flight.run_id is not None:
                 flight.closed = self.store.call(self.recorder.close_trial, flight.run_id, probe, r, outcome.log_path)[0]
-            self.in_flight = None
+            self.flights.done(flight)
             self.pruner.observe(spec.flat_params(), size, r.status, flight.run_id or "")
             self.echo(
                 f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"

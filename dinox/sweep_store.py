@@ -1,15 +1,11 @@
 """The tracking store as a sweep uses it: every call best effort (the journal holds the result already), an
-outage reported once, and the trial in flight: what an interrupt or a failure must close."""
+outage reported once."""
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from dinox.grid import Trial
 from dinox.journal import Journal
 from dinox.sweep_report import SweepReport
 from dinox.tracking import SweepRecorder
@@ -45,21 +41,3 @@ class BestEffortStore:
             self.echo(f"note: tracking store {self.recorder.uri} answers again")
         self.down = False
         return True, value
-
-
-@dataclass
-class InFlight:
-    """The trial being measured: what an interrupt or a failure must close."""
-
-    trial: Trial
-    result_id: str
-    run_id: str | None = None
-    closed: bool = False  # its result is in the store: nothing left to kill
-    started: float = field(default_factory=time.time)
-    monitor: Any = None  # its system metrics, sampled while it runs
-
-    def stop_monitor(self) -> None:
-        if self.monitor is not None:
-            with contextlib.suppress(Exception):  # the store may be failing: the result matters, not these
-                self.monitor.finish()
-            self.monitor = None

@@ -317,6 +317,7 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
     tags: dict[str, str] = {}
     spec = TrialSpec.model_validate_json(open(trial_json).read())
     try:
+        device.pin_cores(tags)  # before any torch op starts its thread pool
         result = measure(spec, marks, metrics, tags, on_phase)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()

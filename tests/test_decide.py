@@ -136,6 +136,18 @@ def test_the_loader_ceiling_and_costs_reach_the_findings_and_the_report():
     assert "| loader cost |" in text and "| 2% |" in text
 
 
+def test_an_io_bound_trial_measured_beside_others_is_flagged_not_one_measured_alone():
+    rows = study.loader_study()
+    beside = next(r for r in rows if r["tags"].get("dinox.bound") == "io_bound")
+    beside["tags"]["dinox.concurrent_trials"] = "2"  # `dinox run --devices` ran it with another trial
+    alone = {**beside, "tags": {**beside["tags"], "dinox.concurrent_trials": "1"}, "run_id": "alone"}
+    d = decide.decide(study.records([*rows, alone]), BUDGET)
+    assert len(d.loader.io_bound) == 2 and d.loader.io_bound_beside == ["resnet18-32x1-w0-True-ok"]
+    assert "1 io_bound trial(s) were measured beside other trials" in report.render_markdown(d, [])
+    assert "WARNING: io_bound trial(s) measured beside others" in report.render_terminal(d)
+    assert report_json.to_json(d)["loader"]["io_bound_beside_others"] == ["resnet18-32x1-w0-True-ok"]
+
+
 def test_records_from_another_tool_without_optional_fields():
     # Only the names of the record: no batch.effective, no step-time quantiles.
     r = TrialRecord(
