@@ -72,7 +72,8 @@ class Lanes:
 
     def describe(self) -> str:
         shares = ", ".join(f"{s.label} on cores {devices.format_cores(s.cores)}" for s in self.slots)
-        return f"{len(self.slots)} trials at a time: {shares}"
+        n = len(self.slots)
+        return f"{n} trial{'s' if n > 1 else ''} at a time: {shares}"
 
 
 class SlotPool:

@@ -248,7 +248,7 @@ class Sweep:
                 self._measure_or_resume(trial, lane or Lane())
             except Stopping:
                 return
-            self.progress.advance()
+            self.progress.advance(trial.label)
 
     # --- one trial ------------------------------------------------------------------------------------
 

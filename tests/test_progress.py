@@ -23,6 +23,9 @@ def test_on_a_terminal_the_bar_carries_the_trial_and_its_phase(monkeypatch):
     p.phase("size=8", "window 2/3")
     p.advance()
     assert "size=8: window 2/3" in out.getvalue() and "1/3 trials" in out.getvalue()
+    p.phase("size=16", "warm-up")  # two trials side by side (--devices): both on the bar
+    p.phase("size=32", "window 1 (of 2-5)")
+    assert "size=16: warm-up | size=32: window 1 (of 2-5)" in out.getvalue()
     p.close()
 
 
