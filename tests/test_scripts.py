@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY
 
 
 def run_script(name: str, *args: str, cwd) -> str:
@@ -30,6 +30,17 @@ def test_bench_overhead_prints_its_figures(tmp_path):
     out = run_script("bench_overhead.py", "--trials", "1", "--isolation", "fork", cwd=tmp_path)
     assert re.search(r"^per_trial_s\s+\d+\.\d{3}$", out, re.M), out
     assert re.search(r"^overhead_per_trial_s\[fork\] \d+\.\d{3} ", out, re.M), out
+
+
+def test_bench_sweep_prints_each_sides_wall_and_windows_and_the_fixed_cost(tmp_path):
+    spec = tmp_path / "two.yaml"
+    spec.write_text(TINY.format(name="bench_sweep") + "sweep:\n  grid:\n    batch.size: [2, 4]\n")
+    sides = ["--side", "", "--side", "--devices cpu:2"]
+    out = run_script("bench_sweep.py", str(spec), *sides, "--rounds", "1", cwd=tmp_path)
+    assert re.search(r"^round 1 \[as written\] wall \d+\.\d s, windows per trial: 1 1$", out, re.M), out
+    assert re.search(r"^median \[--devices cpu:2\] \d+\.\d s over 1 runs$", out, re.M), out
+    out = run_script("bench_sweep.py", "--fixed-cost", "--rounds", "1", cwd=tmp_path)
+    assert re.search(r"^round 1: bare imports \d+\.\d\d s, one-trial dinox run \d+\.\d\d s \(\d+\.\d\dx\)", out, re.M)
 
 
 def test_bench_fidelity_prints_its_figures(tmp_path):
