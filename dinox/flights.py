@@ -79,7 +79,7 @@ class Flights:
         probe: bool = False,
     ) -> runner.ChildOutcome:
         """The one long wait of a trial, without the lock: the other lanes record theirs meanwhile. Raises
-        Stopping when the sweep stopped before or while it ran. Call with the lock held."""
+        Stopping when the sweep stopped before it ran, or ended it. Call with the lock held."""
         if self.stopping:
             raise Stopping
         self._measuring.add(flight.result_id)
@@ -102,8 +102,8 @@ class Flights:
         finally:
             self.lock.acquire()
             self._measuring.discard(flight.result_id)
-        if self.stopping:
-            raise Stopping
+        if self.stopping and outcome.result.status in ("crashed", "timeout"):
+            raise Stopping  # ended by `stop`: no result of its own; a child that wrote one is recorded
         return outcome
 
     def locked(self, fn: Callable[..., Any]) -> Callable[..., Any]:
