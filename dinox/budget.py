@@ -4,7 +4,7 @@ and the command line, checked by the spec's own rules. No torch, no MLflow."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 SECONDS_PER_DAY = 86400.0
@@ -21,6 +21,9 @@ class Budget:
     epochs: float | None = None
     target_images: int | None = None
     utilization: float = 1.0
+    price_per_device_hour: float | None = None  # any device without a price of its own in `prices`
+    prices: dict[str, float] = field(default_factory=dict)  # dinox.device_name -> price per device-hour
+    max_cost: float | None = None  # the whole schedule's cost (devices x days x 24 x price) at most this
 
     def __post_init__(self) -> None:
         if not self.days > 0:
@@ -44,6 +47,14 @@ class Budget:
     def images_in_budget(self, images_per_s: float) -> float:
         return images_per_s * SECONDS_PER_DAY * self.utilization * self.days
 
+    def price_for(self, device_name: str) -> float | None:
+        return self.prices.get(device_name, self.price_per_device_hour)
+
+    def cost(self, days: float, device_name: str, devices: int = 1) -> float | None:
+        """The schedule's cost on `devices` of `device_name` taking `days`; None without a price for it."""
+        price = self.price_for(device_name)
+        return None if price is None else devices * days * 24.0 * price
+
     def describe(self) -> str:
         schedule = (
             f"{self.target_images:,} images"
@@ -51,7 +62,8 @@ class Budget:
             else f"{self.epochs:g} epochs of {self.dataset_size:,} images"
         )
         util = f" at {self.utilization:.0%} utilization" if self.utilization != 1 else ""
-        return f"{schedule} in {self.days:g} day{'' if self.days == 1 else 's'}{util}"
+        cost = f" for at most {fmt_cost(self.max_cost)}" if self.max_cost is not None else ""
+        return f"{schedule} in {self.days:g} day{'' if self.days == 1 else 's'}{util}{cost}"
 
 
 def merge_budget(
@@ -61,10 +73,28 @@ def merge_budget(
     epochs: float | None,
     target_images: int | None,
     utilization: float,
+    prices: tuple[str, ...] = (),
+    max_cost: float | None = None,
 ) -> Budget:
     """The spec's budget (`base`, possibly empty) overridden field by field by the options given; a
-    schedule given as images replaces one given as epochs, and the other way round."""
+    schedule given as images replaces one given as epochs, and the other way round. `prices` as --price
+    takes them: "NAME=PRICE" for one device name, a bare number for every device."""
     merged = dict(base)
+    merged["prices"] = dict(merged.get("prices") or {})
+    for item in prices:
+        name, _, value = item.rpartition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            raise DecisionError(
+                f'--price {item!r}: expected NAME=PRICE or a number, e.g. "NVIDIA H100 80GB HBM3=2.5"'
+            ) from None
+        if name:
+            merged["prices"][name.strip()] = price
+        else:
+            merged["price_per_device_hour"] = price
+    if max_cost is not None:
+        merged["max_cost"] = max_cost
     if days is not None:
         merged["days"] = days
     if target_images is not None:
@@ -83,10 +113,21 @@ def merge_budget(
         epochs=merged.get("epochs"),
         target_images=merged.get("target_images"),
         utilization=utilization,
+        price_per_device_hour=merged.get("price_per_device_hour"),
+        prices=merged["prices"],
+        max_cost=merged.get("max_cost"),
     )
 
 
-_OPTION = {"days": "--days", "dataset_size": "--dataset-size", "epochs": "--epochs", "target_images": "--target-images"}
+_OPTION = {
+    "days": "--days",
+    "dataset_size": "--dataset-size",
+    "epochs": "--epochs",
+    "target_images": "--target-images",
+    "price_per_device_hour": "--price",
+    "prices": "--price",
+    "max_cost": "--max-cost",
+}
 
 
 def _check_budget(merged: dict[str, Any], utilization: float) -> None:
@@ -111,3 +152,8 @@ def _check_budget(merged: dict[str, Any], utilization: float) -> None:
 def fmt_days(days: float) -> str:
     """Days to a precision that means something: 12.0, 0.54, 0.053."""
     return f"{days:.1f}" if days >= 1 else f"{days:.2g}"
+
+
+def fmt_cost(cost: float) -> str:
+    """A cost in the prices' own unit (dinox does not know the currency): 1,234 or 12.50."""
+    return f"{cost:,.0f}" if cost >= 100 else f"{cost:,.2f}"

@@ -43,6 +43,15 @@ from dinox.cli_common import TRACKING_URI, BadInput, load_trials
     help="Share of wall time a real run spends in training steps (evaluation, checkpoints, restarts).",
 )
 @click.option(
+    "--price",
+    "prices",
+    multiple=True,
+    metavar='"NAME=PRICE"|PRICE',
+    help="Price of one device for one hour, by device name (as the trials' dinox.device_name tag), or a bare "
+    "number for every device; repeatable. The report then gives each configuration's cost.",
+)
+@click.option("--max-cost", type=float, default=None, help="GO also needs the whole schedule to cost at most this.")
+@click.option(
     "--effective-batch",
     type=int,
     default=None,
@@ -79,6 +88,8 @@ def decide(
     epochs: float | None,
     target_images: int | None,
     utilization: float,
+    prices: tuple[str, ...],
+    max_cost: float | None,
     effective_batch: int | None,
     max_memory_share: float,
     knee_tolerance: float,
@@ -108,7 +119,7 @@ def decide(
     if not names and not run_ids:
         raise BadInput("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
     try:
-        budget = merge_budget(base, days, dataset_size, epochs, target_images, utilization)
+        budget = merge_budget(base, days, dataset_size, epochs, target_images, utilization, prices, max_cost)
         policy = Policy(max_memory_share, effective_batch, knee_tolerance, exclude_unstable)
         uri = resolve_tracking_uri(tracking_uri)
         request = DecideRequest(uri, names, list(run_ids), budget, policy, Path(out_dir), log=not no_log)

@@ -19,6 +19,7 @@ class ScalingRow:
     gpus: int
     images_per_s: float  # global
     single_images_per_s: float
+    device_name: str = ""  # the kind of device both were measured on (dinox.device_name)
 
     @property
     def efficiency(self) -> float:
@@ -73,13 +74,21 @@ def scaling(records: list[TrialRecord]) -> list[ScalingRow]:
         if r.status != "ok" or "images_per_s" not in r.metrics:
             continue
         key = tuple(sorted((k, v) for k, v in r.params.items() if k not in free and ROLES.describes(k)))
+        key += (("dinox.device_name", r.tags.get("dinox.device_name", "")),)  # never one kind against another
         gpus = r.param_int("hardware.gpus") or 1
         if gpus == 1:
             single[key] = max(single.get(key, 0.0), r.metrics["images_per_s"])
         else:
             multi.append((key, r, gpus))
     return [
-        ScalingRow(r.run_name or r.run_id, model_key(r)[0], gpus, r.metrics["images_per_s"], single[key])
+        ScalingRow(
+            r.run_name or r.run_id,
+            model_key(r)[0],
+            gpus,
+            r.metrics["images_per_s"],
+            single[key],
+            r.tags.get("dinox.device_name", ""),
+        )
         for key, r, gpus in multi
         if key in single
     ]

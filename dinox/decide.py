@@ -17,10 +17,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dinox.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_days
+from dinox.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
 from dinox.cross_checks import MemoryCheck, ScalingRow, memory_checks, scaling
-from dinox.grouping import memory_groups, model_key, telling
+from dinox.grouping import device_label, device_of, memory_groups, model_key, telling
 from dinox.loader_findings import LoaderFindings, loader_findings
+from dinox.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
 from dinox.records import IPS_P90, TrialRecord, record_problem
 from dinox.result import one_line
 from dinox.spec import ROLES
@@ -93,12 +94,20 @@ class ModelVerdict:
     margin_days: float | None = None
     epochs_in_budget: float | None = None
     images_in_budget: float | None = None
+    device_name: str = ""  # the device that measured these trials (dinox.device_name)
+    devices: int = 1  # how many of it each trial used (hardware.gpus)
+    cost: float | None = None  # the whole schedule on the best trial's devices; None without a price
+    over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
 
     @property
     def label(self) -> str:
         if not self.kwargs:
             return self.name
         return f"{self.name} ({', '.join(f'{k}={v}' for k, v in sorted(self.kwargs.items()))})"
+
+    @property
+    def device(self) -> str:
+        return device_label(self.device_name, self.devices)
 
 
 @dataclass
@@ -117,6 +126,29 @@ class Decision:
     scaling: list[ScalingRow] = field(default_factory=list)
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (run, why): records that cannot be trusted
     unstable: str = ""  # why the recommendation's own figure is uncertain; "" when its windows agree
+    # The cheapest (model, device) that meets the deadline (and max_cost), where prices are known.
+    cheapest: ModelVerdict | None = None
+    what_if: list[WhatIf] = field(default_factory=list)  # the recommended at 0.5x / 1x / 2x the schedule
+    needs: list[Need] = field(default_factory=list)  # what each NO-GO configuration would need
+    projections: list[Projection] = field(default_factory=list)  # onto N devices, at a measured efficiency
+
+    @property
+    def device_names(self) -> list[str]:
+        """The devices the trials came from, in the models' order; one (or none named): decided as one."""
+        return list(dict.fromkeys(mv.device for mv in self.models))
+
+    @property
+    def per_device(self) -> bool:
+        return len(self.device_names) > 1
+
+    def largest_go_on(self, device: str) -> ModelVerdict | None:
+        """One device's verdict: its largest GO model."""
+        go = [mv for mv in self.models if mv.device == device and mv.go]
+        return max(go, key=lambda mv: mv.params_m or 0.0, default=None)
+
+    def where(self, mv: ModelVerdict) -> str:
+        """A model verdict in words: with its device when the trials came from several."""
+        return f"{mv.label} on {mv.device}" if self.per_device else mv.label
 
 
 # --- the policy ------------------------------------------------------------------------------------
@@ -193,7 +225,13 @@ def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
 
 
 def _model_verdict(
-    key: str, name: str, kwargs: dict[str, str], records: list[TrialRecord], budget: Budget, policy: Policy
+    key: str,
+    name: str,
+    kwargs: dict[str, str],
+    records: list[TrialRecord],
+    budget: Budget,
+    policy: Policy,
+    device: tuple[str, int],
 ) -> ModelVerdict:
     statuses: dict[str, int] = defaultdict(int)
     for r in records:
@@ -203,11 +241,14 @@ def _model_verdict(
     candidates = [c for r in records if r.status == "ok" if (c := _candidate(r, budget, policy, varying))]
     candidates.sort(key=lambda c: -c.conservative_ips)
     mv = ModelVerdict(key, name, kwargs, params_m, len(records), dict(statuses), candidates, _oom_boundaries(records))
+    mv.device_name, mv.devices = device
     qualifying = [c for c in candidates if not c.excluded]
     if qualifying:
         best = qualifying[0]
         mv.best = best
-        mv.go = best.days <= budget.days
+        mv.cost = budget.cost(best.days, *device)
+        mv.over_cost = over_cost(mv.cost, mv.device_name, budget)
+        mv.go = best.days <= budget.days and not mv.over_cost
         mv.margin_days = budget.days - best.days
         mv.images_in_budget = budget.images_in_budget(best.conservative_ips)
         if budget.dataset_size:
@@ -228,17 +269,12 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
             f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
         )
     _check_something_measured(records)
-    by_model: dict[str, list[TrialRecord]] = defaultdict(list)
-    names: dict[str, tuple[str, dict[str, str]]] = {}
-    for r in records:
-        key, name, kwargs = model_key(r)
-        by_model[key].append(r)
-        names[key] = (name, kwargs)
-    models = [_model_verdict(k, *names[k], rs, budget, policy) for k, rs in by_model.items()]
-    models.sort(key=lambda mv: (-(mv.params_m or 0.0), mv.key))
+    models = _model_verdicts(records, budget, policy)
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
     go = [mv for mv in models if mv.go]
-    recommended = max(go, key=lambda mv: mv.params_m or 0.0) if go else None
+    # The largest GO model; measured GO on several devices, the cheapest of them (else the fastest).
+    recommended = min(go, key=lambda mv: (-(mv.params_m or 0.0), _cost_or_inf(mv), _days(mv))) if go else None
+    rows = scaling(records)
     return Decision(
         verdict="GO" if recommended is not None else "NO-GO",
         budget=budget,
@@ -249,10 +285,35 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         reason=_reason(records, models, recommended, budget, needed),
         needed_ips=needed,
         memory=memory_checks(records),
-        scaling=scaling(records),
+        scaling=rows,
         left_out=left_out,
         unstable=_unstable_warning(recommended),
+        cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
+        what_if=what_if(recommended, budget) if recommended is not None else [],
+        needs=needs(models, budget),
+        projections=projections(models, rows, budget),
     )
+
+
+def _model_verdicts(records: list[TrialRecord], budget: Budget, policy: Policy) -> list[ModelVerdict]:
+    """One verdict per model and device that measured it: records from two machines are never mixed."""
+    groups: dict[tuple[str, tuple[str, int]], list[TrialRecord]] = defaultdict(list)
+    names: dict[str, tuple[str, dict[str, str]]] = {}
+    for r in records:
+        key, name, kwargs = model_key(r)
+        groups[(key, device_of(r))].append(r)
+        names[key] = (name, kwargs)
+    models = [_model_verdict(k, *names[k], rs, budget, policy, device) for (k, device), rs in groups.items()]
+    models.sort(key=lambda mv: (-(mv.params_m or 0.0), mv.key, mv.device))
+    return models
+
+
+def _cost_or_inf(mv: ModelVerdict) -> float:
+    return mv.cost if mv.cost is not None else math.inf
+
+
+def _days(mv: ModelVerdict) -> float:
+    return mv.best.days if mv.best is not None else math.inf
 
 
 def status_summary(records: list[TrialRecord]) -> str:
@@ -279,13 +340,19 @@ def _reason(
     budget: Budget,
     needed: float,
 ) -> str:
+    per_device = len({mv.device for mv in models}) > 1
+
+    def where(mv: ModelVerdict) -> str:
+        return f"{mv.label} on {mv.device}" if per_device else mv.label
+
     if recommended is not None:
         b = recommended.best
         assert b is not None
+        cost = f", costing {fmt_cost(recommended.cost)}" if recommended.cost is not None else ""
         return (
-            f"{recommended.label} is the largest model that finishes {budget.describe()}: "
-            f"{b.conservative_ips:.1f} {IPS_P90} -> {fmt_days(b.days)} days, "
-            f"{fmt_days(recommended.margin_days or 0.0)} days to spare"
+            f"{recommended.label} is the largest model that finishes {budget.describe()}"
+            f"{f', on {recommended.device}' if per_device else ''}: {b.conservative_ips:.1f} {IPS_P90} -> "
+            f"{fmt_days(b.days)} days, {fmt_days(recommended.margin_days or 0.0)} days to spare{cost}"
         )
     if not any(r.status == "ok" for r in records):
         tried = sorted({r.batch_size for r in records if r.batch_size is not None})
@@ -301,10 +368,12 @@ def _reason(
     fb = fastest.best
     assert fb is not None
     epochs = f", {fastest.epochs_in_budget:.1f} epochs in the budget" if fastest.epochs_in_budget else ""
+    in_time = [mv for mv in measured if mv.over_cost and _days(mv) <= budget.days]
+    money = f"; {where(in_time[0])} meets the deadline but {in_time[0].over_cost}" if in_time else ""
     return (
         f"no model finishes {budget.describe()}; it needs {needed:.1f} {IPS_P90}. The fastest, "
-        f"{fastest.label}, reaches {fb.conservative_ips:.1f} {IPS_P90} -> {fmt_days(fb.days)} days"
-        f"{epochs}"
+        f"{where(fastest)}, reaches {fb.conservative_ips:.1f} {IPS_P90} -> {fmt_days(fb.days)} days"
+        f"{epochs}{money}"
     )
 
 

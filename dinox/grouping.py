@@ -46,3 +46,14 @@ def telling(keys: list[tuple]) -> list[dict[str, str]]:
             values[k].add(v)
     differing = {k for k, vs in values.items() if len(vs) > 1}
     return [{k: v for k, v in key if k in differing} for key in keys]
+
+
+def device_of(r: TrialRecord) -> tuple[str, int]:
+    """The device that measured a trial (its `dinox.device_name`; "" from a tool that does not say) and how
+    many of them (`hardware.gpus`): trials measured on different hardware are decided apart."""
+    return r.tags.get("dinox.device_name", ""), r.param_int("hardware.gpus") or 1
+
+
+def device_label(name: str, count: int) -> str:
+    name = name or "an unnamed device"
+    return name if count == 1 else f"{count} x {name}"

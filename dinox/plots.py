@@ -13,9 +13,9 @@ matplotlib.use("Agg")  # files only: no display on a GPU box or in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from dinox.budget import fmt_days  # noqa: E402
-from dinox.decide import Candidate, Decision  # noqa: E402
-from dinox.grouping import model_key  # noqa: E402
+from dinox.budget import fmt_cost, fmt_days  # noqa: E402
+from dinox.decide import Candidate, Decision, ModelVerdict  # noqa: E402
+from dinox.grouping import device_label, device_of, model_key  # noqa: E402
 from dinox.records import IPS_P90, IPS_WINDOWS, TrialRecord  # noqa: E402
 
 
@@ -33,15 +33,15 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
     for mv in d.models:
         (line,) = ax.plot([], [])
         color = line.get_color()
-        values += _model_points(ax, mv.candidates, color, _short(mv.label))
+        values += _model_points(ax, mv.candidates, color, _name(d, mv, 60))
         for status, marker, y in (("oom", "x", 0.05), ("skipped", "|", 0.05)):
-            sizes = failed[status].get(mv.key, [])
+            sizes = failed[status].get((mv.key, mv.device), [])
             if sizes:  # at the foot of the axes whatever the scale: no throughput to draw
                 ax.scatter(
                     sizes, [y] * len(sizes), marker=marker, s=70, color=color, transform=ax.get_xaxis_transform()
                 )
-        if not mv.candidates and (failed["oom"].get(mv.key) or failed["skipped"].get(mv.key)):
-            ax.plot([], [], marker="o", color=color, label=_short(mv.label))
+        if not mv.candidates and (failed["oom"].get((mv.key, mv.device)) or failed["skipped"].get((mv.key, mv.device))):
+            ax.plot([], [], marker="o", color=color, label=_name(d, mv, 60))
     if any(failed["oom"].values()):
         ax.scatter([], [], marker="x", color="black", label="out of memory (at the foot)")
     if any(failed["skipped"].values()):
@@ -70,13 +70,18 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
     return _save(fig, path)
 
 
-def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[str, list[int]]]:
-    """Batch sizes that ran out of memory or were pruned, per model key."""
-    out: dict[str, dict[str, list[int]]] = {"oom": defaultdict(list), "skipped": defaultdict(list)}
+def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[tuple[str, str], list[int]]]:
+    """Batch sizes that ran out of memory or were pruned, per model key and device (as ModelVerdict.device)."""
+    out: dict[str, dict[tuple[str, str], list[int]]] = {"oom": defaultdict(list), "skipped": defaultdict(list)}
     for r in records:
         if r.status in out and r.batch_size is not None:
-            out[r.status][model_key(r)[0]].append(r.batch_size)
+            out[r.status][(model_key(r)[0], device_label(*device_of(r)))].append(r.batch_size)
     return out
+
+
+def _name(d: Decision, mv: ModelVerdict, limit: int) -> str:
+    """A series' name: the model, cut to fit, and its device where the trials came from several."""
+    return f"{_short(mv.label, limit - 30)} on {_short(mv.device, 27)}" if d.per_device else _short(mv.label, limit)
 
 
 def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> list[float]:
@@ -131,17 +136,19 @@ def _short(label: str, limit: int = 60) -> str:
 
 
 def _days(d: Decision, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(10, max(2.8, 0.6 * len(d.models) + 1.6)))
-    labels = [_short(mv.label, 45) for mv in d.models]
+    fig, ax = plt.subplots(figsize=(12 if d.per_device else 10, max(2.8, 0.6 * len(d.models) + 1.6)))
+    labels = [_name(d, mv, 60 if d.per_device else 45) for mv in d.models]
     days = [mv.best.days if mv.best else 0.0 for mv in d.models]
     colors = ["tab:green" if mv.go else "tab:red" for mv in d.models]
     ax.barh(labels, days, color=colors)
     for i, mv in enumerate(d.models):
-        text = f" {fmt_days(days[i])} days ({'GO' if mv.go else 'NO-GO'})" if mv.best else " no qualifying trial"
+        cost = f", cost {fmt_cost(mv.cost)}" if mv.cost is not None else ""
+        text = f" {fmt_days(days[i])} days ({'GO' if mv.go else 'NO-GO'}){cost}" if mv.best else " no qualifying trial"
         ax.text(days[i], i, text, va="center", fontsize=8)
     unit = "day" if d.budget.days == 1 else "days"
     ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget: {d.budget.days:g} {unit}")
-    ax.set_xlim(0, max([*days, d.budget.days]) * 1.25)  # room for the annotations
+    priced = any(mv.cost is not None for mv in d.models)
+    ax.set_xlim(0, max([*days, d.budget.days]) * (1.5 if priced else 1.25))  # room for the annotations
     ax.set_xlabel(f"days for the schedule (best qualifying trial, {IPS_P90})")
     ax.set_title(f"{d.verdict}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()

@@ -3,7 +3,8 @@ Pure rendering of a Decision; no MLflow, no policy."""
 
 from __future__ import annotations
 
-from dinox.budget import SECONDS_PER_DAY, Budget, fmt_days
+from dinox import report_money
+from dinox.budget import SECONDS_PER_DAY, Budget, fmt_cost, fmt_days
 from dinox.cross_checks import MemoryCheck
 from dinox.decide import Decision, ModelVerdict
 from dinox.loader_findings import LoaderFindings
@@ -29,22 +30,28 @@ def _fmt_settings(settings: dict[str, str]) -> str:
 def render_terminal(d: Decision) -> str:
     flag = " (on an UNSTABLE measurement)" if d.unstable else ""
     lines = [f"{d.verdict}{flag}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else []) + [""]
-    width = max(5, *(len(mv.label) for mv in d.models))
+    width = max(5, *(len(d.where(mv)) for mv in d.models))
+    priced = any(mv.cost is not None for mv in d.models)
     header = (
         f"{'model':<{width}} {'params M':>9} {'p90 step':>10} {'p50 step':>9} {'MFU':>6} {'days':>7}  "
-        f"{'verdict':<6} trials   (img/s from the p90 and p50 step times)"
+        + (f"{'cost':>9}  " if priced else "")
+        + f"{'verdict':<6} trials   (img/s from the p90 and p50 step times)"
     )
     lines.append(header)
     for mv in d.models:
         b = mv.best
         statuses = " ".join(f"{k}={v}" for k, v in sorted(mv.statuses.items()))
         mfu = f"{b.mfu:>6.1%}" if b is not None and b.mfu is not None else f"{'-':>6}"
+        cost = f"{fmt_cost(mv.cost) if mv.cost is not None else '-':>9}  " if priced else ""
         lines.append(
-            f"{mv.label:<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
-            f"{_num(b and b.median_ips, 9, 1)} {mfu} {_num(b and b.days, 7, 1)}  {'GO' if mv.go else 'NO-GO':<6} "
-            f"{statuses}"
+            f"{d.where(mv):<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
+            f"{_num(b and b.median_ips, 9, 1)} {mfu} {_num(b and b.days, 7, 1)}  {cost}"
+            f"{'GO' if mv.go else 'NO-GO':<6} {statuses}"
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}")
+    if d.cheapest is not None and d.cheapest.cost is not None and (d.cheapest is not d.recommended or d.per_device):
+        c = d.cheapest
+        lines.append(f"cheapest in time: {d.where(c)}, {fmt_days(c.best.days)} days for {fmt_cost(c.cost)}")  # type: ignore[union-attr]
     if beside := d.loader.io_bound_beside:
         lines.append(
             f"WARNING: io_bound trial(s) measured beside others (--devices), their loaders shared the disk and "
@@ -87,9 +94,10 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         out.append(f"- Trials from: {', '.join(d.sources)}.")
     out.append("")
     out += _decision_section(d)
+    out += report_money.sections(d)
     out += ["## Models", ""]
     for mv in d.models:
-        out += _model_section(mv, b)
+        out += _model_section(mv, b, d.where(mv))
     out += _loader_section(d.loader, d.policy.knee_tolerance)
     out += _memory_section(d.memory)
     if d.scaling:
@@ -138,6 +146,8 @@ def _decision_section(d: Decision) -> list[str]:
             f"- Schedule: {fmt_days(rec.best.days)} days of the {b.days:g}-day budget "
             f"({fmt_days(rec.margin_days or 0.0)} days to spare); about "
             f"{rec.best.conservative_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
+            *([f"- Device: {rec.device}"] if rec.device_name else []),
+            *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
             f"- MLflow run: `{rec.best.run_id}`",
             "",
         ]
@@ -158,10 +168,10 @@ def _params(params_m: float | None) -> str:
     return f"{params_m:.1f} M parameters" if params_m is not None else "parameter count not recorded"
 
 
-def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
+def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
     statuses = ", ".join(f"{v} {k}" for k, v in sorted(mv.statuses.items()))
     out = [
-        f"### {mv.label}: {'GO' if mv.go else 'NO-GO'}",
+        f"### {title}: {'GO' if mv.go else 'NO-GO'}",
         "",
         f"{_params(mv.params_m)}; {mv.trials} trials ({statuses}).",
         "",
@@ -169,7 +179,7 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
     if mv.best is not None:
         best = mv.best
         line = f"Best qualifying trial: {best.conservative_ips:.1f} {IPS_P90} -> **{fmt_days(best.days)} days**"
-        if mv.go:
+        if best.days <= b.days:
             line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget."
         else:
             line += f", {-mv.margin_days:.1f} days over the budget"  # type: ignore[operator]
@@ -178,6 +188,10 @@ def _model_section(mv: ModelVerdict, b: Budget) -> list[str]:
                 if mv.epochs_in_budget is not None
                 else f"; the budget buys {mv.images_in_budget:,.0f} images."
             )
+        if mv.cost is not None:
+            line += f" The schedule costs {fmt_cost(mv.cost)} on {mv.device}."
+        if mv.over_cost:
+            line += f" NO-GO on cost: {mv.over_cost}."
         out += [line, ""]
     elif mv.candidates:
         out += ["No trial qualifies under the policy.", ""]

@@ -46,7 +46,27 @@ def _payload(d: Decision) -> dict[str, Any]:
         "memory_predictions": [asdict(c) | {"ratio": c.ratio} for c in d.memory],
         "scaling": [asdict(row) | {"efficiency": row.efficiency} for row in d.scaling],
         "left_out": [{"run": run, "why": why} for run, why in d.left_out],
+        "devices": [_device(d, name) for name in d.device_names],
+        "cheapest": _recommended(d.cheapest),
+        "what_if": [asdict(w) | {"images": d.budget.images_needed * w.factor} for w in d.what_if],
+        "needs": [
+            {
+                "model": n.model,
+                "device": n.device,
+                "images_per_s_p90": n.has_ips,
+                "needs_images_per_s_p90": n.needs_ips,
+                "factor": n.factor,
+            }
+            for n in d.needs
+        ],
+        "projections": [asdict(p) | {"images_per_s": p.ips} for p in d.projections],
     }
+
+
+def _device(d: Decision, device: str) -> dict[str, Any]:
+    """One device's verdict: its largest GO model, as `recommended` for the whole decision."""
+    best = d.largest_go_on(device)
+    return {"device": device, "verdict": "GO" if best else "NO-GO", "recommended": _recommended(best)}
 
 
 def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
@@ -62,6 +82,8 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "images_per_s_p50": rec.best.median_ips,
         "mfu": rec.best.mfu,
         "days": rec.best.days,
+        "device": rec.device,
+        "cost": rec.cost,
     }
 
 
@@ -76,6 +98,11 @@ def _model(mv: ModelVerdict) -> dict[str, Any]:
         "verdict": "GO" if mv.go else "NO-GO",
         "best": mv.best,
         "days": mv.best.days if mv.best else None,
+        "device": mv.device,
+        "device_name": mv.device_name,
+        "devices": mv.devices,
+        "cost": mv.cost,
+        "over_cost": mv.over_cost or None,
         "margin_days": mv.margin_days,
         "epochs_in_budget": mv.epochs_in_budget,
         "images_in_budget": mv.images_in_budget,

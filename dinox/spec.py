@@ -234,6 +234,13 @@ class BudgetSpec(Section):
     dataset_size: PositiveInt | None = Field(None, le=10**14)
     epochs: PositiveFloat | None = Field(None, le=1e6)
     target_images: PositiveInt | None = Field(None, le=MAX_IMAGES)
+    price_per_device_hour: PositiveFloat | None = Field(
+        None, le=1e6, description="price of one device for one hour, for devices not named in prices"
+    )
+    prices: dict[str, Annotated[float, Field(gt=0, le=1e6)]] | None = Field(
+        None, description="price per device-hour by device name (the dinox.device_name tag)"
+    )
+    max_cost: PositiveFloat | None = Field(None, le=1e12, description="the whole schedule's cost at most this")
 
 
 class SweepSpec(Section):

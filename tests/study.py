@@ -128,3 +128,29 @@ def log(client: MlflowClient, experiment: str, rows: list[dict], parent: bool = 
     if parent_id:
         client.set_terminated(parent_id, "FINISHED")
     return parent_id, ids
+
+
+APU = "AMD Strix Halo APU"  # the first field report's machine: 128 GB unified memory
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def two_devices() -> list[dict]:
+    """The seeds' figures as measured on the APU (ViT-L 23.5 img/s, ViT-G 5.4), the same configurations on
+    an H100 at 4x the rate, and the best ViT-L configuration on two H100s at 90 % scaling efficiency."""
+    apu = study()
+    h100 = study()
+    for row in apu:
+        row["tags"]["dinox.device_name"] = APU
+    for row in h100:
+        row["tags"]["dinox.device_name"] = H100
+        row["run_id"] += "-h100"
+        m = row["metrics"]
+        m["device_mem_total_gb"] = 80.0
+        for key in ("images_per_s", "step_s_p90", "step_s_p50"):
+            if key in m:
+                m[key] = m[key] * 4 if key == "images_per_s" else m[key] / 4
+    two = trial(VIT_L, 64, 4, 23.51 * 4 * 2 * 0.9, run_id="vit_large-64x4-2xh100")
+    two["params"].update({"hardware.gpus": "2", "batch.effective": "512"})
+    two["metrics"].update(step_s_p90=512 / (23.51 * 4 * 2 * 0.9), step_s_p50=512 / (23.51 * 4 * 2 * 0.9) * 0.97)
+    two["tags"]["dinox.device_name"] = H100
+    return apu + h100 + [two]

@@ -25,6 +25,7 @@ def sqlite_store(tmp_path_factory):
     client = MlflowClient(uri)
     parent, _ids = study.log(client, "study", study.study())
     study.log(client, "loader", study.loader_study())
+    study.log(client, "two_devices", study.two_devices())
     client.create_experiment("empty")
     errors = [study.trial(study.VIT_L, b, 1, None, "error") for b in (8, 16)]
     for row in errors:
@@ -119,6 +120,53 @@ def test_budget_and_experiment_from_the_spec(sqlite_store):
     assert proc.returncode == 1, proc.stderr
 
 
+def test_two_devices_get_a_verdict_each_a_cost_and_the_cheapest_go(sqlite_store):
+    work, uri, _ = sqlite_store
+    prices = ["--price", f"{study.H100}=2.5", "--price", "0.5"]  # a bare number: every other device
+    proc = decide(work, uri, "--experiment", "two_devices", *BUDGET, *prices, "--no-log", "--out", "dev")
+    assert proc.returncode == 0, proc.stderr
+    # ViT-G is GO on the H100 only (52 days on the APU): the largest GO model anywhere, and where.
+    assert proc.stdout.startswith(
+        f"GO: vit_giant_patch14_dinov2 (depth=40, embed_dim=1536) is the largest model that finishes 100 epochs "
+        f"of 244,527 images in 15 days, on {study.H100}: 21.6 img/s (p90 step) -> 13.1 days"
+    ), proc.stdout
+    assert "costing 786" in proc.stdout.splitlines()[0]
+    assert (
+        f"cheapest in time: vit_large_patch14_dinov2 (depth=24, embed_dim=1024) on {study.APU}, 12.0 days for 144"
+        in proc.stdout
+    )
+    payload = json.loads((work / "dev" / "decision.json").read_text())
+    by_device = {d["device"]: d for d in payload["devices"]}
+    assert by_device[study.APU]["verdict"] == "GO" and by_device[study.APU]["recommended"]["model"].startswith(
+        "vit_large"
+    )
+    assert by_device[study.H100]["recommended"]["model"].startswith("vit_giant")
+    assert by_device[f"2 x {study.H100}"]["recommended"]["cost"] == pytest.approx(1.67 * 2 * 24 * 2.5, rel=0.01)
+    assert payload["recommended"]["device"] == study.H100 and payload["recommended"]["cost"] == pytest.approx(
+        786, rel=0.01
+    )
+    assert payload["cheapest"]["device"] == study.APU and payload["cheapest"]["cost"] == pytest.approx(144.2, rel=0.01)
+    assert [w["factor"] for w in payload["what_if"]] == [0.5, 1.0, 2.0]
+    assert payload["what_if"][2]["days"] == pytest.approx(26.2, rel=0.01)  # 2x the dataset: NO-GO
+    giant_apu = next(n for n in payload["needs"] if n["device"] == study.APU)
+    assert giant_apu["needs_images_per_s_p90"] == pytest.approx(18.9, rel=0.01) and giant_apu["factor"] > 3.4
+    # Two H100s scaled ViT-L at 90 %: every model measured on one H100 is projected onto two at 90 %.
+    giant_two = next(p for p in payload["projections"] if p["model"].startswith("vit_giant"))
+    assert giant_two["efficiency"] == pytest.approx(0.9) and giant_two["days"] == pytest.approx(13.1 / 1.8, rel=0.01)
+    report = (work / "dev" / "report.md").read_text()
+    for section in ("## Per device", "## Cost", "## What if", "## Scaling projection"):
+        assert section in report
+    assert f"| {study.APU} | GO | vit_large_patch14_dinov2 (depth=24, embed_dim=1024) |" in report
+
+    # A cost cap the giant breaks: the largest model within both the days and the money, on its cheapest device.
+    proc = decide(work, uri, "--experiment", "two_devices", *BUDGET, *prices, "--max-cost", "500", "--no-log")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("GO: vit_large_patch14_dinov2 (depth=24, embed_dim=1024) is the largest model"), (
+        proc.stdout
+    )
+    assert f"for at most 500, on {study.APU}" in proc.stdout.splitlines()[0]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -128,6 +176,8 @@ def test_budget_and_experiment_from_the_spec(sqlite_store):
         (["--experiment", "study", "--days", "3"], "error: budget needs --target-images, or --dataset-size"),
         ([*BUDGET], "error: give --experiment NAME, --run-id ID or --spec SPEC"),
         (["--run-id", "0123abc", *BUDGET], "error: run '0123abc' not found"),
+        (["--experiment", "study", *BUDGET, "--price", "H100=cheap"], "error: --price 'H100=cheap': expected NAME="),
+        (["--experiment", "study", *BUDGET, "--max-cost", "-5"], "error: --max-cost: "),
     ],
 )
 def test_errors_exit_2_with_one_line(sqlite_store, args, message):

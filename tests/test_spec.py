@@ -112,6 +112,15 @@ def test_budget_needs_one_complete_form(write_spec):
     assert "not both" in msg
 
 
+def test_budget_prices_are_positive_per_device_name(write_spec):
+    ok = 'budget: {days: 15, target_images: 1000, prices: {"NVIDIA H100 80GB HBM3": 2.5}, max_cost: 900}\n'
+    (trial,) = grid.expand(spec_file.load(write_spec("name: m\nmodel: {name: resnet18}\n" + ok)))
+    assert trial.spec.budget.prices == {"NVIDIA H100 80GB HBM3": 2.5} and trial.spec.budget.max_cost == 900
+    bad = "budget: {days: 15, target_images: 1000, prices: {A10G: -1}, price_per_device_hour: 0}\n"
+    msg = problems(write_spec("name: m\nmodel: {name: resnet18}\n" + bad))
+    assert "budget.prices.A10G:" in msg and "budget.price_per_device_hour:" in msg
+
+
 def test_python_tags_are_refused(write_spec):
     path = write_spec('name: m\nmodel: !!python/object/apply:os.system ["echo pwned"]\n')
     msg = problems(path)
