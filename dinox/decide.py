@@ -19,7 +19,7 @@ from typing import Literal
 
 from dinox.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
 from dinox.cross_checks import MemoryCheck, ScalingRow, memory_checks, scaling
-from dinox.grouping import device_label, device_of, memory_groups, model_key, telling
+from dinox.grouping import device_label, device_of, memory_groups, model_key, only_device, telling
 from dinox.loader_findings import LoaderFindings, loader_findings
 from dinox.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
 from dinox.records import IPS_P90, TrialRecord, record_problem
@@ -299,9 +299,10 @@ def _model_verdicts(records: list[TrialRecord], budget: Budget, policy: Policy) 
     """One verdict per model and device that measured it: records from two machines are never mixed."""
     groups: dict[tuple[str, tuple[str, int]], list[TrialRecord]] = defaultdict(list)
     names: dict[str, tuple[str, dict[str, str]]] = {}
+    default = only_device(records)
     for r in records:
         key, name, kwargs = model_key(r)
-        groups[(key, device_of(r))].append(r)
+        groups[(key, device_of(r, default))].append(r)
         names[key] = (name, kwargs)
     models = [_model_verdict(k, *names[k], rs, budget, policy, device) for (k, device), rs in groups.items()]
     models.sort(key=lambda mv: (-(mv.params_m or 0.0), mv.key, mv.device))

@@ -48,10 +48,18 @@ def telling(keys: list[tuple]) -> list[dict[str, str]]:
     return [{k: v for k, v in key if k in differing} for key in keys]
 
 
-def device_of(r: TrialRecord) -> tuple[str, int]:
-    """The device that measured a trial (its `dinox.device_name`; "" from a tool that does not say) and how
-    many of them (`hardware.gpus`): trials measured on different hardware are decided apart."""
-    return r.tags.get("dinox.device_name", ""), r.param_int("hardware.gpus") or 1
+def device_of(r: TrialRecord, default: str = "") -> tuple[str, int]:
+    """The device that measured a trial (its `dinox.device_name`; `default` for one that never reached a
+    device: skipped, or crashed before it said) and how many of them (`hardware.gpus`): trials measured on
+    different hardware are decided apart."""
+    return r.tags.get("dinox.device_name") or default, r.param_int("hardware.gpus") or 1
+
+
+def only_device(records: list[TrialRecord]) -> str:
+    """The one device name the records carry, where they carry one: what a trial that never reached a device
+    (skipped after a predicted OOM, crashed at start) was meant for. "" when they name none or several."""
+    names = {name for r in records if (name := r.tags.get("dinox.device_name"))}
+    return names.pop() if len(names) == 1 else ""
 
 
 def device_label(name: str, count: int) -> str:

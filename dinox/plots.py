@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dinox.budget import fmt_cost, fmt_days  # noqa: E402
 from dinox.decide import Candidate, Decision, ModelVerdict  # noqa: E402
-from dinox.grouping import device_label, device_of, model_key  # noqa: E402
+from dinox.grouping import device_label, device_of, model_key, only_device  # noqa: E402
 from dinox.records import IPS_P90, IPS_WINDOWS, TrialRecord  # noqa: E402
 
 
@@ -73,9 +73,10 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
 def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[tuple[str, str], list[int]]]:
     """Batch sizes that ran out of memory or were pruned, per model key and device (as ModelVerdict.device)."""
     out: dict[str, dict[tuple[str, str], list[int]]] = {"oom": defaultdict(list), "skipped": defaultdict(list)}
+    default = only_device(records)
     for r in records:
         if r.status in out and r.batch_size is not None:
-            out[r.status][(model_key(r)[0], device_label(*device_of(r)))].append(r.batch_size)
+            out[r.status][(model_key(r)[0], device_label(*device_of(r, default)))].append(r.batch_size)
     return out
 
 

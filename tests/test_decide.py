@@ -148,6 +148,21 @@ def test_an_io_bound_trial_measured_beside_others_is_flagged_not_one_measured_al
     assert report_json.to_json(d)["loader"]["io_bound_beside_others"] == ["resnet18-32x1-w0-True-ok"]
 
 
+def test_a_trial_that_never_reached_a_device_counts_with_the_device_of_the_others():
+    rows = study.study()
+    for row in rows:
+        row["tags"]["dinox.device_name"] = study.APU
+    skipped = study.trial(study.VIT_G, 48, 8, None, "skipped", params_m=1100.0)  # pruned: never ran, no device
+    d = decide.decide(study.records([*rows, skipped]), BUDGET)
+    assert not d.per_device and d.device_names == [study.APU]
+    giant = next(mv for mv in d.models if mv.name.startswith("vit_giant"))
+    assert giant.statuses == {"ok": 3, "oom": 1, "skipped": 1}
+    # Trials from two machines are decided apart, each model once per device.
+    h100 = [{**r, "tags": {**r["tags"], "dinox.device_name": study.H100}, "run_id": r["run_id"] + "-h"} for r in rows]
+    d = decide.decide(study.records([*rows, *h100]), BUDGET)
+    assert d.per_device and [mv.device for mv in d.models].count(study.H100) == 2
+
+
 def test_records_from_another_tool_without_optional_fields():
     # Only the names of the record: no batch.effective, no step-time quantiles.
     r = TrialRecord(
