@@ -45,6 +45,8 @@ class InFlight:
 
 
 class Flights:
+    """The sweep's open runs, the lock lanes share, and the stop that ends every child in flight."""
+
     def __init__(self, on_spawn: Callable[[Trial, int], None] | None):
         self.on_spawn = on_spawn
         self.lock = threading.Lock()
@@ -65,7 +67,8 @@ class Flights:
 
     def stop(self) -> None:
         """From the scheduler (main thread), on an interrupt or a lane's failure: end every child in flight.
-        Their lanes come back with Stopping and record nothing."""
+        Their lanes come back with Stopping and record nothing (a child that had written its result is
+        recorded)."""
         self.stopping = True
         for flight in self:
             _kill(flight.pid)
@@ -102,6 +105,7 @@ class Flights:
         finally:
             self.lock.acquire()
             self._measuring.discard(flight.result_id)
+            flight.pid = None  # reaped: its number may be another process's now
         if self.stopping and outcome.result.status in ("crashed", "timeout"):
             raise Stopping  # ended by `stop`: no result of its own; a child that wrote one is recorded
         return outcome
