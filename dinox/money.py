@@ -99,8 +99,9 @@ def projections(models: list[ModelVerdict], rows: list[ScalingRow], budget: Budg
         for mv in models:
             if mv.devices != 1 or mv.device_name != row.device_name or mv.best is None:
                 continue
-            p = Projection(mv.label, mv.device_name, row.gpus, row.efficiency, mv.best.conservative_ips, 0.0, None)
-            p.days = budget.days_for(p.ips)
-            p.cost = budget.cost(p.days, mv.device_name, row.gpus)
-            out.append(p)
+            days = budget.days_for(mv.best.conservative_ips * row.gpus * row.efficiency)
+            cost = budget.cost(days, mv.device_name, row.gpus)
+            out.append(
+                Projection(mv.label, mv.device_name, row.gpus, row.efficiency, mv.best.conservative_ips, days, cost)
+            )
     return out
