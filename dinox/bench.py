@@ -1,4 +1,5 @@
-"""The timed step loop: warm-up, timed windows, ablation windows and a loader-only window.
+"""The timed step loop: warm-up, timed windows each followed by its ablation windows, a copies-alone window,
+the half-batch pair and a loader-only window.
 
 It knows nothing about specs or MLflow: it is handed a loader and three callables. One optimizer step is
 ``accumulation`` micro-batches (fetch, copy, forward/backward) followed by the optimizer update. The clock is
@@ -8,138 +9,34 @@ own timeline (dinox.timeline), the host never synchronises inside a window, only
 ahead of the device as a real training loop does. A window's wall time between its two edge
 synchronisations gives images/s; the step times come from the marker clock.
 
-After the timed windows, short ablation windows answer "what does the input pipeline cost the step?": one
-reuses a batch already on the device (no loader, no copy: compute only), one reuses a host batch and copies
-it every micro-batch (no loader), each compared with loader windows run in turn with them; on a device
-with a timeline of its own, a third computes on half the device batch, which tells a step the device paces
-from one the host's kernel launches pace. A last window iterates the loader alone, with the model idle and
-the workers warm: the rate the input pipeline can feed. None of them counts in images_per_s.
+Every loader window starts from a steady pipeline (``Batches.settle``): batches the workers made ready while
+nothing consumed them (a long first step, the ablation windows) are taken untimed first, or the window would
+eat them at the step's pace and flatter a loader-bound trial.
+
+Each timed window is followed by two short ablation windows, one round: one reuses a batch already on the
+device (no loader, no copy: compute only), one reuses a host batch and copies it every micro-batch (no
+loader). A round's three windows run back to back, so a neighbour's burst or drift on a shared machine falls
+on them alike, and the rounds' spread says how far the costs they give can be trusted. After the rounds,
+the copies alone; on a device with a timeline of its own, the compute-only windows at the full and at half
+the batch (a step the device paces from one the host's kernel launches pace); last the loader alone, with
+the model idle and the workers warm: the rate the input pipeline can feed. Only the timed windows count in
+images_per_s.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Iterable, Iterator
+import contextlib
+import math
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-from dinox.timeline import HostEvent, StepTimes, Timeline, WindowRecorder
-
-
-@dataclass(frozen=True)
-class Window:
-    """One window of steps between two synchronisations."""
-
-    wall_s: float
-    images: int
-    steps: list[StepTimes]  # the intervals between consecutive step ends (one fewer than the steps)
-
-    @property
-    def images_per_s(self) -> float:
-        return self.images / self.wall_s
-
-    @property
-    def periods(self) -> list[float]:
-        return [s.period for s in self.steps] or [self.wall_s]  # a one-step window: its wall is its period
-
-    @property
-    def images_per_step(self) -> float:
-        return self.images / (len(self.steps) + 1)
-
-
-def spread(rates: list[float]) -> float:
-    """(fastest - slowest) / median throughput of windows: 0 for one window."""
-    return (max(rates) - min(rates)) / statistics.median(rates)
-
-
-@dataclass(frozen=True)
-class Repeats:
-    """How many timed windows: at least `least`, then more until their spread is at most `threshold`, never
-    more than `most`. A fixed count is least == most."""
-
-    least: int
-    most: int
-    threshold: float = 0.0
-    # The ranks of a distributed trial must stop together (each window runs collectives): this turns one
-    # rank's answer into all of theirs.
-    agree: Callable[[bool], bool] | None = None
-
-    @classmethod
-    def fixed(cls, n: int) -> Repeats:
-        return cls(n, n)
-
-    def settled(self, rates: list[float]) -> bool:
-        n = len(rates)
-        done = n >= self.most or (n >= self.least and spread(rates) <= self.threshold)
-        return self.agree(done) if self.agree is not None and n < self.most else done
-
-
-def rate(windows: list[Window]) -> float | None:
-    """Images/s of windows of one kind from their median step, all their steps pooled: a burst that slows a
-    few steps (a neighbour on a shared machine) moves a window's mean but not this."""
-    if not windows:
-        return None
-    periods = [p for w in windows for p in w.periods]
-    return windows[0].images_per_step / statistics.median(periods)
-
-
-@dataclass(frozen=True)
-class LoopStats:
-    windows: list[Window]  # the timed windows, in order
-    first_step_s: float  # the first warm-up step alone (compilation, autotuning, allocator growth)
-    warmup_s: float  # all warm-up steps, the first included
-    clock: str  # "host" (synchronous CPU), "cuda_events" or "mps_events"
-    loader_start_s: float = 0.0  # iter(loader): starting the workers (persistent ones: once per trial)
-    compute_only: list[Window] = field(default_factory=list)  # ablation: a device batch reused, no loader, no copy
-    no_loader: list[Window] = field(default_factory=list)  # ablation: a host batch reused and copied every time
-    loader_images_per_s: float | None = None  # the loader alone, workers warm
-    ablation_s: float = 0.0  # wall time of the ablation and loader windows
-    compute_half: Window | None = None  # compute only at half the batch (a device with a timeline of its own)
-    reference: list[Window] = field(default_factory=list)  # loader windows run in turn with the ablation ones
-
-    @property
-    def window_s(self) -> float:
-        return sum(w.wall_s for w in self.windows)
-
-    @property
-    def images(self) -> int:
-        return sum(w.images for w in self.windows)
-
-    @property
-    def images_per_s(self) -> float:
-        return self.images / self.window_s
-
-    @property
-    def window_images_per_s(self) -> list[float]:
-        return [w.images_per_s for w in self.windows]
-
-    @property
-    def spread(self) -> float:
-        return spread(self.window_images_per_s)
-
-    @property
-    def steps(self) -> list[StepTimes]:
-        return [s for w in self.windows for s in w.steps]
-
-    @property
-    def periods(self) -> list[float]:
-        return [p for w in self.windows for p in w.periods]
-
-    def mean(self, part: str) -> float:
-        """Mean of a StepTimes field over the timed steps; 0.0 when no step interval was seen."""
-        steps = self.steps
-        return statistics.fmean(getattr(s, part) for s in steps) if steps else 0.0
-
-    def quantile(self, q: float) -> float:
-        return quantile(self.periods, q)
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default; statistics.quantiles refuses a single value)."""
-    return float(np.quantile(values, q))
+from dinox.batches import Batches
+from dinox.timeline import HostEvent, Timeline, WindowRecorder
+from dinox.windows import LoopStats, Repeats, Window
 
 
 def timeline_for(device: torch.device) -> tuple[Timeline, str]:
@@ -156,23 +53,8 @@ def timeline_for(device: torch.device) -> tuple[Timeline, str]:
     return Timeline(HostEvent, lambda: None, device_clock=False), "host"
 
 
-class _Batches:
-    """Endless iteration over a loader; an exhausted loader starts a new epoch as a real run would."""
-
-    def __init__(self, loader: Iterable):
-        self._loader = loader
-        self._it: Iterator = iter(loader)
-
-    def next(self) -> Any:
-        try:
-            return next(self._it)
-        except StopIteration:
-            self._it = iter(self._loader)
-            return next(self._it)
-
-
 class _NoMarkers:
-    """Warm-up steps leave no marker."""
+    """Untimed steps leave no marker."""
 
     def fetched(self, start: float, end: float) -> None: ...
     def before_copy(self) -> None: ...
@@ -194,11 +76,14 @@ class Loop:
     batch_size: int
     timeline: Timeline | None = None  # None: the device's own (tests pass one with fake events)
     clock: str = "host"
-    # A device batch cut to half its size (None: no half-batch window). Only where the device keeps a timeline
-    # of its own: it tells a forward paced by the device from one paced by the host's launches.
-    halve: Callable[[Any], Any] | None = None
+    # A device batch cut to about half its size, and its images (None: no half-batch pair). Only where the
+    # device keeps a timeline of its own: it tells a forward paced by the device from one the host's launches pace.
+    halve: Callable[[Any], tuple[Any, int]] | None = None
     on_phase: Callable[[str], None] | None = None  # told "warm-up", "window 2/3", ...: the live progress line
-    buffered: int = field(default=0, init=False)  # batches the loader's workers hold ready
+    # Steps that exchange nothing between ranks (DDP's no_sync): the half-batch pair runs inside it, or a
+    # batch-independent all-reduce would count as the host's fixed cost.
+    local: Callable[[], AbstractContextManager] = contextlib.nullcontext
+    settle_s: float = field(default=0.0, init=False)  # untimed: steadying the pipeline before loader windows
     last_host: Any = field(default=None, init=False)
     last_device: Any = field(default=None, init=False)
 
@@ -226,12 +111,13 @@ class Loop:
         self.optimizer_step()
         rec.step_end()
 
-    def window(self, steps: int, source: str = "loader", reused: Any = None, batch_size: int | None = None) -> Window:
+    def window(self, steps: int, source: str = "loader", reused: Any = None, images: int | None = None) -> Window:
+        """`images`: per micro-batch, where it is not the batch size (the half batch)."""
         rec = self.timeline.window()  # type: ignore[union-attr]
         for _ in range(steps):
             self.step(rec, source, reused)
         rec.close()
-        return Window(rec.wall_s, steps * self.accumulation * (batch_size or self.batch_size), rec.steps)
+        return Window(rec.wall_s, steps * self.accumulation * (images or self.batch_size), rec.steps)
 
     # --- the whole measurement ----------------------------------------------------------------------------
 
@@ -244,98 +130,133 @@ class Loop:
         loader_batches: int = 0,
         loader_buffered: int = 0,
     ) -> LoopStats:
-        """Warm up, time windows of `bench_steps` steps until `repeats` says they settled (an int: that many),
-        then (if asked) the two ablation windows of
-        `ablation_steps` steps and a loader-only window of `loader_batches` batches, after skipping the
-        `loader_buffered` batches the workers had ready."""
+        """Warm up; time windows of `bench_steps` steps until `repeats` says they settled (an int: that many),
+        each followed (with `ablation_steps`) by a round of ablation windows of half that many steps; then the
+        copies alone, the half-batch pair and a loader-only window of `loader_batches` batches.
+        `loader_buffered`: how many batches the loader's workers can hold ready."""
         perf = self.timeline.host_clock  # type: ignore[union-attr]
-        self.buffered = loader_buffered
         t = perf()
-        self.batches = _Batches(self.loader)
+        self.batches = Batches(self.loader, perf, loader_buffered)
         loader_start_s = perf() - t
         self._phase("warm-up")
-        first_step_s, warmup_s = self._warm_up(warmup_steps)
-        windows = self._timed_windows(bench_steps, Repeats.fixed(repeats) if isinstance(repeats, int) else repeats)
+        first_step_s, first_fetch_s, warmup_s = self._warm_up(warmup_steps)
+        per_round = math.ceil(ablation_steps / 2)
+        rounds = self._rounds(bench_steps, Repeats.fixed(repeats) if isinstance(repeats, int) else repeats, per_round)
+        windows, compute_only, no_loader, boundaries = rounds
         t = perf()
-        reference: list[Window] = []
-        compute_only: list[Window] = []
-        no_loader: list[Window] = []
-        compute_half = None
+        copies = full = half = None
         if ablation_steps:
             self._phase("ablation windows")
-            reference, compute_only, no_loader, compute_half = self._ablation(ablation_steps)
+            copies = self._copies_alone(per_round)
+            full, half = self._half_batch(ablation_steps)
+        loader_ips = None
         if loader_batches:
             self._phase("loader alone")
-        loader_ips = self._loader_alone(loader_batches) if loader_batches else None
+            loader_ips = self._loader_alone(loader_batches)
+        ablation_s = sum(w.wall_s for w in compute_only + no_loader) + (perf() - t)
         return LoopStats(
             windows,
             first_step_s,
             warmup_s,
             self.clock,
             loader_start_s,
+            first_fetch_s,
             compute_only,
             no_loader,
+            copies,
             loader_ips,
-            perf() - t if (ablation_steps or loader_batches) else 0.0,
-            compute_half,
-            reference,
+            ablation_s if (ablation_steps or loader_batches) else 0.0,
+            full,
+            half,
+            boundaries,
+            self.settle_s,
         )
 
-    def _timed_windows(self, steps: int, repeats: Repeats) -> list[Window]:
+    def _rounds(
+        self, steps: int, repeats: Repeats, per_round: int
+    ) -> tuple[list[Window], list[Window], list[Window], int]:
+        """Timed windows until they settle, each from a steady pipeline and followed by its ablation round."""
         windows: list[Window] = []
+        compute_only: list[Window] = []
+        no_loader: list[Window] = []
+        boundaries = 0
         while not windows or not repeats.settled([w.images_per_s for w in windows]):
-            upto = f"/{repeats.most}" if repeats.least == repeats.most else f" (of {repeats.least}-{repeats.most})"
-            self._phase(f"window {len(windows) + 1}{upto}")
+            self._phase(repeats.label(len(windows) + 1))
+            self._steady()
+            before = self.batches.epochs_ended
             windows.append(self.window(steps))
-        return windows
+            boundaries += self.batches.epochs_ended - before
+            if per_round:
+                compute_only.append(self.window(per_round, "device", self.last_device))
+                no_loader.append(self.window(per_round, "host"))
+        return windows, compute_only, no_loader, boundaries
 
-    def _ablation(self, steps: int) -> tuple[list[Window], list[Window], list[Window], Window | None]:
-        """A loader window (the reference), the compute-only and the no-loader windows, in turn, twice over,
-        `steps` steps each in all: drift and a neighbour's burst on a shared machine fall on all three alike.
-        Then, where it applies, the compute-only window at half the batch."""
-        rounds = 2 if steps >= 4 else 1
-        per = [steps // rounds + (1 if i < steps % rounds else 0) for i in range(rounds)]
-        reference, compute, host = [], [], []
-        for n in per:
-            self._drain()  # the workers refilled their queues meanwhile: a full queue would flatter the loader
-            reference.append(self.window(n, "loader"))
-            compute.append(self.window(n, "device", self.last_device))
-            host.append(self.window(n, "host"))
-        half = None
-        if self.halve is not None and self.timeline.device_clock and self.batch_size >= 4:  # type: ignore[union-attr]
-            half = self.window(steps, "device", self.halve(self.last_device), self.batch_size // 2)
-        return reference, compute, host, half
+    def _steady(self) -> None:
+        """Drain what the workers hold ready, then one untimed step on the batch that had to be waited for (or a
+        fresh one): a window starts at a step's end. Every rank takes that step, waited or not."""
+        if self.batches.ready:
+            t = self.timeline.host_clock()  # type: ignore[union-attr]
+            self.batches.settle()
+            self.step(_NoMarkers())
+            self.settle_s += self.timeline.host_clock() - t  # type: ignore[union-attr]
+
+    def _copies_alone(self, steps: int) -> Window:
+        """Only the copies (and the device-side preparation) of `steps` steps' micro-batches, nothing computed."""
+        rec = self.timeline.window()  # type: ignore[union-attr]
+        for _ in range(steps * self.accumulation):
+            self.last_device = self.to_device(self.last_host)
+        rec.close()
+        return Window(rec.wall_s, steps * self.accumulation * self.batch_size, [])
+
+    def _half_batch(self, steps: int) -> tuple[Window | None, Window | None]:
+        """Compute only at the full and at about half the batch, back to back, after an untimed step at the half
+        (a new shape compiles and autotunes there, not in the window)."""
+        if self.halve is None or not self.timeline.device_clock or self.batch_size < 4:  # type: ignore[union-attr]
+            return None, None
+        half, images = self.halve(self.last_device)
+        with self.local():
+            self.step(_NoMarkers(), "device", half)
+            full = self.window(steps, "device", self.last_device)
+            return full, self.window(steps, "device", half, images)
 
     def _phase(self, text: str) -> None:
         if self.on_phase is not None:
             self.on_phase(text)
 
-    def _warm_up(self, steps: int) -> tuple[float, float]:
+    def _warm_up(self, steps: int) -> tuple[float, float, float]:
+        """(the first step, the first step's waits for its batches, all warm-up steps), seconds."""
         perf, sync = self.timeline.host_clock, self.timeline.synchronize  # type: ignore[union-attr]
         sync()
         t = perf()
-        first = 0.0
+        first = first_fetch = 0.0
         for i in range(steps):
-            self.step(_NoMarkers())
+            rec = _FetchTimes() if i == 0 else _NoMarkers()
+            self.step(rec)
             if i == 0:
                 sync()  # the first step alone: compilation and autotuning live there
-                first = perf() - t
+                first, first_fetch = perf() - t, rec.waited
         sync()
-        return first, perf() - t
-
-    def _drain(self) -> None:
-        """Take the batches the workers hold ready, untimed."""
-        for _ in range(self.buffered):
-            self.batches.next()
+        return first, first_fetch, perf() - t
 
     def _loader_alone(self, batches: int) -> float:
-        """Images/s the loader delivers with nothing consuming them but this loop."""
-        self._drain()  # ready before the clock starts: they would flatter the rate
+        """Images/s the loader delivers with nothing consuming them but this loop, from a steady pipeline."""
+        self.batches.settle()
+        self.batches.drop_held()
         perf = self.timeline.host_clock  # type: ignore[union-attr]
         t = perf()
         for _ in range(batches):
             self.batches.next()
         return batches * self.batch_size / (perf() - t)
+
+
+class _FetchTimes(_NoMarkers):
+    """An untimed step that adds up its waits for batches."""
+
+    def __init__(self) -> None:
+        self.waited = 0.0
+
+    def fetched(self, start: float, end: float) -> None:
+        self.waited += end - start
 
 
 def run(
@@ -354,7 +275,7 @@ def run(
     loader_batches: int = 0,
     loader_buffered: int = 0,
     timeline: Timeline | None = None,
-    halve: Callable[[Any], Any] | None = None,
+    halve: Callable[[Any], tuple[Any, int]] | None = None,
 ) -> LoopStats:
     """Warm up, then time windows of `bench_steps` optimizer steps each as `repeats` says (see Loop.run)."""
     loop = Loop(

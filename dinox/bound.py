@@ -1,14 +1,24 @@
-"""What holds a step back, from what was measured: the bound label and the rule that gave it. No torch.
+"""What holds a step back, from what was measured: the bound label, the rule that gave it, and the costs as the
+label read them, in words. No torch.
 
 Three rules, the first whose measurements exist:
-- ``ablation`` (every device): the ablation windows' costs. ``loader_cost`` = 1 - images/s / images/s
-  without the loader; ``transfer_cost`` = 1 - images/s without the loader / images/s of compute alone.
-  io_bound when the loader costs at least the threshold (or the timed windows' own spread, if larger: a
-  difference smaller than the noise is not evidence), transfer_bound when the copies do; on a device
-  with a timeline of its own, host_bound when the device still idles in the compute-only window (nothing
-  to load or copy there: Python, launches, a sync in the model), or when more than half of its
-  forward/backward time does not shrink at half the batch (``fixed_share``: launches inside a forward leave
-  the device idle where no marker sees it); else compute_bound.
+- ``ablation`` (every device): what each stage of the input, the loader and the copies to the device, costs
+  a step, as an interval from two kinds of evidence that noise moves in different ways:
+  - the rounds: each timed window is followed by a window without the loader and one without the copies
+    either, back to back; a round's cost is 1 - images/s with the stage / images/s without it. The range of
+    the rounds' costs (the outermost dropped from four rounds up) is what the windows can tell apart.
+  - the stage alone (the loader alone, the copies alone): a stage cannot feed faster than it runs by itself,
+    so it costs at least 1 - alone / without; and it cannot cost more than all of its time added to every
+    step's, with / alone. A trial that ran faster than its loader alone refutes that measurement (it is then
+    not used, and the record says so).
+  Where the rounds and the stage alone agree, the interval is their overlap; where they do not, the stage
+  alone's bounds (a busy neighbour cannot make the loader alone faster than the step needs, nor 100x slower).
+  A stage whose whole interval is at or above the threshold binds (io_bound, transfer_bound); one whose whole
+  interval is below it does not; one that straddles it leaves the label ``inconclusive``. With neither
+  binding and both known, on a device with a timeline of its own: host_bound when the device still idles in
+  the compute-only windows (Python, launches, a sync in the model), or when more than half of a
+  forward/backward does not shrink at half the batch (``fixed_share``) while the host is less than a step
+  ahead of the device (a device that has a step queued is under-occupied, not starved); else compute_bound.
 - ``device_events`` (CUDA/MPS without ablation windows): the device's idle share at the step's markers.
   Idle time spent while the host was blocked on the loader makes it io_bound, other idle host_bound; copy
   spans make it transfer_bound.
@@ -22,41 +32,100 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
-Bound = Literal["compute_bound", "io_bound", "transfer_bound", "host_bound"]
+Bound = Literal["compute_bound", "io_bound", "transfer_bound", "host_bound", "inconclusive"]
 Rule = Literal["ablation", "device_events", "host_timers"]
 BOUNDS: tuple[Bound, ...] = typing.get_args(Bound)
 # More than half of a forward/backward's device time independent of the batch: kernel launches and Python set
 # its pace (at the same time the device runs half the work in nearly the same time), not the device.
 FIXED_SHARE_HOST_BOUND = 0.5
+# The host this many steps ahead of the device (its lag over the step's period): the device has work queued,
+# so a batch-independent forward is the device's own (too small a batch to fill it), not the host's launches.
+HOST_AHEAD_STEPS = 1.0
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What a stage costs a step, at least `low` and at most `high` (a share of the step; below 0 is noise);
+    `source`: windows, ceiling, or both."""
+
+    low: float
+    high: float
+    source: str
+
+    def binds(self, threshold: float) -> bool | None:
+        """True: the stage costs at least the threshold; False: less; None: the evidence cannot tell."""
+        if self.low >= threshold:
+            return True
+        return False if self.high < threshold else None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the input (the loader; the copies), measured: images/s with it and without it, pooled over
+    the rounds; each round's cost; images/s of the stage alone (None: not measured)."""
+
+    with_rate: float
+    without_rate: float
+    rounds: tuple[float, ...] = ()
+    alone: float | None = None
+
+    @property
+    def cost(self) -> float:
+        """The windows' cost: 1 - with / without, the pooled rates (the record's loader_cost, transfer_cost)."""
+        return 1.0 - self.with_rate / self.without_rate
+
+    def ceiling(self, tolerance: float) -> tuple[float, float] | None:
+        """(at least, at most) what the stage alone allows, or None where it was not measured or the trial ran
+        faster than it by more than `tolerance` (the stage-alone window was slowed: it is no evidence)."""
+        if not self.alone or self.with_rate * (1.0 - tolerance) > self.alone:
+            return None
+        return 1.0 - self.alone / self.without_rate, self.with_rate / self.alone
+
+    def interval(self, tolerance: float) -> Interval:
+        """To a hundredth of a percent: the label reads the figures the line prints, not more digits."""
+        costs = sorted(self.rounds) or [self.cost]
+        if len(costs) >= 4:
+            costs = costs[1:-1]
+        low, high = costs[0], costs[-1]
+        ceiling = self.ceiling(tolerance)
+        if ceiling is None:
+            return Interval(round(low, 4), round(high, 4), "windows")
+        floor, cap = ceiling
+        if max(low, floor) <= min(high, cap):
+            return Interval(round(max(low, floor), 4), round(min(high, cap), 4), "windows and ceiling")
+        # The windows say what the stage alone rules out: their noise.
+        return Interval(round(floor, 4), round(cap, 4), "ceiling")
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """Mean seconds per optimizer step, and the ablation costs; None where not measured."""
+    """Mean seconds per optimizer step, and the ablation's stages; None where not measured."""
 
     period: float
     data: float  # host blocked in next(loader)
     copy: float  # copy spans
     idle: float | None = None  # device idle at the markers (a device with its own timeline)
     idle_loading: float | None = None  # ... of which the host was blocked on the loader
-    loader_cost: float | None = None
-    transfer_cost: float | None = None
-    compute_only_idle_share: float | None = None  # device idle share in the compute-only ablation window
+    loader: Stage | None = None
+    copies: Stage | None = None
+    compute_only_idle_share: float | None = None  # device idle share in the compute-only windows
     fixed_share: float | None = None  # share of forward/backward time that does not shrink at half the batch
-    noise: float = 0.0  # the timed windows' own spread: a cost smaller than that is not evidence
+    host_ahead: float | None = None  # the host's lead over the device in the compute-only windows, in steps
 
 
 def classify(e: Evidence, threshold: float) -> tuple[Bound, Rule]:
-    if e.loader_cost is not None and e.transfer_cost is not None:
-        # An ablation window is one more window: it differs from the timed ones by their spread at least.
-        margin = max(threshold, e.noise)
-        if e.loader_cost >= margin:
+    if e.loader is not None and e.copies is not None:
+        loader, copies = e.loader.interval(threshold).binds(threshold), e.copies.interval(threshold).binds(threshold)
+        if loader:
             return "io_bound", "ablation"
-        if e.transfer_cost >= margin:
+        if copies:
             return "transfer_bound", "ablation"
+        if loader is None or copies is None:
+            return "inconclusive", "ablation"
         if e.compute_only_idle_share is not None and e.compute_only_idle_share >= threshold:
             return "host_bound", "ablation"
-        if e.fixed_share is not None and e.fixed_share >= FIXED_SHARE_HOST_BOUND:
+        launches = e.fixed_share is not None and e.fixed_share >= FIXED_SHARE_HOST_BOUND
+        if launches and (e.host_ahead is None or e.host_ahead < HOST_AHEAD_STEPS):
             return "host_bound", "ablation"
         return "compute_bound", "ablation"
     if e.idle is not None and e.period > 0:
@@ -72,17 +141,37 @@ def classify(e: Evidence, threshold: float) -> tuple[Bound, Rule]:
     return ("io_bound" if data_share >= copy_share else "transfer_bound"), "host_timers"
 
 
-def fixed_share(full_span: float, half_span: float) -> float:
-    """The batch-independent share of a forward/backward, from its device time at the full and at half the
-    batch, under time = fixed + per-image x batch: (2 x half - full) / full, clamped to [0, 1]."""
-    return min(1.0, max(0.0, (2.0 * half_span - full_span) / full_span)) if full_span > 0 else 0.0
+def fixed_share(full_span: float, part_span: float, part: float = 0.5) -> float:
+    """The batch-independent share of a forward/backward, from its device time at the full batch and at `part`
+    of it, under time = fixed + per-image x batch: (part_span - part x full) / (1 - part) / full, in [0, 1]."""
+    if full_span <= 0 or not 0 < part < 1:
+        return 0.0
+    return min(1.0, max(0.0, (part_span - part * full_span) / (1.0 - part) / full_span))
 
 
-def costs(
-    images_per_s: float, no_loader: float | None, compute_only: float | None
-) -> tuple[float | None, float | None]:
-    """(loader_cost, transfer_cost) from the timed and the ablation windows' images/s. Noise can make one
-    slightly negative (the ablation window ran a little slower): it is reported as measured."""
-    if not no_loader or not compute_only:
-        return None, None
-    return 1.0 - images_per_s / no_loader, 1.0 - no_loader / compute_only
+def share(value: float, threshold: float) -> str:
+    """A share as a percentage: whole percents, or hundredths within a point of the threshold (the interval is
+    kept to hundredths, so what is printed is what the label read)."""
+    return f"{value:.2%}" if abs(value - threshold) < 0.01 else f"{value:.0%}"
+
+
+def span(low: float, high: float, threshold: float) -> str:
+    """A cost interval in words: below zero is noise, not a figure ("≤3%", "~0%", "72%", "5-40%")."""
+    low, high = max(0.0, low), max(0.0, high)
+    if high < min(0.005, threshold):
+        return "~0%"
+    if low < min(0.005, threshold):
+        return f"≤{share(high, threshold)}"
+    if high - low < 0.02 and (low >= threshold or high < threshold):  # never blur an interval across the threshold
+        return share((low + high) / 2, threshold)
+    return f"{share(low, threshold)[:-1]}-{share(high, threshold)}"
+
+
+def explain(metrics: dict[str, float], threshold: float) -> str:
+    """The ablation's costs as the label read them ("loader 72-80%, copies ≤1%"); "" without ablation windows."""
+    m = metrics
+    if "loader_cost_low" not in m or "transfer_cost_low" not in m:
+        return ""
+    loader = span(m["loader_cost_low"], m["loader_cost_high"], threshold)
+    copies = span(m["transfer_cost_low"], m["transfer_cost_high"], threshold)
+    return f"loader {loader}, copies {copies}"

@@ -66,6 +66,7 @@ class Candidate:
     spread: float | None = None  # (fastest - slowest) / median window throughput
     unstable: bool = False
     loader_cost: float | None = None  # 1 - images/s / images/s without the loader (the ablation windows)
+    bound_evidence: str = ""  # the costs the bound was read from ("loader 72-80%, copies ≤1%")
     window_min_ips: float | None = None  # the slowest and fastest timed window, images/s
     window_max_ips: float | None = None
 
@@ -208,6 +209,7 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         spread=spread,
         unstable=unstable,
         loader_cost=m.get("loader_cost"),
+        bound_evidence=r.bound_evidence,
         window_min_ips=m.get("images_per_s_min"),
         window_max_ips=m.get("images_per_s_max"),
     )

@@ -170,3 +170,14 @@ def affinity() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+def rank_threads(world: int, env: Mapping[str, str], parent: Mapping[str, str]) -> dict[str, str]:
+    """OMP_NUM_THREADS for each of `world` ranks on this host: an equal share of the cores the trial has (its
+    DINOX_CORES, else this process's), unless the user set it. torchrun sets 1 for more than one rank, which
+    would measure an N-rank trial on a fraction of the cores its one-rank twin had: its scaling efficiency
+    then says more about threads than about scaling."""
+    if "OMP_NUM_THREADS" in parent or world <= 1:
+        return {}
+    cores = parse_cores(env[CORES_VAR]) if env.get(CORES_VAR) else affinity()
+    return {"OMP_NUM_THREADS": str(max(1, len(cores) // world))}

@@ -45,8 +45,8 @@ class EncodingRow:
 class LoaderFindings:
     knees: list[KneeRow] = field(default_factory=list)
     pin: list[PinRow] = field(default_factory=list)
-    # (run name, model, measured ips, loader_cost or None): trials whose input pipeline sets the pace
-    io_bound: list[tuple[str, str, float, float | None]] = field(default_factory=list)
+    # (run name, model, measured ips, the costs its bound was read from): trials whose input pipeline sets the pace
+    io_bound: list[tuple[str, str, float, str]] = field(default_factory=list)
     # (run name, model, measured ips): trials whose device waits on the host (Python, kernel launches)
     host_bound: list[tuple[str, str, float]] = field(default_factory=list)
     encodings: list[EncodingRow] = field(default_factory=list)
@@ -76,7 +76,7 @@ def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindi
             r.run_name or r.run_id,
             r.params.get("model.name", "?"),
             r.metrics["images_per_s"],
-            r.metrics.get("loader_cost"),
+            r.bound_evidence,
         )
         for r in ok
         if r.tags.get("dinox.bound") == "io_bound"

@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -110,7 +111,11 @@ class Dino:
         return [p for p in self.student.parameters() if p.requires_grad]
 
     def compile(self, compile_fn) -> None:
-        self.student.backbone = compile_fn(self.student.backbone)
+        """The backbones; under DDP the whole student, wrapper and all (compile(DDP(student)))."""
+        if isinstance(self.student, _Branch):
+            self.student.backbone = compile_fn(self.student.backbone)
+        else:
+            self.student = compile_fn(self.student)
         self.teacher.backbone = compile_fn(self.teacher.backbone)
 
     def distribute(self, wrap) -> nn.Module:
@@ -138,6 +143,11 @@ class Dino:
                     terms += 1
         with torch.no_grad():
             batch_center = teacher_out.mean(dim=0, keepdim=True)
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                # The centre is the mean over every rank's teacher outputs, as DINO's update_center takes it:
+                # one more all-reduce per micro-batch, which a distributed DINO step pays.
+                dist.all_reduce(batch_center)
+                batch_center /= dist.get_world_size()
             self.center.mul_(s.center_momentum).add_(batch_center, alpha=1 - s.center_momentum)
         return total / terms
 

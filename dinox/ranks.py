@@ -1,11 +1,12 @@
 """One trial from the results of its ranks (hardware.gpus > 1, launched by torchrun). No torch here.
 
 Each rank measures its own windows and writes its own result; DDP's all-reduce keeps them in lock step.
-The trial's figures are global: images through all ranks per second of the slowest rank's wall time, the
-largest rank's peak memory, the slowest rank's step times. The status rules hold across ranks: one rank's
-OOM makes the trial oom, one rank's exception error, a rank that died without a result crashed (or timeout).
-A rank killed by a signal (the OOM killer, a segfault) is the cause even when a peer reports first: the
-peer's error ("connection reset by peer" in its collective) is the consequence, so the trial is crashed.
+The trial's figures are global: images through all ranks per second of the slowest rank's wall time (and
+every other rate summed over the ranks), the largest rank's peak memory, the slowest rank's step times,
+costs and bound. The status rules hold across ranks: one rank's OOM makes the trial oom, one rank's
+exception error, a rank that died without a result crashed (or timeout). A rank killed by a signal (the
+OOM killer, a segfault) is the cause even when a peer reports first: the peer's error ("connection reset
+by peer" in its collective) is the consequence, so the trial is crashed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,15 @@ import signal
 
 from dinox.result import TrialResult, one_line
 
+# Rates a rank measures of its own part of the trial: summed over the ranks, as images_per_s is, or the loader
+# alone would look N times too slow beside the trial's global throughput.
+_SUMMED = (
+    "images_per_s_compute_only",
+    "images_per_s_no_loader",
+    "images_per_s_compute_half",
+    "loader_images_per_s",
+    "copy_images_per_s",
+)
 # Figures shown per rank beside the global ones, as rank{r}_<name>.
 PER_RANK = ("images_per_s", "step_s_p50", "peak_mem_allocated_gb", "child_peak_rss_gb", "data_s")
 _MAX = (
@@ -83,7 +93,7 @@ def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
     images = sum(res.metrics["images_per_s"] * res.metrics["window_s"] for res in ranks.values())
     m["images_per_s"] = images / window
     m["window_s"] = window
-    for key in ("images_per_s_min", "images_per_s_max"):
+    for key in ("images_per_s_min", "images_per_s_max", *_SUMMED):
         if all(key in res.metrics for res in ranks.values()):
             m[key] = sum(res.metrics[key] for res in ranks.values())
     for key in _MAX:

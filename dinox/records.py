@@ -45,6 +45,15 @@ class TrialRecord:
         return None if value is None else value.strip().lower() in ("true", "1", "yes")
 
     @property
+    def bound_evidence(self) -> str:
+        """The costs the bound was read from, as the trial's line printed them; a record from before
+        dinox.bound_evidence: its windows' loader cost."""
+        if "dinox.bound_evidence" in self.tags:
+            return self.tags["dinox.bound_evidence"]
+        cost = self.metrics.get("loader_cost")
+        return f"loader {cost:.0%} (windows)" if cost is not None and math.isfinite(cost) else ""
+
+    @property
     def batch_size(self) -> int | None:
         return self.param_int("batch.size")
 

@@ -216,7 +216,7 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
     out = []
     if common:
         out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-    columns = [*varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound", "loader cost", "note"]
+    columns = [*varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound (its evidence)", "note"]
     out += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in mv.candidates:
         notes = [c.excluded or ("**best**" if c is mv.best else "")]
@@ -230,8 +230,7 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
             f"{c.mfu:.1%}" if c.mfu is not None else "-",
             fmt_days(c.days),
             f"{c.memory_share:.0%}" if c.memory_share is not None else "-",
-            c.bound,
-            f"{c.loader_cost:.0%}" if c.loader_cost is not None else "-",
+            f"{c.bound} ({c.bound_evidence})" if c.bound_evidence else c.bound,
             "; ".join(n for n in notes if n),
         ]
         out.append("| " + " | ".join(cells) + " |")
@@ -297,10 +296,7 @@ def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
         )
         out += [f"Shard encodings ({_fmt_settings(e.settings)}): {rates}.", ""]
     if f.io_bound:
-        shown = ", ".join(
-            f"{n} ({ips:.0f} img/s" + (f", the loader costs {cost:.0%}" if cost is not None else "") + ")"
-            for n, _m, ips, cost in f.io_bound
-        )
+        shown = ", ".join(f"{n} ({ips:.0f} img/s" + (f", {why}" if why else "") + ")" for n, _m, ips, why in f.io_bound)
         out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
     if f.io_bound_beside:
         out += [

@@ -120,7 +120,7 @@ def _loader(f: LoaderFindings) -> dict[str, Any]:
         "pin_memory_summary": f.pin_summary,
         "encodings": f.encodings,
         "io_bound": [
-            {"run": n, "model": m, "images_per_s": ips, "loader_cost": cost} for n, m, ips, cost in f.io_bound
+            {"run": n, "model": m, "images_per_s": ips, "bound_evidence": why} for n, m, ips, why in f.io_bound
         ],
         "host_bound": [{"run": n, "model": m, "images_per_s": ips} for n, m, ips in f.host_bound],
         "io_bound_beside_others": f.io_bound_beside,

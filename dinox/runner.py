@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from dinox import lifeline, ranks
+from dinox.devices import rank_threads
 from dinox.footprint import GIB
 from dinox.forkserver import ForkedChild, ForkServer
 from dinox.grid import Trial
@@ -270,7 +271,7 @@ def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO, env:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **env)),
+        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **env, **rank_threads(world, env, os.environ))),
     )
 
 

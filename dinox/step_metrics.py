@@ -1,8 +1,11 @@
 """The loop's measurements as the trial's record: throughput, step times, the time split, the device's idle
-accounting, the ablation costs, the loader ceiling, and the bound label with the rule that gave it.
+accounting, the ablation costs with the intervals the label read, the stage-alone rates, and the bound label
+with the rule that gave it and its evidence in words.
 
 A metrics processor in torchtitan's sense: the loop (dinox.bench) only measures; this turns its LoopStats
-into the MLflow record's names. Every figure is per optimizer step unless its name says otherwise.
+into the MLflow record's names. Every figure is per optimizer step unless its name says otherwise. The
+recorded figures keep the README's relations exactly: loader_cost = 1 - images_per_s / images_per_s_no_loader
+and transfer_cost = 1 - images_per_s_no_loader / images_per_s_compute_only, each rate pooled over its windows.
 """
 
 from __future__ import annotations
@@ -10,9 +13,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from dinox.bench import LoopStats, Window, rate
-from dinox.bound import Evidence, classify, costs, fixed_share
+from dinox.bound import Evidence, Stage, classify, explain, fixed_share
 from dinox.spec import MeasureSpec
+from dinox.windows import LoopStats, Window, pooled
 
 
 @dataclass
@@ -23,11 +26,10 @@ class Summary:
     step_s: list[float] = field(default_factory=list)
 
 
-def _idle_share(window: Window | None) -> float | None:
-    if window is None or not window.steps:
-        return None
-    period = sum(s.period for s in window.steps)
-    return sum(s.idle for s in window.steps) / period if period > 0 else None
+def _idle_share(windows: list[Window]) -> float | None:
+    steps = [s for w in windows for s in w.steps]
+    period = sum(s.period for s in steps)
+    return sum(s.idle for s in steps) / period if steps and period > 0 else None
 
 
 def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
@@ -49,10 +51,15 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
             "warmup_s": stats.warmup_s,
             "loader_start_s": stats.loader_start_s,
             "first_step_s": stats.first_step_s,
+            "first_fetch_s": stats.first_fetch_s,
+            "settle_s": stats.settle_s,
+            "epoch_boundaries": stats.epoch_boundaries,
         }
     )
     if compiled:
-        out.metrics["compile_s"] = max(0.0, stats.first_step_s - p50)
+        # The first step less its waits for the workers' first batches and less a steady step: compilation
+        # (and the autotuning of the compiled kernels), not the loader's start-up.
+        out.metrics["compile_s"] = max(0.0, stats.first_step_s - stats.first_fetch_s - p50)
     device_timeline = stats.clock != "host"
     if device_timeline and stats.steps:
         busy, idle = stats.mean("busy"), stats.mean("idle")
@@ -66,7 +73,7 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
                 "device_lag_s": stats.mean("lag"),
             }
         )
-    loader_cost, transfer_cost = _ablation(stats, out.metrics)
+    loader, copies = _stages(stats, out.metrics, m.bound_threshold)
     # One window cannot disagree with itself: only repeated windows can call a trial unstable.
     out.tags["dinox.unstable"] = str(len(stats.windows) > 1 and stats.spread > m.unstable_threshold).lower()
     out.tags["dinox.step_clock"] = stats.clock
@@ -77,43 +84,61 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
         copy=stats.mean("copy"),
         idle=stats.mean("idle") if timed else None,
         idle_loading=stats.mean("idle_loading") if timed else None,
-        loader_cost=loader_cost,
-        transfer_cost=transfer_cost,
-        compute_only_idle_share=_idle_share(stats.compute_only[0]) if device_timeline and stats.compute_only else None,
+        loader=loader,
+        copies=copies,
+        compute_only_idle_share=_idle_share(stats.compute_only) if device_timeline else None,
         fixed_share=out.metrics.get("fixed_share"),
-        noise=max(stats.spread, out.metrics.get("ablation_noise", 0.0)),
+        host_ahead=_host_ahead(stats.compute_full),
     )
     out.bound, out.tags["dinox.bound_rule"] = classify(evidence, m.bound_threshold)
+    if why := explain(out.metrics, m.bound_threshold):
+        out.tags["dinox.bound_evidence"] = why
+    if loader is not None and loader.ceiling(m.bound_threshold) is None and loader.alone:
+        out.tags["dinox.bound_note"] = (
+            f"the trial ran faster ({stats.images_per_s:.1f} img/s) than its loader alone "
+            f"({loader.alone:.1f} img/s): the loader-alone window was slowed, and is not evidence"
+        )
     return out
 
 
-def _disagreement(windows: list[Window]) -> float:
-    rates = [w.images_per_s for w in windows]
-    return (max(rates) - min(rates)) / statistics.median(rates)
+def _host_ahead(window: Window | None) -> float | None:
+    """How many steps the host ran ahead of the device, on average, in a compute-only window."""
+    if window is None or not window.steps:
+        return None
+    return statistics.fmean(s.lag for s in window.steps) / statistics.fmean(s.period for s in window.steps)
 
 
 def _span(window: Window) -> float:
     return statistics.fmean(s.forward_backward for s in window.steps)
 
 
-def _ablation(stats: LoopStats, metrics: dict[str, float]) -> tuple[float | None, float | None]:
-    # Each rate from the median step of its windows, against the loader windows run in turn with them (not
-    # the timed windows, minutes earlier).
-    reference, compute, no_loader = rate(stats.reference), rate(stats.compute_only), rate(stats.no_loader)
-    if compute is not None and no_loader is not None:
-        metrics["images_per_s_compute_only"], metrics["images_per_s_no_loader"] = compute, no_loader
-    half, full = stats.compute_half, stats.compute_only
-    if half is not None and full and half.steps and full[0].steps:
-        metrics["images_per_s_compute_half"] = half.images_per_s
-        metrics["fixed_share"] = fixed_share(statistics.fmean(_span(w) for w in full), _span(half))
+def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tuple[Stage | None, Stage | None]:
+    """The loader and the copies as the ablation measured them (None, None without ablation windows), their
+    figures recorded: the pooled rates and costs, and the interval the label reads."""
+    compute, no_loader = pooled(stats.compute_only), pooled(stats.no_loader)
     if stats.loader_images_per_s is not None:
         metrics["loader_images_per_s"] = stats.loader_images_per_s
     if stats.ablation_s:
         metrics["ablation_s"] = stats.ablation_s
-    pairs = [ws for ws in (stats.reference, stats.compute_only, stats.no_loader) if len(ws) > 1]
-    if pairs:  # how far two windows of one kind disagree: a cost within that is not evidence
-        metrics["ablation_noise"] = max(_disagreement(ws) for ws in pairs)
-    loader_cost, transfer_cost = costs(reference or stats.images_per_s, no_loader, compute)
-    if loader_cost is not None:
-        metrics["loader_cost"], metrics["transfer_cost"] = loader_cost, transfer_cost  # type: ignore[assignment]
-    return loader_cost, transfer_cost
+    half, full = stats.compute_half, stats.compute_full
+    if half is not None and full is not None and half.steps and full.steps:
+        metrics["images_per_s_compute_half"] = half.images_per_s
+        metrics["fixed_share"] = fixed_share(_span(full), _span(half), half.images_per_step / full.images_per_step)
+    if compute is None or no_loader is None:
+        return None, None
+    copies_alone = pooled([stats.copies_alone]) if stats.copies_alone is not None else None
+    metrics["images_per_s_compute_only"], metrics["images_per_s_no_loader"] = compute, no_loader
+    if copies_alone is not None:
+        metrics["copy_images_per_s"] = copies_alone
+    rounds = list(zip(stats.windows, stats.no_loader, stats.compute_only, strict=False))
+    loader = Stage(
+        stats.images_per_s,
+        no_loader,
+        tuple(1.0 - t.images_per_s / h.images_per_s for t, h, _ in rounds),
+        stats.loader_images_per_s,
+    )
+    copies = Stage(no_loader, compute, tuple(1.0 - h.images_per_s / c.images_per_s for _, h, c in rounds), copies_alone)
+    for name, stage in (("loader_cost", loader), ("transfer_cost", copies)):
+        interval = stage.interval(threshold)
+        metrics[name], metrics[f"{name}_low"], metrics[f"{name}_high"] = stage.cost, interval.low, interval.high
+    return loader, copies

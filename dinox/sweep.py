@@ -329,7 +329,7 @@ class Sweep:
                 self._log(flight, result, log_path, journal=False)
             raise
         result.tags[sweep_summary.NOTE_TAG] = sweep_summary.trial_note(
-            trial.label, result.status, result.bound, result.metrics, result.error
+            trial.label, result.status, result.bound, result.metrics, result.error, result.tags
         )
         self._log(flight, result, log_path, journal=True)
         self.report.rows.append(row(trial, flight.run_id or "", result))

@@ -23,6 +23,8 @@ CSV_LEAD = [
     "label",
     "status",
     "bound",
+    "bound_evidence",
+    "unstable",
     "images_per_s",
     "step_s_p50",
     "step_s_p90",
@@ -102,6 +104,8 @@ def row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
         "label": trial.label,
         "status": r.status,
         "bound": r.bound,
+        "bound_evidence": r.tags.get("dinox.bound_evidence", ""),
+        "unstable": r.tags.get("dinox.unstable", ""),
         "error": r.error,
     }
     row.update({k: round(v, 6) for k, v in r.metrics.items()})
@@ -124,7 +128,7 @@ def describe(trial: Trial, r: TrialResult) -> str:
     head = f"[{trial.index + 1:>{len(str(trial.total))}}/{trial.total}] {r.status:<8} {trial.label}"
     if "batch_auto_fit" in m and not trial.spec.batch.auto:
         head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
-    return f"{head} | {sweep_summary.trial_body(r.status, r.bound, m, r.error)}"
+    return f"{head} | {sweep_summary.trial_body(r.status, r.bound, m, r.error, r.tags)}"
 
 
 def write_sweep_files(sweep_dir: Path, spec_text: str, trials: list[Trial]) -> None:

@@ -14,23 +14,38 @@ from typing import Any
 from dinox.records import IPS_WINDOWS
 
 NOTE_TAG = "mlflow.note.content"
+UNSETTLED_WHY = "their timed windows disagreed beyond measure.unstable_threshold, so their figures may move"
 
 
-def trial_body(status: str, bound: str, metrics: dict[str, float], error: str) -> str:
-    """A trial's result in one line: what the sweep prints after its index, and the run's description."""
+def unsettled(metrics: dict[str, float], unstable: bool) -> str:
+    """ "" for a trial whose timed windows agreed, else what they spanned: its figure is not settled."""
     m = metrics
+    if not unstable or "images_per_s_min" not in m:
+        return ""
+    return f"unsettled: windows {m['images_per_s_min']:.1f}-{m['images_per_s_max']:.1f} img/s"
+
+
+def trial_body(
+    status: str, bound: str, metrics: dict[str, float], error: str, tags: dict[str, str] | None = None
+) -> str:
+    """A trial's result in one line: what the sweep prints after its index, and the run's description. The
+    bound comes with the costs it was read from (dinox.bound_evidence), and an unsettled figure says so."""
+    m, tags = metrics, tags or {}
     if status != "ok" or "images_per_s" not in m:
         return error[:200] or status
-    why = f" (loader {m['loader_cost']:.0%}, copies {m['transfer_cost']:.0%})" if "loader_cost" in m else ""
+    doubt = unsettled(m, tags.get("dinox.unstable") == "true")
+    why = tags.get("dinox.bound_evidence", "")
     return (
-        f"{m['images_per_s']:.1f} {IPS_WINDOWS}, step p50 {m['step_s_p50']:.3f}s p90 {m['step_s_p90']:.3f}s, "
-        f"{bound}{why}, peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, "
-        f"trial {m.get('trial_wall_s', 0):.1f}s"
+        f"{m['images_per_s']:.1f} {IPS_WINDOWS}{f' ({doubt})' if doubt else ''}, step p50 {m['step_s_p50']:.3f}s "
+        f"p90 {m['step_s_p90']:.3f}s, {bound}{f' ({why})' if why else ''}, "
+        f"peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, trial {m.get('trial_wall_s', 0):.1f}s"
     )
 
 
-def trial_note(label: str, status: str, bound: str, metrics: dict[str, float], error: str) -> str:
-    return f"**{status}** {label}: {trial_body(status, bound, metrics, error)}"
+def trial_note(
+    label: str, status: str, bound: str, metrics: dict[str, float], error: str, tags: dict[str, str] | None = None
+) -> str:
+    return f"**{status}** {label}: {trial_body(status, bound, metrics, error, tags)}"
 
 
 def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -46,12 +61,15 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     """The parent run's description: counts, then every trial ranked by throughput (failures last)."""
     counted = Counter(str(r["status"]) for r in rows)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
+    shaky = sum(1 for r in rows if r["status"] == "ok" and str(r.get("unstable")) == "true")
     lines = [
         f"**{name}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
         + (f", {resumed} already recorded" if resumed else "")
         + ".",
         "",
     ]
+    if shaky:
+        lines[0] += f" {shaky} ok trial{'s are' if shaky > 1 else ' is'} unsettled: {UNSETTLED_WHY}."
     ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -float(r.get("images_per_s") or 0.0)))
     lines += [
         f"| # | trial | status | {IPS_WINDOWS} | step p90 s | bound | peak GiB |",
@@ -60,6 +78,8 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     for i, r in enumerate(ranked, 1):
         ok = r["status"] == "ok" and "images_per_s" in r
         ips = f"{float(r['images_per_s']):.1f}" if ok else "-"
+        if ok and str(r.get("unstable")) == "true" and "window_spread" in r:
+            ips += f" (unsettled: windows {float(r['window_spread']):.0%} apart)"
         p90 = f"{float(r['step_s_p90']):.3f}" if ok and "step_s_p90" in r else "-"
         peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if "peak_mem_reserved_gb" in r else "-"
         status = r["status"] if ok else f"{r['status']}: {str(r.get('error') or '')[:80]}"

@@ -36,6 +36,7 @@ from dinox.footprint import GIB  # noqa: E402
 from dinox.result import PHASE_FILE, TrialResult, one_line  # noqa: E402
 from dinox.spec import TrialSpec  # noqa: E402
 from dinox.step_metrics import summarize  # noqa: E402
+from dinox.windows import LoopStats, Repeats  # noqa: E402
 
 _OOM_MARKERS = (
     "out of memory",  # CUDA / HIP / MPS allocators
@@ -197,14 +198,16 @@ class TrialRun:
         self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
         self.metrics["trainable_params_m"] = sum(p.numel() for p in self.objective.parameters()) / 1e6
         self.optimizer = _build_optimizer(spec, self.objective.parameters(), self.dev, self.tags)
-        if spec.model.compile is not False:
-            # torch.compile is lazy: the graph is built in the first warm-up step, timed apart as compile_s.
-            self.objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
         if self.distributed is not None:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.dev.index] if self.dev.type == "cuda" else None
             self.ddp = self.objective.distribute(lambda mod: DistributedDataParallel(mod, device_ids=ids))
+        if spec.model.compile is not False:
+            # torch.compile is lazy: the graph is built in the first warm-up step, timed apart as compile_s.
+            # compile(DDP(model)), as torch's DDP docs ask: dynamo then splits the graph at DDP's buckets, so
+            # the all-reduce overlaps the backward; DDP(compile(model)) would give that up (pytorch#89096).
+            self.objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
         self.metrics["build_s"] = time.time() - t
 
     # --- the step functions the loop calls -------------------------------------------------------------
@@ -227,11 +230,15 @@ class TrialRun:
             images = prep.images(images) if prep is not None else images
         return images, labels.to(self.dev, non_blocking=self.pin)
 
-    def halve(self, batch: Any) -> Any:
-        """The first half of a device batch (each of DINO's views, and the labels)."""
+    def halve(self, batch: Any) -> tuple[Any, int]:
+        """The first half of a device batch (each of DINO's views, and the labels), and its size: even where
+        Mixup runs (timm's Mixup pairs the batch with its flip and refuses an odd one)."""
         images, labels = batch
         n = labels.shape[0] // 2
-        return ([v[:n] for v in images] if isinstance(images, (list, tuple)) else images[:n]), labels[:n]
+        if self.prep is not None and self.prep.mixup is not None:
+            n -= n % 2
+        cut = ([v[:n] for v in images] if isinstance(images, (list, tuple)) else images[:n]), labels[:n]
+        return cut, n
 
     def micro_step(self, batch: Any) -> None:
         self.micro_count += 1
@@ -256,7 +263,7 @@ class TrialRun:
         self.optimizer.zero_grad(set_to_none=True)
         self.objective.after_optimizer_step()
 
-    def _loop(self) -> bench.LoopStats:
+    def _loop(self) -> LoopStats:
         m, lo = self.spec.measure, self.spec.loader
         ablation = self._ablation_steps()
         loop = bench.Loop(
@@ -269,12 +276,13 @@ class TrialRun:
             self.spec.size,
             halve=self.halve,
             on_phase=self.on_phase,
+            local=self.ddp.no_sync if self.ddp is not None else contextlib.nullcontext,
         )
         agree = device.all_agree(self.dev) if self.world > 1 else None
         return loop.run(
             m.warmup_steps,
             m.bench_steps,
-            bench.Repeats(*m.window_bounds, m.unstable_threshold, agree),
+            Repeats(*m.window_bounds, m.unstable_threshold, agree),
             ablation_steps=ablation,
             loader_batches=ablation * self.accumulation,
             loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),

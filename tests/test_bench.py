@@ -3,6 +3,7 @@ steps, the ablation windows and the loader-only window."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -10,8 +11,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dinox import bench
+from dinox.batches import Batches
 from dinox.spec import MeasureSpec
 from dinox.step_metrics import summarize
+from dinox.windows import Repeats, pooled, quantile
 
 
 class Images(Dataset):
@@ -88,9 +91,9 @@ def test_an_exhausted_loader_starts_a_new_epoch():
 
 def test_quantile_interpolates_like_numpy():
     values = [4.0, 1.0, 3.0, 2.0]
-    assert bench.quantile(values, 0.5) == 2.5
-    assert bench.quantile(values, 0.9) == pytest.approx(3.7)
-    assert bench.quantile([7.0], 0.9) == 7.0
+    assert quantile(values, 0.5) == 2.5
+    assert quantile(values, 0.9) == pytest.approx(3.7)
+    assert quantile([7.0], 0.9) == 7.0
 
 
 def test_repeated_windows_report_their_spread():
@@ -115,7 +118,7 @@ def test_repeated_windows_report_their_spread():
 def test_windows_settle_when_they_agree_and_run_to_the_cap_when_they_do_not():
     """A steady step stops at the least windows; a step slowed in every other window (noisy on purpose: 10 ms,
     then 30 ms) goes on to the most and keeps its spread."""
-    windows = bench.Repeats(2, 5, threshold=0.10)
+    windows = Repeats(2, 5, threshold=0.10)
     steady = loop(
         DataLoader(Images(400), batch_size=4), lambda b: time.sleep(0.010), warmup=1, steps=3, repeats=windows
     )
@@ -135,13 +138,13 @@ def test_windows_settle_when_they_agree_and_run_to_the_cap_when_they_do_not():
 
 
 def test_repeats_rules():
-    r = bench.Repeats(2, 4, threshold=0.1)
+    r = Repeats(2, 4, threshold=0.1)
     assert not r.settled([100.0])  # one window cannot settle when two are asked
     assert r.settled([100.0, 105.0]) and not r.settled([100.0, 120.0])
     assert not r.settled([100.0, 120.0, 100.0]) and r.settled([100.0, 120.0, 100.0, 130.0])  # the cap
-    assert bench.Repeats.fixed(1).settled([5.0]) and not bench.Repeats.fixed(3).settled([5.0, 5.0])
+    assert Repeats.fixed(1).settled([5.0]) and not Repeats.fixed(3).settled([5.0, 5.0])
     said = []
-    ranks = bench.Repeats(1, 3, 0.1, agree=lambda mine: said.append(mine) or False)  # another rank is not done
+    ranks = Repeats(1, 3, 0.1, agree=lambda mine: said.append(mine) or False)  # another rank is not done
     assert not ranks.settled([100.0]) and said == [True]
     assert ranks.settled([100.0, 100.0, 100.0]) and said == [True]  # the cap needs no vote: every rank is there
 
@@ -162,18 +165,21 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
         batch_size=2,
         warmup=1,
         steps=4,
+        repeats=2,
         ablation_steps=4,
         loader_batches=6,
     )
-    # Warm-up, the timed window and the loader windows run beside the ablation windows, which never fetch.
-    assert fetched[0] == (1 + 4 + 4) * 2 * 2 + 6 * 2
+    # Warm-up, the timed windows and the loader window fetch; the ablation windows never do.
+    assert fetched[0] == (1 + 2 * 4) * 2 * 2 + 6 * 2
     timed = stats.images_per_s
-    assert stats.images == 4 * 2 * 2  # only the timed window counts
-    # Each ablation kind ran twice (2 steps each), in turn with a loader window like the timed ones.
-    assert [len(ws) for ws in (stats.reference, stats.compute_only, stats.no_loader)] == [2, 2, 2]
-    assert bench.rate(stats.reference) == pytest.approx(timed, rel=0.3)
-    assert bench.rate(stats.compute_only) == pytest.approx(2 * timed, rel=0.3)
-    assert bench.rate(stats.no_loader) == pytest.approx(bench.rate(stats.compute_only), rel=0.2)
+    assert stats.images == 2 * 4 * 2 * 2  # only the timed windows count
+    # One round after each timed window: compute only and no loader, 2 steps each (half the ablation steps).
+    assert [len(ws) for ws in (stats.compute_only, stats.no_loader)] == [2, 2]
+    assert all(w.images == 2 * 2 * 2 for w in stats.compute_only + stats.no_loader)
+    assert pooled(stats.compute_only) == pytest.approx(2 * timed, rel=0.3)
+    assert pooled(stats.no_loader) == pytest.approx(pooled(stats.compute_only), rel=0.2)
+    assert stats.copies_alone is not None and stats.copies_alone.images == 2 * 2 * 2
+    assert stats.compute_half is None  # the half-batch pair: a device with a timeline of its own only
     assert stats.loader_images_per_s == pytest.approx(200, rel=0.3)  # 2 samples per 10 ms
     assert stats.ablation_s > 0
 
@@ -193,3 +199,67 @@ def test_the_loop_tells_its_phases_in_order_outside_the_windows():
     )
     loop_.run(1, 2, repeats=3, ablation_steps=2, loader_batches=2)
     assert phases == ["warm-up", "window 1/3", "window 2/3", "window 3/3", "ablation windows", "loader alone"]
+
+
+def test_the_timed_windows_do_not_eat_the_batches_ready_after_a_long_first_step():
+    """Two workers make 2-sample batches at 10 ms a sample (200 img/s together); a step computes in 2 ms.
+    During a 1.5 s first step (compilation, autotuning) the workers fill their queues: eight batches at once.
+    Eaten at the step's pace they would make the first timed window look several times the loader's rate;
+    the windows start from a steady pipeline instead, and agree with each other and with the loader alone."""
+    calls = [0]
+
+    def micro(batch):
+        calls[0] += 1
+        time.sleep(1.5 if calls[0] == 1 else 0.002)
+
+    loader = DataLoader(
+        Images(10_000, delay_s=0.010), batch_size=2, num_workers=2, prefetch_factor=4, persistent_workers=True
+    )
+    stats = loop(
+        loader,
+        micro,
+        accumulation=1,
+        batch_size=2,
+        warmup=2,
+        steps=8,
+        repeats=3,
+        loader_batches=8,
+        loader_buffered=2 * 4,
+    )
+    first, *rest = stats.window_images_per_s
+    assert first == pytest.approx(statistics.median(rest), rel=0.2)
+    assert stats.images_per_s == pytest.approx(stats.loader_images_per_s, rel=0.2)
+    assert stats.images_per_s < 220  # the two workers' ceiling; eating the backlog, the first window ran at 600+
+
+
+def test_settle_takes_the_ready_batches_and_keeps_the_one_it_waited_for():
+    """A fake loader with three batches ready, then batches that take 50 ms each to arrive."""
+    now = [0.0]
+
+    def loader():
+        for i in range(100):
+            now[0] += 0.0001 if i < 3 else 0.050
+            yield i
+
+    batches = Batches(_Restartable(loader), lambda: now[0], ready=4)
+    batches.settle()
+    assert batches.next() == 3  # 0, 1 and 2 were taken untimed; 3 had to be waited for and is next
+    assert batches.next() == 4
+    quick = Batches(_Restartable(lambda: iter(range(100))), lambda: now[0], ready=4)
+    quick.settle()  # nothing is ever waited for: it takes twice the queue and stops
+    assert quick.next() == 8
+    assert Batches(_Restartable(loader), lambda: now[0], ready=0).next() == 0  # nothing held, nothing to settle
+
+
+class _Restartable:
+    def __init__(self, make):
+        self.make = make
+
+    def __iter__(self):
+        return iter(self.make())
+
+
+def test_epochs_that_end_inside_the_timed_windows_are_counted():
+    stats = loop(DataLoader(Images(8), batch_size=4), lambda b: None, warmup=1, steps=5)  # 1 epoch = 2 micro
+    assert stats.epoch_boundaries == 5  # 10 micro-batches from the epoch's second: 5 more epochs ended
+    assert loop(DataLoader(Images(400), batch_size=4), lambda b: None, warmup=1, steps=5).epoch_boundaries == 0

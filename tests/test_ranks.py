@@ -42,6 +42,25 @@ def test_global_throughput_is_all_images_over_the_slowest_window():
     assert merged.tags["dinox.world_size"] == "2" and merged.tags["dinox.unstable"] == "true"
 
 
+def test_every_rate_is_summed_over_the_ranks_and_the_costs_are_the_slowest_rank_s():
+    """The loader alone and the ablation rates, like images_per_s, are each rank's own part of the trial."""
+    a, b = rank(100.0, 1.0, 2.0), rank(80.0, 1.25, 3.0)
+    for r, (alone, no_loader) in ((a, (300.0, 120.0)), (b, (280.0, 110.0))):
+        r.metrics.update(loader_images_per_s=alone, images_per_s_no_loader=no_loader, loader_cost=1 - 80 / no_loader)
+    m = ranks.merge({0: a, 1: b}, 2, "crashed", "").metrics
+    assert m["loader_images_per_s"] == 580.0 and m["images_per_s_no_loader"] == 230.0
+    assert m["loader_cost"] == pytest.approx(1 - 80 / 110)  # the slowest rank's, as its bound
+
+
+def test_each_rank_gets_its_share_of_the_cores_not_torchrun_s_one_thread():
+    from dinox.devices import rank_threads
+
+    assert rank_threads(2, {"DINOX_CORES": "0-7"}, {}) == {"OMP_NUM_THREADS": "4"}
+    assert rank_threads(4, {"DINOX_CORES": "0-1"}, {}) == {"OMP_NUM_THREADS": "1"}
+    assert rank_threads(2, {}, {"OMP_NUM_THREADS": "3"}) == {}  # the user's own setting stands
+    assert rank_threads(1, {}, {}) == {}
+
+
 def test_one_rank_oom_makes_the_trial_oom_even_when_another_left_nothing():
     merged = ranks.merge({0: None, 1: rank(0, 1, 1, "oom", "CUDA out of memory")}, 2, "crashed", "exit 1")
     assert merged.status == "oom"

@@ -17,6 +17,9 @@ OOM = {"label": "size=1024", "status": "oom", "error": "CUDA out of memory. Trie
 def test_the_parent_ranks_by_throughput_with_failures_last():
     note = sweep_note("q", [OK, OOM, FAST], resumed=2)
     assert note.splitlines()[0] == "**q**: 3 trials measured (2 ok, 1 oom), 2 already recorded."
+    shaky = sweep_note("q", [OK, dict(FAST, unstable="true", window_spread=0.93)])
+    assert shaky.splitlines()[0].startswith("**q**: 2 trials measured (2 ok). 1 ok trial is unsettled: their timed")
+    assert "| 200.0 (unsettled: windows 93% apart) |" in shaky
     table = [ln for ln in note.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
     assert [ln.split(" | ")[1] for ln in table] == ["size=16", "size=8", "size=1024"]
     assert "oom: CUDA out of memory" in table[2]
@@ -25,8 +28,11 @@ def test_the_parent_ranks_by_throughput_with_failures_last():
 def test_summary_metrics_and_the_one_line_result():
     assert sweep_metrics([OK, OOM, FAST]) == {"trials_ok": 2.0, "trials_oom": 1.0, "best_images_per_s": 200.0}
     assert sweep_metrics([OOM]) == {"trials_oom": 1.0}
-    metrics = {"images_per_s": 1.5, "step_s_p50": 0.1, "step_s_p90": 0.2, "loader_cost": 0.5, "transfer_cost": 0.0}
-    assert trial_body("ok", "io_bound", metrics, "").startswith(
-        "1.5 img/s (windows), step p50 0.100s p90 0.200s, io_bound (loader 50%, copies 0%)"
+    metrics = {"images_per_s": 1.5, "step_s_p50": 0.1, "step_s_p90": 0.2, "images_per_s_min": 0.9}
+    tags = {"dinox.bound_evidence": "loader 45-55%, copies ~0%", "dinox.unstable": "false"}
+    assert trial_body("ok", "io_bound", metrics, "", tags).startswith(
+        "1.5 img/s (windows), step p50 0.100s p90 0.200s, io_bound (loader 45-55%, copies ~0%)"
     )
+    shaky = trial_body("ok", "io_bound", {**metrics, "images_per_s_max": 2.4}, "", {**tags, "dinox.unstable": "true"})
+    assert shaky.startswith("1.5 img/s (windows) (unsettled: windows 0.9-2.4 img/s), step p50")
     assert trial_body("error", "", {}, "boom") == "boom"

@@ -68,9 +68,10 @@ def run(
     steps: int = 10,
     ablation: int = 0,
     halve=None,
+    kernel_s: float = 0.0,
 ) -> bench.LoopStats:
     """One trial on the fake device: fetching a micro-batch costs the host fetch_s, its forward/backward costs
-    the host launch_s of launching and the device compute_s_per_image x its images."""
+    the host launch_s of launching and the device kernel_s + compute_s_per_image x its images."""
 
     class Loader:
         def __iter__(self):
@@ -83,7 +84,7 @@ def run(
         return x
 
     def micro_step(x):
-        dev.launch(launch_s, compute_s_per_image * x.shape[0])
+        dev.launch(launch_s, kernel_s + compute_s_per_image * x.shape[0])
 
     timeline = Timeline(dev.event, dev.synchronize, dev.clock, device_clock=True)
     return bench.run(
@@ -154,7 +155,7 @@ def test_a_launch_bound_step_is_host_bound_by_the_half_batch_window():
         launch_s=0.030,
         compute_s_per_image=0.0005,
         ablation=6,
-        halve=lambda x: x[: x.shape[0] // 2],
+        halve=lambda x: (x[: x.shape[0] // 2], x.shape[0] // 2),
     )
     summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
     assert summary.metrics["device_idle_share"] < 0.1
@@ -163,10 +164,34 @@ def test_a_launch_bound_step_is_host_bound_by_the_half_batch_window():
     assert summary.metrics["images_per_s_compute_half"] < 0.6 * summary.metrics["images_per_s_compute_only"]
 
 
+def test_an_under_occupied_device_is_not_called_host_bound():
+    """A batch too small to fill the device: each forward takes the device 30 ms whatever the batch, and the
+    host launches it in 1 ms. Half the batch takes as long (fixed share ~1), but the host is steps ahead of
+    the device, not behind it: the device sets the pace (a larger batch would be nearly free)."""
+    dev = FakeDevice()
+    stats = run(
+        dev,
+        fetch_s=0.0005,
+        launch_s=0.001,
+        compute_s_per_image=0.0001,
+        kernel_s=0.030,
+        ablation=6,
+        halve=lambda x: (x[: x.shape[0] // 2], x.shape[0] // 2),
+    )
+    summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
+    assert summary.metrics["fixed_share"] > 0.9
+    assert summary.bound == "compute_bound"
+
+
 def test_a_compute_bound_step_stays_compute_bound_with_ablation():
     dev = FakeDevice()
     stats = run(
-        dev, fetch_s=0.001, launch_s=0.001, compute_s_per_image=0.005, ablation=6, halve=lambda x: x[: x.shape[0] // 2]
+        dev,
+        fetch_s=0.001,
+        launch_s=0.001,
+        compute_s_per_image=0.005,
+        ablation=6,
+        halve=lambda x: (x[: x.shape[0] // 2], x.shape[0] // 2),
     )
     summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
     m = summary.metrics
