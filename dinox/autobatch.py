@@ -21,6 +21,7 @@ class BatchSearch:
     high: int  # auto_max
     margin: float  # auto_margin
     divides: int | None = None  # the chosen size must divide this (batch.effective / gpus)
+    multiple: int = 1  # every size probed or chosen is a multiple of this (2: Mixup pairs the batch)
     probes: list[tuple[int, bool]] = field(default_factory=list)  # (size, fitted), in probe order
 
     @classmethod
@@ -28,7 +29,8 @@ class BatchSearch:
         b = spec.batch
         divides = b.effective // spec.hardware.gpus if b.effective is not None else None
         high = min(b.auto_max, divides) if divides is not None else b.auto_max
-        return cls(b.auto_min, max(high, b.auto_min), b.auto_margin, divides)
+        multiple = 2 if getattr(spec.data, "mixup", None) is not None else 1
+        return cls(b.auto_min, max(high, b.auto_min), b.auto_margin, divides, multiple)
 
     @property
     def budget(self) -> int:
@@ -52,10 +54,13 @@ class BatchSearch:
         if fit is None:
             return self.low if failed is None else None  # auto_min itself did not fit: nothing does
         if failed is None:
-            return None if fit >= self.high else min(2 * fit, self.high)
-        if failed - fit <= max(1, fit * self.margin / 2):
+            top = self.high - self.high % self.multiple
+            return None if fit >= top else min(2 * fit, top)
+        if failed - fit <= max(self.multiple, fit * self.margin / 2):
             return None  # known to within half the margin: more probes would not change the choice much
-        return (fit + failed) // 2
+        middle = (fit + failed) // 2
+        middle -= middle % self.multiple
+        return middle if middle > fit else None
 
     def record(self, size: int, fitted: bool) -> None:
         self.probes.append((size, fitted))
@@ -67,10 +72,11 @@ class BatchSearch:
         fit = self.fit
         if fit is None:
             return None
-        size = max(1, math.floor(fit * (1 - self.margin)))
+        size = max(self.multiple, math.floor(fit * (1 - self.margin)))
         if self.divides is not None:
-            return max(d for d in range(1, size + 1) if self.divides % d == 0)
-        return size - size % 8 if size >= 64 else size
+            fitting = [d for d in range(1, size + 1) if self.divides % d == 0 and d % self.multiple == 0]
+            return max(fitting, default=None)
+        return size - size % 8 if size >= 64 else size - size % self.multiple
 
     def describe(self) -> str:
         return " ".join(f"{s}:{'ok' if ok else 'oom'}" for s, ok in self.probes)
@@ -84,12 +90,20 @@ class BatchSearch:
 
     def nothing_fits(self) -> TrialResult:
         error = f"batch.size auto: not even batch.auto_min={self.low} fits (probes {self.describe()})"
+        if self.fit is not None:  # something fits, but no size within the margin divides the effective batch
+            even = "is even (Mixup) and " if self.multiple == 2 else ""
+            error = (
+                f"batch.size auto: {self.fit} fits, but no size within the margin {even}divides "
+                f"batch.effective / gpus = {self.divides} (probes {self.describe()})"
+            )
         return TrialResult("oom", error=error)
 
 
 def probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
     """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
-    optimizer state and fresh gradients at once: the steady-state peak)."""
+    optimizer state and fresh gradients at once: the steady-state peak), and no ablation windows: a probe asks
+    whether the batch fits, not what holds it back."""
     batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
-    measure = spec.measure.model_copy(update={"warmup_steps": 1, "bench_steps": 1, "repeats": 1})
+    update = {"warmup_steps": 1, "bench_steps": 1, "repeats": 1, "ablation": False}
+    measure = spec.measure.model_copy(update=update)
     return spec.model_copy(update={"batch": batch, "measure": measure})

@@ -52,3 +52,14 @@ class Batches:
 
     def drop_held(self) -> None:
         self._held = None
+
+    def epoch_start(self) -> float:
+        """Seconds from ending an epoch to the next epoch's first batch: the old iterator let go (its workers
+        shut down, unless persistent), a new one started (non-persistent workers forked again), its first
+        batch made. What each epoch boundary of a real run costs beyond a steady fetch."""
+        self._held = None
+        t = self._clock()
+        self._it = None  # type: ignore[assignment]  # the DataLoader iterator's __del__ shuts its workers down
+        self._it = iter(self._loader)
+        next(self._it)
+        return self._clock() - t

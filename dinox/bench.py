@@ -153,6 +153,7 @@ class Loop:
         if loader_batches:
             self._phase("loader alone")
             loader_ips = self._loader_alone(loader_batches)
+        epoch_start_s = self.batches.epoch_start()
         ablation_s = sum(w.wall_s for w in compute_only + no_loader) + (perf() - t)
         return LoopStats(
             windows,
@@ -170,6 +171,7 @@ class Loop:
             half,
             boundaries,
             self.settle_s,
+            epoch_start_s,
         )
 
     def _rounds(

@@ -113,6 +113,11 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
     help="Where each sweep keeps its local results, trial specs and child logs.",
 )
 @click.option("--force", is_flag=True, help="Measure every trial, also those the experiment already holds.")
+@click.option(
+    "--remeasure-unsettled",
+    is_flag=True,
+    help="Measure again the trials the experiment holds as ok but unsettled (timed windows that disagreed).",
+)
 @click.option("--no-prune", is_flag=True, help="Run larger batches even after a smaller one ran out of memory.")
 @MAX_TRIALS
 @click.option(
@@ -156,6 +161,7 @@ def run(
     tracking_uri: str | None,
     workdir: str,
     force: bool,
+    remeasure_unsettled: bool,
     no_prune: bool,
     max_trials: int,
     isolation: Literal["fork", "spawn"],
@@ -171,7 +177,8 @@ def run(
     Each trial becomes a nested MLflow run (params: the trial; metrics: images_per_s, step_s_p50/p90,
     data_s, h2d_s, compute_s, peak memory, ...; tag dinox.status: ok | oom | error | crashed | timeout |
     skipped). A trial that fails never stops the sweep. Running the same spec again skips the trials the
-    experiment already holds as ok / oom / skipped (--force measures them again); after an OOM, larger
+    experiment already holds as ok / oom / skipped (--force measures them again, --remeasure-unsettled
+    the ok ones whose timed windows disagreed); after an OOM, larger
     batches of the same configuration are recorded as skipped (--no-prune runs them). Every result is also
     kept in the sweep's results.jsonl; if the tracking store fails mid-sweep, `dinox sync` logs the rest.
     Exit code 0 when the sweep ran to the end (whatever the trials' statuses), 2 for bad input or an
@@ -194,7 +201,15 @@ def run(
 
     live = sys.stdout.isatty()
     options = SweepOptions(
-        force, not no_prune, skip_predicted_oom, shard or "", isolation, not no_system_metrics, live, request
+        force,
+        not no_prune,
+        skip_predicted_oom,
+        shard or "",
+        isolation,
+        not no_system_metrics,
+        live,
+        request,
+        remeasure_unsettled,
     )
     _sweep(doc, trials, options, tracking_uri, Path(workdir), server)
 

@@ -202,7 +202,7 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         measured_ips=measured,
         memory_share=share,
         bound=r.tags.get("dinox.bound", ""),
-        days=budget.days_for(conservative),
+        days=budget.days_for(conservative, m.get("epoch_start_s", 0.0)),
         excluded=excluded,
         mfu=m.get("mfu"),
         tflops=m.get("tflops"),

@@ -44,6 +44,16 @@ def available_kinds() -> tuple[tuple[str, ...], str]:
     return ("cpu",), "only a CPU (torch.cuda.is_available() and torch.backends.mps.is_available() are False)"
 
 
+def cuda_uuids() -> tuple[str, ...]:
+    """Each visible CUDA device's UUID as NVML and CUDA_VISIBLE_DEVICES write it (GPU-..., MIG-...): the one
+    name of a device that means the same to every process, whatever CUDA_DEVICE_ORDER says."""
+    out = []
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        uuid = str(torch.cuda.get_device_properties(i).uuid)
+        out.append(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    return tuple(out)
+
+
 def cuda_numa_nodes(sysfs: Path = Path("/sys/bus/pci/devices")) -> tuple[int, ...]:
     """Each CUDA device's NUMA node from its PCI address in sysfs; -1 where the kernel does not say."""
     nodes = []
@@ -67,15 +77,52 @@ def device_total_bytes(device: torch.device) -> int:
     return psutil.virtual_memory().total
 
 
+def allocator_cap(limit: int, outside: int, total: int) -> float:
+    """The share of the device the caching allocator may reserve so that it and what this process holds outside
+    it (`outside`) stay within `limit` bytes."""
+    return max(0.0, min(1.0, (limit - outside) / total))
+
+
+def over_limit(peak_reserved: int, outside: int, limit: int) -> str:
+    """Why a trial that fitted the allocator's cap would not fit a card of `limit` bytes; "" when it would."""
+    if peak_reserved + outside <= limit:
+        return ""
+    return (
+        f"out of memory on a {limit / GIB:.1f} GiB card (hardware.memory_limit_gb): the allocator's peak "
+        f"{peak_reserved / GIB:.2f} GiB and {outside / GIB:.2f} GiB outside it (the CUDA context, loaded kernels, "
+        f"cuDNN and NCCL buffers) make {(peak_reserved + outside) / GIB:.2f} GiB"
+    )
+
+
+def outside_allocator_bytes(device: torch.device) -> int | None:
+    """This process's device memory that the caching allocator does not hold (the CUDA context, loaded kernels,
+    cuDNN and NCCL buffers), from NVML's account of this process; None where NVML cannot say (no NVML, a
+    container that hides host pids). Not free memory: other processes on a shared GPU are not this trial's."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(cuda_uuids()[device.index or 0])
+        used = next(
+            (p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()),
+            None,
+        )
+    except Exception:  # noqa: BLE001 - NVML missing, a MIG slice, no permission: nothing to correct for
+        return None
+    return None if used is None else max(0, int(used) - torch.cuda.memory_reserved(device))
+
+
 def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[str, str]) -> int:
-    """Cap what this trial may use; return the device memory it has (bytes)."""
+    """Cap what this trial may use; return the device memory it has (bytes). On CUDA the allocator's cap leaves
+    room for what this process holds outside it, so an emulated card admits what a real one of that size would."""
     total = device_total_bytes(device)
     if limit_gb is None:
         return total
     limit = int(limit_gb * GIB)
     if device.type == "cuda":
-        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), device)
-        tags["dinox.memory_limit"] = "cuda_memory_fraction"
+        outside = outside_allocator_bytes(device)
+        torch.cuda.set_per_process_memory_fraction(allocator_cap(limit, outside or 0, total), device)
+        tags["dinox.memory_limit"] = "cuda_memory_fraction" + ("" if outside is not None else " (outside unknown)")
     elif device.type == "mps":
         torch.mps.set_per_process_memory_fraction(min(2.0, limit / total))
         tags["dinox.memory_limit"] = "mps_memory_fraction"
@@ -201,6 +248,9 @@ def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[st
         metrics["peak_mem_allocated_gb"] = torch.cuda.max_memory_allocated(device) / GIB
         metrics["peak_mem_reserved_gb"] = torch.cuda.max_memory_reserved(device) / GIB
         tags["dinox.mem_source"] = "cuda_allocator"
+        outside = outside_allocator_bytes(device)
+        if outside is not None:
+            metrics["device_mem_outside_gb"] = outside / GIB
     elif device.type == "mps":
         metrics["peak_mem_allocated_gb"] = torch.mps.current_allocated_memory() / GIB
         metrics["peak_mem_reserved_gb"] = torch.mps.driver_allocated_memory() / GIB

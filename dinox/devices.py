@@ -144,12 +144,13 @@ def format_cores(cores: Sequence[int]) -> str:
     return ",".join(parts) if ordered else ""
 
 
-def child_env(slots: Sequence[Slot], parent: Mapping[str, str]) -> dict[str, str]:
-    """The variables a child on `slots` runs with: its devices (indices into the parent's own
-    CUDA_VISIBLE_DEVICES where that is set) and its cores. CPU slots hide every GPU."""
+def child_env(slots: Sequence[Slot], parent: Mapping[str, str], uuids: Sequence[str] = ()) -> dict[str, str]:
+    """The variables a child on `slots` runs with: its devices (by UUID where the estimate child read them:
+    an index means one GPU to CUDA's fastest-first order and another to NVML's bus order; else indices into
+    the parent's own CUDA_VISIBLE_DEVICES where that is set) and its cores. CPU slots hide every GPU."""
     visible = [v for v in parent.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     gpus = [s.gpu for s in slots if s.gpu is not None]
-    names = [visible[g] if g < len(visible) else str(g) for g in gpus]
+    names = [uuids[g] if g < len(uuids) else visible[g] if g < len(visible) else str(g) for g in gpus]
     cores = [c for s in slots for c in s.cores]
     return {"CUDA_VISIBLE_DEVICES": ",".join(names), CORES_VAR: format_cores(cores)}
 
@@ -181,3 +182,9 @@ def rank_threads(world: int, env: Mapping[str, str], parent: Mapping[str, str]) 
         return {}
     cores = parse_cores(env[CORES_VAR]) if env.get(CORES_VAR) else affinity()
     return {"OMP_NUM_THREADS": str(max(1, len(cores) // world))}
+
+
+def trial_gpus(slots: Sequence[Slot], ranks: int, uuids: Sequence[str]) -> tuple[str, ...]:
+    """The UUIDs of the GPUs a trial runs on: its slots' (--devices), else the first `ranks` it sees."""
+    indices = [s.gpu for s in slots if s.gpu is not None] if slots else list(range(ranks))
+    return tuple(uuids[i] for i in indices if i < len(uuids))

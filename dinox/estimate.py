@@ -150,13 +150,13 @@ def cost_of(spec: TrialSpec) -> ModelCost:
 
 
 def machine(device_kind: str) -> Machine:
-    from dinox.device import available_kinds, cuda_numa_nodes, environment_tags, resolve_device
+    from dinox.device import available_kinds, cuda_numa_nodes, cuda_uuids, environment_tags, resolve_device
 
     runtime = psutil.Process().memory_info().rss / GIB
     host = psutil.virtual_memory().total / GIB
     kinds, has = available_kinds()
     numa = cuda_numa_nodes()
-    gpus = {"cuda_devices": len(numa), "cuda_numa": numa}
+    gpus = {"cuda_devices": len(numa), "cuda_numa": numa, "cuda_uuids": cuda_uuids()}
     try:
         device = resolve_device(device_kind)
     except RuntimeError:

@@ -50,6 +50,7 @@ class Machine:
     has: str = ""  # the same in words, for a message: "only a CPU (torch.cuda.is_available() is False)"
     cuda_devices: int = 0  # how many CUDA devices torch sees (--devices all)
     cuda_numa: tuple[int, ...] = ()  # each one's NUMA node, -1 where the machine does not say
+    cuda_uuids: tuple[str, ...] = ()  # each one's UUID (GPU-...): the same device for NVML and every child
 
     def missing(self, kinds: set[str]) -> list[str]:
         """The device kinds asked for (auto always resolves) that this machine lacks."""
@@ -169,7 +170,12 @@ class Estimates:
         if "machine" in data:
             m = data["machine"]
             machine = Machine(
-                **{**m, "kinds": tuple(m.get("kinds", ("cpu",))), "cuda_numa": tuple(m.get("cuda_numa", ()))}
+                **{
+                    **m,
+                    "kinds": tuple(m.get("kinds", ("cpu",))),
+                    "cuda_numa": tuple(m.get("cuda_numa", ())),
+                    "cuda_uuids": tuple(m.get("cuda_uuids", ())),
+                }
             )
         costs = {k: ModelCost(**v) for k, v in data.get("costs", {}).items()}
         return cls(machine, costs, dict(data.get("errors", {})))

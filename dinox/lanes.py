@@ -44,8 +44,8 @@ class Lane:
 class Lanes:
     """The sweep's slots, all served by the sweep's one fork server (it forks several children at once)."""
 
-    def __init__(self, slots: list[Slot], server: ForkServer | None):
-        self.slots, self.server = slots, server
+    def __init__(self, slots: list[Slot], server: ForkServer | None, uuids: Sequence[str] = ()):
+        self.slots, self.server, self.uuids = slots, server, tuple(uuids)
 
     @classmethod
     def resolve(
@@ -64,11 +64,11 @@ class Lanes:
             if t.spec.hardware.gpus > len(slots):
                 need = t.spec.hardware.gpus
                 raise DevicesError(f"{t.label} needs hardware.gpus: {need} slots, there are {len(slots)}")
-        return cls(slots, server)
+        return cls(slots, server, machine.cuda_uuids if machine else ())
 
     def lane(self, slots: Sequence[Slot]) -> Lane:
         server = self.server if len(slots) == 1 else None  # several ranks: torchrun
-        return Lane(tuple(slots), server, devices.child_env(slots, os.environ))
+        return Lane(tuple(slots), server, devices.child_env(slots, os.environ, self.uuids))
 
     def describe(self) -> str:
         shares = ", ".join(f"{s.label} on cores {devices.format_cores(s.cores)}" for s in self.slots)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from dinox.data.files import REQUIRED_COLUMNS, DataError, shard_urls
+from dinox.data.files import REQUIRED_COLUMNS, DataError, count_images, count_rows, first_sample, shard_urls
 from dinox.grid import Trial
 from dinox.spec_data import CtPngData, ImageFolderData, WebDatasetData
 
@@ -44,7 +44,40 @@ def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
                 shard_urls(data.shards)
             except DataError as e:
                 add(t, e.field or "data.shards", e.message)
+        if not problems and (no_batch := _no_batch(t)):
+            add(t, *no_batch)
     return list(problems.values())
+
+
+def _no_batch(t: Trial) -> tuple[str, str] | None:
+    """(field, why) when the trial's loader could yield no batch: every batch is full (drop_last), and each
+    rank reads its own part of the set; a stream needs a shard per rank and a sample in its shards."""
+    data, ranks = t.spec.data, t.spec.hardware.gpus
+    size = t.spec.batch.auto_min if t.spec.batch.auto else t.spec.size  # auto: the smallest it may choose
+    per = f" for {ranks} ranks is {{each}} each" if ranks > 1 else ""
+    if isinstance(data, WebDatasetData):
+        urls = shard_urls(data.shards)
+        if len(urls) < ranks:
+            return "data.shards", f"{len(urls)} shard(s) for {ranks} ranks: a rank without a shard yields no batch"
+        return None if first_sample(urls) else ("data.shards", f"{data.shards}: the shards hold no sample")
+    if isinstance(data, CtPngData):
+        rows = count_rows(data.index_csv)
+        n, what = min(rows, data.subset_size or rows) * data.inflation, "slices"
+        source = f"index rows {rows}" + (f", subset_size {data.subset_size}" if data.subset_size else "")
+        source += f" x inflation {data.inflation}"
+        field = "data.index_csv"
+    elif isinstance(data, ImageFolderData):
+        n, what, source, field = count_images(data.root, size * ranks), "images", data.root, "data.root"
+    elif data.num_samples is not None:
+        n, what, source, field = data.num_samples, "samples", "data.num_samples", "data.num_samples"
+    else:
+        return None
+    if n // ranks >= size:
+        return None
+    return field, (
+        f"the loader can yield no batch: {n} {what} ({source}){per.format(each=n // ranks)}, fewer than "
+        f"batch.size {size}, and every batch is a full one; lower batch.size or point at more data"
+    )
 
 
 def _unknown_models(names: set[str]) -> dict[str, str]:

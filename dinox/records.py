@@ -89,13 +89,15 @@ def record_problem(r: TrialRecord) -> str | None:
     for name in ("images_per_s", "step_s_p50", "step_s_p90", "device_mem_total_gb"):
         if name in m and not (math.isfinite(m[name]) and m[name] > 0):
             return f"{name} {m[name]!r} is not a finite positive number"
-    for name in ("peak_mem_reserved_gb", "peak_mem_allocated_gb", "params_m"):
+    for name in ("peak_mem_reserved_gb", "peak_mem_allocated_gb", "params_m", "epoch_start_s"):
         if name in m and not (math.isfinite(m[name]) and m[name] >= 0):
             return f"{name} {m[name]!r} is not a finite number >= 0"
     if r.status != "ok":
         return None
     if "images_per_s" not in m:
         return "an ok trial without images_per_s"
+    if m.get("epoch_start_s", 0.0) > MAX_STEP_S:
+        return f"epoch_start_s {m['epoch_start_s']:.3g} is longer than any trial"
     if m["images_per_s"] > MAX_IMAGES_PER_S_PER_DEVICE * gpus:
         return f"images_per_s {m['images_per_s']:.3g} is more than 10^7 per device"
     for name in ("step_s_p50", "step_s_p90"):

@@ -54,6 +54,7 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
             "first_fetch_s": stats.first_fetch_s,
             "settle_s": stats.settle_s,
             "epoch_boundaries": stats.epoch_boundaries,
+            "epoch_start_s": stats.epoch_start_s,
         }
     )
     if compiled:

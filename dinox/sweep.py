@@ -22,7 +22,7 @@ from typing import Literal
 from dinox import footprint, runner, sweep_end, sweep_summary
 from dinox.autobatch import BatchSearch, probe_spec
 from dinox.device_check import DeviceMissing, missing_message
-from dinox.devices import DevicesError, Request
+from dinox.devices import DevicesError, Request, trial_gpus
 from dinox.flights import Flights, InFlight
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
@@ -33,6 +33,7 @@ from dinox.lanes import Lane, Lanes, Stopping, side_by_side
 from dinox.lifeline import ProcessRef
 from dinox.progress import Progress
 from dinox.prune import Pruner
+from dinox.records import TrialRecord
 from dinox.result import TrialResult, one_line
 from dinox.spec_file import SpecDocument
 from dinox.store import configure_client
@@ -51,6 +52,7 @@ class SweepOptions:
     system_metrics: bool = True
     live: bool = False  # a progress bar (a terminal) instead of plain lines only
     devices: Request | None = None  # --devices: trials side by side, each on its own slots
+    remeasure_unsettled: bool = False  # an ok trial tagged unstable is not done: measure it again
 
 
 def run_sweep(
@@ -139,7 +141,12 @@ class Sweep:
         self.report = SweepReport("", self.recorder.experiment_id, Path())
         self._close_orphans()
         self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
-        self.done = {} if o.force else {r.tags["dinox.trial_id"]: r for r in self.recorded if r.status in FINAL}
+        self.done = {} if o.force else {r.tags["dinox.trial_id"]: r for r in self.recorded if self._final(r)}
+
+    def _final(self, record: TrialRecord) -> bool:
+        """Recorded for good: ok, oom or skipped; an unsettled ok one only while not asked to measure it again."""
+        unsettled = record.status == "ok" and record.tags.get("dinox.unstable") == "true"
+        return record.status in FINAL and not (unsettled and self.options.remeasure_unsettled)
 
     def _nothing_left(self) -> bool:
         """Every trial already recorded: say so and open no parent run (an empty one would top the runs table).
@@ -150,10 +157,12 @@ class Sweep:
         for t in self.trials:
             self._echo_recorded(t)
         counts = Counter(status for _t, status in self.report.resumed)
+        shaky = self.report.resumed_unsettled
         self.echo(
             f"dinox: nothing left to measure: all {len(self.trials)} trials of {self.name!r} are recorded in "
-            f"experiment {self.recorder.experiment_id} ({', '.join(f'{n} {k}' for k, n in counts.items())}); "
-            "--force measures them again"
+            f"experiment {self.recorder.experiment_id} ({', '.join(f'{n} {k}' for k, n in counts.items())}"
+            f"{f', {shaky} of the ok ones unsettled' if shaky else ''}); --force measures them again"
+            + (", --remeasure-unsettled the unsettled ones" if shaky else "")
         )
         return True
 
@@ -267,7 +276,7 @@ class Sweep:
         flight = self.flights.open(trial)  # after any batch search: probes are their own
         self._open_run(flight)
         if flight.run_id is not None and self.options.system_metrics:
-            flight.monitor = self.recorder.watch(flight.run_id)
+            flight.monitor = self.recorder.watch(flight.run_id, self._gpus_of(trial, lane))
         result, log_path, measured = self._measure(trial, search, failure, lane, flight)
         flight.stop_monitor()
         if search is not None:
@@ -278,11 +287,24 @@ class Sweep:
             self.report.trial_loop_s.append(time.time() - flight.started)
         self.echo(describe(trial, result))
 
+    def _gpus_of(self, trial: Trial, lane: Lane) -> tuple[str, ...] | None:
+        """The UUIDs of the GPUs the trial runs on, for its system metrics; None where the machine's are unknown."""
+        machine = self.estimates.machine
+        if machine is None or not machine.cuda_uuids:
+            return None
+        if trial.spec.hardware.device == "cpu":
+            return ()
+        return trial_gpus(lane.slots, trial.spec.hardware.gpus, machine.cuda_uuids)
+
     def _echo_recorded(self, trial: Trial) -> None:
         prior = self.done[trial.trial_id]
+        unsettled = prior.status == "ok" and prior.tags.get("dinox.unstable") == "true"
+        self.report.resumed_unsettled += unsettled
+        again = "--remeasure-unsettled" if unsettled else "--force"
         self.echo(
-            f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status} in run "
-            f"{prior.run_id}; --force measures it again"
+            f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status}"
+            f"{' (unsettled: its timed windows disagreed)' if unsettled else ''} in run {prior.run_id}; "
+            f"{again} measures it again"
         )
 
     def _open_run(self, flight: InFlight, role: str = "trial") -> None:

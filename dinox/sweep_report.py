@@ -52,6 +52,7 @@ class SweepReport:
     rows: list[dict[str, object]] = field(default_factory=list)
     results: list[TrialResult] = field(default_factory=list)
     resumed: list[tuple[Trial, str]] = field(default_factory=list)  # (trial, its recorded status)
+    resumed_unsettled: int = 0  # of those, ok ones whose timed windows disagreed
     store_failures: int = 0
     # Parent-side seconds per measured trial, from opening its run to closing it.
     trial_loop_s: list[float] = field(default_factory=list)
@@ -77,6 +78,8 @@ class SweepReport:
         """What `dinox run` says at the end, as (line, to stderr)."""
         counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.status for r in self.results).items()))
         resumed = f"; {len(self.resumed)} already recorded" if self.resumed else ""
+        if self.resumed_unsettled:
+            resumed += f" ({self.resumed_unsettled} unsettled, kept: --remeasure-unsettled measures them again)"
         done = f"dinox: sweep done in {self.wall_s:.1f}s: {counts or 'nothing run'}{resumed}."
         lines = [(f"{done} Results: {self.sweep_dir / 'results.csv'}", False)]
         t = self.timeline()

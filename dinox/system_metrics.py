@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
@@ -37,13 +39,30 @@ class _SmClockMonitor(BaseMetricsMonitor):
         return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
 
 
-class TrialMonitor:
-    """Samples while a trial runs; `finish()` before the run is closed."""
+def own_handles(handles: list, uuid_of: Callable[[Any], str], gpus: Sequence[str]) -> list:
+    """The NVML handles of the trial's own GPUs, in the trial's order (its first is gpu_0). MLflow's monitor
+    samples every GPU of the node (MLflow #13398), by NVML's index, which is not the CUDA ordinal: beside
+    other trials (`dinox run --devices`) each trial would show them all, under the wrong numbers."""
+    by_uuid = {}
+    for handle in handles:
+        with contextlib.suppress(Exception):
+            uuid = uuid_of(handle)
+            by_uuid[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = handle
+    return [by_uuid[g] for g in gpus if g in by_uuid]
 
-    def __init__(self, run_id: str, tracking_uri: str):
+
+class TrialMonitor:
+    """Samples while a trial runs; `finish()` before the run is closed. `gpus`: the UUIDs of the GPUs the trial
+    runs on (None: every GPU NVML sees, as MLflow's monitor does)."""
+
+    def __init__(self, run_id: str, tracking_uri: str, gpus: Sequence[str] | None = None):
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no INFO line per trial
         self.monitor = SystemMetricsMonitor(run_id, sampling_interval=INTERVAL_S, tracking_uri=tracking_uri)
         gpu = next((m for m in self.monitor.monitors if hasattr(m, "gpu_handles")), None)
+        if gpu is not None and gpus is not None:
+            import pynvml
+
+            gpu.gpu_handles = own_handles(gpu.gpu_handles, pynvml.nvmlDeviceGetUUID, gpus)
         if gpu is not None:
             self.monitor.monitors.append(_SmClockMonitor(gpu.gpu_handles))
         self.monitor.start()

@@ -112,12 +112,13 @@ class SweepRecorder:
             raise TrackingError(store_error(self.uri, e)) from None
         return self.parent_run_id
 
-    def watch(self, run_id: str):
-        """System metrics on `run_id` until the returned monitor's finish(); None if they cannot be sampled."""
+    def watch(self, run_id: str, gpus: tuple[str, ...] | None = None):
+        """System metrics on `run_id` until the returned monitor's finish(); None if they cannot be sampled.
+        `gpus`: the UUIDs of the trial's own GPUs (None: all)."""
         from dinox.system_metrics import TrialMonitor
 
         try:
-            return TrialMonitor(run_id, self.uri)
+            return TrialMonitor(run_id, self.uri, gpus)
         except Exception:  # noqa: BLE001 - system metrics are an extra: a trial is measured without them
             logging.getLogger(__name__).warning("no system metrics for run %s", run_id, exc_info=True)
             return None

@@ -43,13 +43,24 @@ _OOM_MARKERS = (
     "can't allocate memory",  # CPU allocator under a data-segment limit
     "cannot allocate memory",
     "unable to allocate",  # numpy
+    "cudnn_status_alloc_failed",  # cuDNN's own workspace or handle, near the cap
+    "cublas_status_alloc_failed",  # cuBLAS's handle or workspace, near the cap
 )
+# cuDNN's frontend says the first when no engine's workspace fits (pytorch#108645) as well as for a configuration
+# no engine supports, and the second for a handle created with no memory left as well as for a broken install:
+# an OOM only when the trial's memory is near what it may use.
+_NEAR_FULL_MARKERS = ("unable to find an engine", "cudnn_status_not_initialized")
+NEAR_FULL = 0.9
 
 
-def is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException, memory_share: float | None = None) -> bool:
+    """Whether an exception is the device (or host) running out of memory; `memory_share`: the trial's peak
+    reserved memory over what it may use, where known."""
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
     text = str(exc).lower()
+    if any(marker in text for marker in _NEAR_FULL_MARKERS):
+        return memory_share is not None and memory_share >= NEAR_FULL
     return any(marker in text for marker in _OOM_MARKERS)
 
 
@@ -116,7 +127,18 @@ class TrialRun:
         self.metrics["loss"] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
         device.record_memory(self.dev, self.metrics, self.tags)
         del self.loader  # shut the workers down before the process reports
+        if why := self._over_limit():
+            return TrialResult("oom", error=why, metrics=self.metrics, tags=self.tags)
         return TrialResult("ok", bound=summary.bound, metrics=self.metrics, tags=self.tags, step_s=summary.step_s)
+
+    def _over_limit(self) -> str:
+        """A trial within the allocator's cap that a real card of hardware.memory_limit_gb would not hold."""
+        limit, m = self.spec.hardware.memory_limit_gb, self.metrics
+        if limit is None or self.dev.type != "cuda" or "device_mem_outside_gb" not in m:
+            return ""
+        return device.over_limit(
+            int(m["peak_mem_reserved_gb"] * GIB), int(m["device_mem_outside_gb"] * GIB), int(limit * GIB)
+        )
 
     # --- setup --------------------------------------------------------------------------------------
 
@@ -134,12 +156,15 @@ class TrialRun:
         self.plan = view_plan(spec)
 
     def _samples_needed(self) -> int:
-        """What the loop draws from the loader: warm-up, timed windows and the loader-only window (with the
-        batches its workers hold ready), so synthetic data never crosses an epoch edge inside a window."""
+        """What the loop can draw from the loader at most: warm-up, the timed windows each after a drain of twice
+        the batches the workers hold and an untimed step, and the loader-only window after one more drain; so
+        no epoch edge falls inside the measurement (synthetic data is this long, a smaller set repeated)."""
         m, lo = self.spec.measure, self.spec.loader
-        steps = m.warmup_steps + m.bench_steps * m.window_bounds[1] + (self._ablation_steps() if m.ablation else 0)
-        buffered = lo.num_workers * (lo.prefetch_factor or 2)
-        return (steps * self.accumulation + buffered) * self.spec.size * self.world
+        windows = m.window_bounds[1]
+        steps = m.warmup_steps + (m.bench_steps + 1) * windows
+        drained = 2 * lo.num_workers * (lo.prefetch_factor or 2) * (windows + 1)
+        micro = steps * self.accumulation + drained + self._ablation_steps() * self.accumulation
+        return micro * self.spec.size * self.world
 
     def _ablation_steps(self) -> int:
         m = self.spec.measure
@@ -152,6 +177,9 @@ class TrialRun:
             spec, models.in_chans(spec.model), max(self.num_classes, 1), self._samples_needed(), self.plan
         )
         dataset = pipeline.dataset
+        if pipeline.repeats > 1:
+            self.tags["dinox.data_repeats"] = str(pipeline.repeats)
+            self.metrics["data_samples"] = float(pipeline.samples or 0)
         if getattr(dataset, "urls", None):
             from dinox.data.files import shard_layout
 
@@ -237,8 +265,13 @@ class TrialRun:
         n = labels.shape[0] // 2
         if self.prep is not None and self.prep.mixup is not None:
             n -= n % 2
-        cut = ([v[:n] for v in images] if isinstance(images, (list, tuple)) else images[:n]), labels[:n]
-        return cut, n
+        views = [v[:n] for v in images] if isinstance(images, (list, tuple)) else [images[:n]]
+        if self.spec.model.compile is not False:
+            # A second batch size would make dynamo recompile with a dynamic batch dimension (automatic dynamic
+            # shapes): the half would run another kind of graph than the full. Static, as the full one is.
+            for v in views:
+                torch._dynamo.mark_static(v, 0)
+        return (views if isinstance(images, (list, tuple)) else views[0], labels[:n]), n
 
     def micro_step(self, batch: Any) -> None:
         self.micro_count += 1
@@ -329,11 +362,16 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
         result = measure(spec, marks, metrics, tags, on_phase)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
-        status = "oom" if is_oom(exc) else "error"
         message = describe_exception(exc)
         with contextlib.suppress(Exception):
             if "dinox.device" in tags:
                 device.record_memory(torch.device(tags["dinox.device"]), metrics, tags)
+        share = (
+            metrics.get("peak_mem_reserved_gb", 0.0) / metrics["device_mem_total_gb"]
+            if metrics.get("device_mem_total_gb")
+            else None
+        )
+        status = "oom" if is_oom(exc, share) else "error"
         result = TrialResult(status, error=message, metrics=metrics, tags=tags)
     result.marks = marks
     result.marks["result_written"] = time.time()

@@ -87,6 +87,7 @@ class LoopStats:
     compute_half: Window | None = None  # ... compute only at half the batch (a device with its own timeline)
     epoch_boundaries: int = 0  # loader epochs that ended inside the timed windows
     settle_s: float = 0.0  # untimed: draining the batches ready and a step before each timed window
+    epoch_start_s: float = 0.0  # an epoch boundary: the loader's iterator ended and a new one's first batch
 
     @property
     def window_s(self) -> float:

@@ -9,9 +9,9 @@ import pytest
 from dinox.autobatch import BatchSearch
 
 
-def search_against(boundary: int, low: int = 1, high: int = 1024, margin: float = 0.1, divides=None):
+def search_against(boundary: int, low: int = 1, high: int = 1024, margin: float = 0.1, divides=None, multiple=1):
     """Run the search against a device where every batch <= boundary fits."""
-    s = BatchSearch(low, high, margin, divides)
+    s = BatchSearch(low, high, margin, divides, multiple)
     while (size := s.next_size()) is not None:
         s.record(size, size <= boundary)
     return s
@@ -48,6 +48,30 @@ def test_with_an_effective_batch_the_choice_divides_it():
     chosen = s.chosen()
     assert chosen is not None and 96 % chosen == 0 and chosen <= 0.9 * (s.fit or 0)
     assert chosen == 48
+
+
+def test_with_mixup_every_size_probed_and_chosen_is_even():
+    """timm's Mixup pairs a batch with its flip: an odd batch (29, 31, 46 / 2) would fail the trial."""
+    for boundary in range(2, 513):
+        s = search_against(boundary, low=2, high=512, multiple=2)
+        assert all(size % 2 == 0 for size, _ in s.probes), s.describe()
+        assert len(s.probes) <= s.budget and s.fit is not None and s.fit <= boundary
+        chosen = s.chosen()
+        assert chosen is not None and chosen % 2 == 0 and chosen <= boundary, (boundary, s.describe())
+    assert search_against(100, low=2, high=96, divides=96, multiple=2).chosen() == 48
+    odd = search_against(100, low=2, high=45, divides=45, multiple=2)
+    assert odd.chosen() is None and "44 fits, but no size within the margin is even (Mixup) and divides" in (
+        odd.nothing_fits().error
+    )
+
+
+def test_a_probe_has_no_ablation_windows():
+    from dinox.autobatch import probe_spec
+    from dinox.spec import TrialSpec
+
+    spec = TrialSpec.model_validate({"name": "x", "model": {"name": "resnet18"}, "batch": {"size": "auto"}})
+    probe = probe_spec(spec, 64)
+    assert probe.measure.ablation is False and probe.measure.window_bounds == (1, 1) and probe.size == 64
 
 
 def test_nothing_fits_after_one_probe():

@@ -4,6 +4,9 @@ naming the file, the field path and (where YAML has one) the line, no traceback,
 
 from __future__ import annotations
 
+import io
+import tarfile
+
 import pytest
 from click.testing import CliRunner
 
@@ -233,6 +236,26 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
         "spec.yaml:3: data.root: nowhere: no such directory",
     ),
     (
+        "fewer_slices_than_a_batch",
+        OK + "batch: {size: 8}\ndata: {source: ct_png, index_csv: three.csv}\n",
+        "spec.yaml:4: data.index_csv: the loader can yield no batch: 3 slices (index rows 3 x inflation 1), fewer than batch.size 8",
+    ),
+    (
+        "fewer_samples_per_rank_than_a_batch",
+        OK + "batch: {size: 8}\nhardware: {device: cpu, gpus: 2}\ndata: {source: synthetic, num_samples: 12}\n",
+        "data.num_samples: the loader can yield no batch: 12 samples (data.num_samples) for 2 ranks is 6 each, fewer than batch.size 8",
+    ),
+    (
+        "shards_without_a_sample",
+        OK + "data: {source: webdataset, shards: emptyshards}\n",
+        "spec.yaml:3: data.shards: emptyshards: the shards hold no sample",
+    ),
+    (
+        "fewer_shards_than_ranks",
+        OK + "hardware: {device: cpu, gpus: 2}\ndata: {source: webdataset, shards: oneshard}\n",
+        "data.shards: 1 shard(s) for 2 ranks: a rank without a shard yields no batch",
+    ),
+    (
         "missing_shards",
         OK + "data: {source: webdataset, shards: noshards}\n",
         "spec.yaml:3: data.shards: noshards: no .tar shards found",
@@ -321,6 +344,14 @@ def test_malformed_spec_is_refused_before_anything_runs(tmp_path, monkeypatch, n
     (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00\x01" * 100)
     (tmp_path / "good.csv").write_text("png_path,series_dir,slice_index\n")
     (tmp_path / "noshards").mkdir()
+    (tmp_path / "three.csv").write_text("png_path,series_dir,slice_index\n" + "a.png,s,0\n" * 3)
+    for folder, members in (("emptyshards", 0), ("oneshard", 1)):
+        (tmp_path / folder).mkdir()
+        with tarfile.open(tmp_path / folder / "s-000000.tar", "w") as tar:
+            for i in range(members):
+                info = tarfile.TarInfo(f"{i:06d}.cls")
+                info.size = 1
+                tar.addfile(info, io.BytesIO(b"1"))
     spec = tmp_path / "spec.yaml"
     spec.write_bytes(text if isinstance(text, bytes) else text.encode())
     result = CliRunner().invoke(main, ["run", "spec.yaml"])

@@ -169,8 +169,10 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
         ablation_steps=4,
         loader_batches=6,
     )
-    # Warm-up, the timed windows and the loader window fetch; the ablation windows never do.
-    assert fetched[0] == (1 + 2 * 4) * 2 * 2 + 6 * 2
+    # Warm-up, the timed windows, the loader window and the epoch boundary's first batch fetch; the ablation
+    # windows never do.
+    assert fetched[0] == (1 + 2 * 4) * 2 * 2 + 6 * 2 + 2
+    assert stats.epoch_start_s >= 0.005  # a new epoch's first batch: 2 samples x 5 ms at least
     timed = stats.images_per_s
     assert stats.images == 2 * 4 * 2 * 2  # only the timed windows count
     # One round after each timed window: compute only and no loader, 2 steps each (half the ablation steps).

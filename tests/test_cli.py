@@ -292,3 +292,22 @@ def test_run_refuses_a_device_the_machine_lacks_before_anything_is_written(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no store, no workdir
     plan = run_dinox(["plan", "s.yaml", "--no-estimate"], cwd=tmp_path)  # plan still reads the spec's hardware
     assert plan.returncode == 0, plan.stderr
+
+
+def test_an_unsettled_trial_is_said_so_kept_on_resume_and_measured_again_on_request(tmp_path):
+    """Two windows that must agree within a millionth never do: the trial is ok but unsettled. Its line says
+    so; a re-run keeps it, says how many it kept and the flag that measures them again; the flag does."""
+    spec = TINY.format(name="shaky").replace("repeats: 1", "repeats: 2, unstable_threshold: 0.000001")
+    (tmp_path / "spec.yaml").write_text(spec)
+    first = run_dinox(["run", "spec.yaml"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "img/s (windows) (unsettled: windows " in first.stdout, first.stdout
+    again = run_dinox(["run", "spec.yaml"], cwd=tmp_path)
+    assert "ok (unsettled: its timed windows disagreed) in run" in again.stdout, again.stdout
+    assert "1 of the ok ones unsettled); --force measures them again, --remeasure-unsettled the unsettled" in (
+        again.stdout
+    )
+    third = run_dinox(["run", "spec.yaml", "--remeasure-unsettled"], cwd=tmp_path)
+    assert third.returncode == 0 and "[1/1] ok " in third.stdout, third.stdout + third.stderr
+    runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    assert len(runs) == 2 and all(r.data.tags["dinox.unstable"] == "true" for r in runs)

@@ -253,6 +253,31 @@ def test_webdataset_splits_shards_across_workers(ct, tmp_path):
     assert sorted(labels) == sorted((0 * 7919 + z) % 10_000 for z in range(5))
 
 
+def test_a_trial_s_stream_repeats_its_shards_and_a_worker_without_one_ends(ct, tmp_path):
+    """5 samples in 5 shards: a trial's stream goes on past them (no epoch ends inside its windows); of 8
+    workers, the 3 without a shard end at once instead of spinning."""
+    import itertools
+
+    root, _ = ct
+    write_shards(root / "png" / "_index" / "index.csv", tmp_path / "s", shard_size=1)
+    kw = dict(decoder="pil", shuffle_buffer=0, seed=0, num_classes=10_000, repeat=True)
+    ds = Shards(str(tmp_path / "s"), ViewPlan(full_size=8), FIXED, **kw)
+    labels = [int(y) for _x, y in itertools.islice(ds, 12)]
+    assert labels == [z % 5 for z in range(12)]  # slice z of series 0: label z, pass after pass
+    loader = DataLoader(ds, batch_size=1, num_workers=8, persistent_workers=False)
+    assert len(list(itertools.islice(loader, 20))) == 20
+
+
+def test_a_small_map_style_set_is_repeated_to_what_the_measurement_draws():
+    from dinox.data import Pipeline, repeat_to
+
+    small = repeat_to(Pipeline(SyntheticImages(56, 3, ViewPlan(full_size=8), 5, 0)), samples_needed=400)
+    assert (small.repeats, small.samples, len(small.dataset)) == (8, 56, 448)  # type: ignore[arg-type]
+    assert torch.equal(small.dataset[3][0], small.dataset[56 + 3][0])
+    big = repeat_to(Pipeline(SyntheticImages(1000, 3, ViewPlan(full_size=8), 5, 0)), samples_needed=400)
+    assert big.repeats == 1 and len(big.dataset) == 1000  # type: ignore[arg-type]
+
+
 def test_missing_shards_are_named(tmp_path):
     with pytest.raises(DataError, match="no .tar shards found"):
         Shards(str(tmp_path), ViewPlan(full_size=8), FIXED, decoder="pil", shuffle_buffer=0, seed=0, num_classes=1)

@@ -66,6 +66,26 @@ def test_each_child_sees_its_own_devices_and_cores():
     }
     # A CPU slot hides every GPU, so hardware.device: auto means the CPU there.
     assert devices.child_env([Slot("cpu:1", None, (1,))], {})["CUDA_VISIBLE_DEVICES"] == ""
+    # With the UUIDs the estimate child read, a child gets its device by UUID: the same GPU to CUDA (whatever
+    # its device order) and to NVML, whose index is the PCI bus order.
+    uuids = ("GPU-aaa", "GPU-bbb")
+    assert devices.child_env([b], {"CUDA_VISIBLE_DEVICES": "4,6"}, uuids)["CUDA_VISIBLE_DEVICES"] == "GPU-bbb"
+
+
+def test_a_trial_s_system_metrics_show_its_own_gpus_in_its_own_order():
+    from dinox.system_metrics import own_handles
+
+    uuids = ("GPU-aaa", "GPU-bbb", "GPU-ccc")
+    a, c = Slot("cuda:0", 0, (0,)), Slot("cuda:2", 2, (2,))
+    assert devices.trial_gpus([c], 1, uuids) == ("GPU-ccc",)
+    assert devices.trial_gpus([c, a], 2, uuids) == ("GPU-ccc", "GPU-aaa")
+    assert devices.trial_gpus([], 2, uuids) == ("GPU-aaa", "GPU-bbb")  # no --devices: the first it sees
+    # NVML lists the node's GPUs by bus; the trial on GPU-ccc sees it alone, as its gpu_0.
+    handles = [{"uuid": b"GPU-bbb"}, {"uuid": "GPU-ccc"}, {"uuid": "GPU-aaa"}, {"broken": True}]
+    mine = own_handles(handles, lambda h: h["uuid"], devices.trial_gpus([c, a], 2, uuids))
+    assert mine == [handles[1], handles[2]]
+    assert own_handles(handles, lambda h: h["uuid"], ("GPU-bbb",)) == [handles[0]]  # older pynvml: bytes
+    assert own_handles(handles, lambda h: h["uuid"], ()) == []  # a CPU trial shows no GPU
 
 
 def test_a_child_pins_to_its_cores_and_each_rank_to_its_part():

@@ -98,6 +98,13 @@ def test_peak_table(name, precision, peak):
     assert found is not None and found[0] == peak
 
 
+def test_a_peak_is_matched_by_whole_words_and_a_mig_slice_gets_its_share():
+    assert peaks.lookup("NVIDIA RTX A1000 6GB Laptop GPU", "bf16-mixed") is None  # not an A100
+    sliced = peaks.lookup("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "bf16-mixed")
+    assert sliced is not None and sliced[0] == pytest.approx(312.0 * 3 / 7) and "MIG 3g slice" in sliced[1]
+    assert peaks.lookup("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "tf32")[0] == pytest.approx(494.7 / 7)  # type: ignore[index]
+
+
 def test_estimates_key_trials_by_what_changes_the_model():
     a, b = spec(), spec(batch={"size": 8}, model={"name": "vit_base_patch16_224", "compile": True})
     c = spec(model={"name": "vit_base_patch16_224", "grad_checkpointing": True})

@@ -25,9 +25,51 @@ class Pipeline:
     dataset: Dataset
     collate_fn: Callable[[list], Any] | None = None
     images: bool = False
+    repeats: int = 1  # the set seen this many times over in one epoch (see `repeat_to`)
+    samples: int | None = None  # the set's own length (None: a stream, webdataset's)
 
 
 def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Pipeline:
+    """The trial's data, at least `samples_needed` long (see `repeat_to`)."""
+    pipeline = _build(spec, channels, num_classes, samples_needed, plan)
+    return repeat_to(pipeline, samples_needed)
+
+
+def repeat_to(pipeline: Pipeline, samples_needed: int) -> Pipeline:
+    """A map-style set smaller than what the measurement draws is seen several times over in one epoch (a new
+    shuffle of the whole each epoch), as the loader study repeated its subset: an epoch of a small demo set
+    would otherwise end every few steps, and a worker restarting inside a timed window is not what a run over
+    the real set (an epoch every few thousand steps) meets. What an epoch boundary costs is measured apart
+    (epoch_start_s). A stream (webdataset) repeats its shards itself."""
+    from torch.utils.data import IterableDataset
+
+    dataset = pipeline.dataset
+    if isinstance(dataset, IterableDataset):
+        return pipeline
+    n = len(dataset)  # type: ignore[arg-type]
+    pipeline.samples = n
+    if 0 < n < samples_needed:
+        pipeline.repeats = -(-samples_needed // n)
+        pipeline.dataset = Repeated(dataset, pipeline.repeats)
+    return pipeline
+
+
+class Repeated:
+    """A map-style dataset `times` over, by index modulo its length."""
+
+    def __init__(self, dataset: Any, times: int):
+        self.dataset, self.times, self.n = dataset, times, len(dataset)
+
+    def __len__(self) -> int:
+        return self.n * self.times
+
+    def __getitem__(self, index: int) -> Any:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.dataset[index % self.n]
+
+
+def _build(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Pipeline:
     from dinox.data.views import HuWindow
     from dinox.spec_data import CtPngData, ImageFolderData, SyntheticData
 
@@ -68,6 +110,7 @@ def build_dataset(spec: TrialSpec, channels: int, num_classes: int, samples_need
         seed=data.seed,
         num_classes=num_classes,
         augment=data.augment,
+        repeat=True,
     )
     # A CT shard's views are finished in the worker; an image shard's on the device (DevicePrep tells them apart).
     return Pipeline(shards, images=True)

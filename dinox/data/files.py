@@ -9,6 +9,7 @@ import csv
 import glob
 import itertools
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -192,3 +193,39 @@ def shard_layout(url: str) -> str:
     if "cur.png" in suffixes:
         return "png16"
     return "images" if suffixes & set(IMAGE_KEYS) else ""
+
+
+def count_rows(index_csv: str | Path) -> int:
+    """Data rows of an index.csv (its lines less the header), without parsing them."""
+    with open(index_csv, "rb") as f:
+        return max(0, sum(1 for _ in f) - 1)
+
+
+def count_images(root: str | Path, at_least: int) -> int:
+    """Image files under root/<class>/, counted until `at_least` are seen (an ImageNet need not be listed)."""
+    n = 0
+    for cls in sorted(Path(root).iterdir()):
+        if not cls.is_dir() or cls.name.startswith("."):
+            continue
+        for entry in os.scandir(cls):
+            n += entry.is_file() and not entry.name.startswith(".")
+            if n >= at_least:
+                return n
+    return n
+
+
+def first_sample(urls: list[str]) -> bool:
+    """Whether any local shard of `urls` holds a sample (a member with a key): reads tar headers until one.
+    Remote shards are not opened here: True."""
+    import tarfile
+
+    for url in urls:
+        if "://" in url:
+            return True
+        try:
+            with tarfile.open(url) as tar:
+                if any(m.isfile() for m in tar):
+                    return True
+        except (OSError, tarfile.TarError):
+            continue  # the trial reports an unreadable shard with its name
+    return False

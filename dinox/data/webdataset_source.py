@@ -34,8 +34,10 @@ class Shards(IterableDataset):
         seed: int,
         num_classes: int,
         augment: AugmentSpec | None = None,
+        repeat: bool = False,
     ):
         self.urls = shard_urls(shards)
+        self.repeat = repeat
         self.images = ImageSamples([], plan, decoder, augment)
         self.plan, self.window, self.decoder = plan, window, decoder
         self.shuffle_buffer, self.seed, self.num_classes = shuffle_buffer, seed, num_classes
@@ -83,7 +85,16 @@ class Shards(IterableDataset):
         return self.images.prepare(sample[key], f"{where}.{key}"), int(sample["cls"]) % self.num_classes
 
     def __iter__(self):
-        return iter(self._pipeline())
+        """One pass over this worker's shards; with `repeat`, pass after pass (until a pass yields nothing: a
+        worker without shards), so a small shard set never ends an epoch inside a trial's measurement.
+        webdataset's own repeat() would spin forever on a worker that has no shard."""
+        while True:
+            yielded = False
+            for sample in self._pipeline():
+                yielded = True
+                yield sample
+            if not yielded or not self.repeat:
+                return
 
 
 def _raw16(data: bytes, name: str) -> np.ndarray:
