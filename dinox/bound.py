@@ -7,12 +7,15 @@ Three rules, the first whose measurements exist:
   - the rounds: each timed window is followed by a window without the loader and one without the copies
     either, back to back; a round's cost is 1 - images/s with the stage / images/s without it. The range of
     the rounds' costs (the outermost dropped from four rounds up) is what the windows can tell apart.
-  - the stage alone (the loader alone, the copies alone): a stage cannot feed faster than it runs by itself,
-    so it costs at least 1 - alone / without; and it cannot cost more than all of its time added to every
-    step's, with / alone. A trial that ran faster than its loader alone refutes that measurement (it is then
-    not used, and the record says so).
-  Where the rounds and the stage alone agree, the interval is their overlap; where they do not, the stage
-  alone's bounds (a busy neighbour cannot make the loader alone faster than the step needs, nor 100x slower).
+  - direct evidence. The stage alone (the loader alone, the copies alone): a stage cannot feed faster than
+    it runs by itself, so it costs at least 1 - alone / without; and it cannot cost more than all of its
+    time added to every step's, with / alone. A trial that ran faster than its loader alone refutes that
+    measurement (it is then not used, and the record says so). And what the stage held the timed steps up:
+    the device idle while the host waited on the loader, the copies' spans on the compute stream; without
+    the stage a step is at least that much shorter.
+  Where the rounds and the direct evidence agree, the interval is their overlap; where they do not, the
+  direct evidence's (a busy neighbour cannot make the loader alone faster than the step needs, nor 100x
+  slower, nor the timed steps' own waits vanish).
   A stage whose whole interval is at or above the threshold binds (io_bound, transfer_bound); one whose whole
   interval is below it does not; one that straddles it leaves the label ``inconclusive``. With neither
   binding and both known, on a device with a timeline of its own: host_bound when the device still idles in
@@ -28,6 +31,7 @@ Three rules, the first whose measurements exist:
 
 from __future__ import annotations
 
+import math
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -62,12 +66,15 @@ class Interval:
 @dataclass(frozen=True)
 class Stage:
     """One stage of the input (the loader; the copies), measured: images/s with it and without it, pooled over
-    the rounds; each round's cost; images/s of the stage alone (None: not measured)."""
+    the rounds; each round's cost; images/s of the stage alone (None: not measured); and the share of the
+    timed steps it held the device up (the device idle while the host waited on the loader; the copies' own
+    spans on the compute stream): without the stage the step is at least that much shorter."""
 
     with_rate: float
     without_rate: float
     rounds: tuple[float, ...] = ()
     alone: float | None = None
+    held: float | None = None
 
     @property
     def cost(self) -> float:
@@ -81,20 +88,33 @@ class Stage:
             return None
         return 1.0 - self.alone / self.without_rate, self.with_rate / self.alone
 
+    def bounds(self, tolerance: float) -> tuple[float, float] | None:
+        """What the direct evidence allows, (at least, at most): the stage alone's floor and cap and the share it
+        held the timed steps up. None when there is none; where they disagree, the span between them."""
+        ceiling = self.ceiling(tolerance)
+        lows = [b for b in (ceiling[0] if ceiling else None, self.held) if b is not None]
+        if not lows and ceiling is None:
+            return None
+        low, high = max(lows, default=-math.inf), ceiling[1] if ceiling else math.inf
+        return (low, high) if low <= high else (high, low)
+
     def interval(self, tolerance: float) -> Interval:
         """To a hundredth of a percent: the label reads the figures the line prints, not more digits."""
         costs = sorted(self.rounds) or [self.cost]
         if len(costs) >= 4:
             costs = costs[1:-1]
         low, high = costs[0], costs[-1]
-        ceiling = self.ceiling(tolerance)
-        if ceiling is None:
+        direct = self.bounds(tolerance)
+        if direct is None:
             return Interval(round(low, 4), round(high, 4), "windows")
-        floor, cap = ceiling
+        floor, cap = direct
         if max(low, floor) <= min(high, cap):
-            return Interval(round(max(low, floor), 4), round(min(high, cap), 4), "windows and ceiling")
-        # The windows say what the stage alone rules out: their noise.
-        return Interval(round(floor, 4), round(cap, 4), "ceiling")
+            return Interval(round(max(low, floor), 4), round(min(high, cap), 4), "windows and direct")
+        # The windows say what the direct evidence rules out: their noise. The direct bounds, an open side
+        # closed where the windows point (they lie beyond it).
+        clamp = lambda x: min(cap, max(floor, x))  # noqa: E731
+        low, high = floor if math.isfinite(floor) else clamp(low), cap if math.isfinite(cap) else clamp(high)
+        return Interval(round(low, 4), round(high, 4), "direct")
 
 
 @dataclass(frozen=True)

@@ -132,13 +132,22 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
     if copies_alone is not None:
         metrics["copy_images_per_s"] = copies_alone
     rounds = list(zip(stats.windows, stats.no_loader, stats.compute_only, strict=False))
+    period = statistics.fmean(stats.periods)
+    held = (stats.mean("idle_loading") / period, stats.mean("copy") / period) if stats.steps else (None, None)
     loader = Stage(
         stats.images_per_s,
         no_loader,
         tuple(1.0 - t.images_per_s / h.images_per_s for t, h, _ in rounds),
         stats.loader_images_per_s,
+        held[0],
     )
-    copies = Stage(no_loader, compute, tuple(1.0 - h.images_per_s / c.images_per_s for _, h, c in rounds), copies_alone)
+    copies = Stage(
+        no_loader,
+        compute,
+        tuple(1.0 - h.images_per_s / c.images_per_s for _, h, c in rounds),
+        copies_alone,
+        held[1],
+    )
     for name, stage in (("loader_cost", loader), ("transfer_cost", copies)):
         interval = stage.interval(threshold)
         metrics[name], metrics[f"{name}_low"], metrics[f"{name}_high"] = stage.cost, interval.low, interval.high

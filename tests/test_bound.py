@@ -22,14 +22,18 @@ def test_a_stage_interval_is_the_rounds_within_what_the_stage_alone_allows():
     assert Stage(50.0, 100.0, (0.1, 0.45, 0.55, 0.9)).interval(0.1).high == pytest.approx(0.55)
     # The loader alone at 60 img/s, 100 img/s without it: at least 40 %; at most 50 / 60.
     both = Stage(50.0, 100.0, (0.2, 0.6), alone=60.0).interval(0.1)
-    assert (both.low, both.high, both.source) == (pytest.approx(0.4), pytest.approx(0.6), "windows and ceiling")
+    assert (both.low, both.high, both.source) == (pytest.approx(0.4), pytest.approx(0.6), "windows and direct")
     # A busy machine's rounds (-30 % .. +90 %) against a loader alone 100x the step: capped at 1 %.
     noise = Stage(10.0, 12.0, (-0.3, 0.9), alone=1000.0).interval(0.1)
-    assert noise.source == "windows and ceiling" and noise.high == pytest.approx(0.01)
+    assert noise.source == "windows and direct" and noise.high == pytest.approx(0.01)
     # Rounds that all say what the loader alone rules out (30-90 %): the ceiling alone.
-    assert Stage(10.0, 12.0, (0.3, 0.9), alone=1000.0).interval(0.1).source == "ceiling"
+    assert Stage(10.0, 12.0, (0.3, 0.9), alone=1000.0).interval(0.1).source == "direct"
     # A trial that ran faster than its loader alone refutes that window: the rounds decide alone.
     assert Stage(80.0, 100.0, (0.15, 0.25), alone=50.0).ceiling(0.1) is None
+    # Loading in the main process, serial with the step: two short rounds say 9 % and 50 %, the loader alone
+    # allows 5-50 %, and the timed steps waited 45 % of their time on it: at least that.
+    serial = Stage(45.6, 95.0, (0.09, 0.5), alone=91.0, held=0.45).interval(0.1)
+    assert (serial.low, serial.high) == (pytest.approx(0.45), pytest.approx(0.5))
 
 
 def test_the_ablation_rule_reads_intervals_and_says_when_they_cannot_tell():
@@ -90,7 +94,8 @@ def test_the_printed_costs_never_contradict_the_label():
             with_ = without * (1 - rng.uniform(-0.3, 0.95))
             rounds = tuple(rng.uniform(-0.6, 0.95) for _ in range(rng.randint(1, 5)))
             alone = rng.choice([None, with_ * rng.uniform(0.5, 200)])
-            stages.append(Stage(with_, without, rounds, alone))
+            held = rng.choice([None, rng.uniform(0, 0.9)])
+            stages.append(Stage(with_, without, rounds, alone, held))
         loader, copies = stages
         label, rule = classify(Evidence(1.0, 0.0, 0.0, loader=loader, copies=copies), threshold)
         metrics = {}

@@ -128,19 +128,25 @@ def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status
     assert "| built compute_bound | ok     | 96.0  | 0.960" in text and "41.0%" in text and "2.0%" in text
 
 
-def test_gpu_check_hand_loop_runs_on_the_cpu():
-    gc = _gpu_check()
-    row = {
-        "batch.size": "2",
-        "model.img_size": "32",
-        "precision": "fp32",
-        "model.channels_last": "True",
-        "model.name": "resnet18",
-        "model.compile": "False",
-        "loader.num_workers": "0",
-        "loader.pin_memory": "False",
-    }
-    assert gc.hand_loop(row, steps=2, warmup=1) > 0
+def test_gpu_check_small_passes_on_this_cpu(tmp_path):
+    """What the first session on a GPU runs first, at CPU sizes: CT data made and preprocessed, `dinox run` of
+    three cases (built io_bound, built compute_bound, one beside a hand loop in a child of its own), the
+    table with each case's seconds, exit 0 on a healthy box."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--small"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ")]
+    assert len(table) == 1 + 3 and "gpu_check: OK" in proc.stdout  # the header, then one row per case
+    assert re.search(
+        r"\| CT PNG, 0 workers \(built io_bound\) +\| ok +\| [\d.]+ +\| - +\| io_bound \(loader ", proc.stdout
+    )
+    assert re.search(r"\| tf32 +\| ok +\| [\d.]+ +\| \d\.\d{3} +\| compute_bound .*\| \d+ \+ hand \d+ +\|", proc.stdout)
+    assert re.search(r"^CPU, torch .*: \d+ s \(data and dinox run \d+ s\)$", proc.stdout, re.M)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
