@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from dinox.ahead import CopyAhead
 from dinox.batches import Batches
 from dinox.timeline import HostEvent, Timeline, WindowRecorder
 from dinox.windows import LoopStats, Repeats, Window
@@ -83,6 +84,8 @@ class Loop:
     # Steps that exchange nothing between ranks (DDP's no_sync): the half-batch pair runs inside it, or a
     # batch-independent all-reduce would count as the host's fixed cost.
     local: Callable[[], AbstractContextManager] = contextlib.nullcontext
+    ahead: CopyAhead | None = None  # loader.device_prefetch: copies on a side stream, a micro-batch ahead
+    pending: tuple[Any, Any] | None = field(default=None, init=False)  # the copy issued for the next micro-batch
     settle_s: float = field(default=0.0, init=False)  # untimed: steadying the pipeline before loader windows
     last_host: Any = field(default=None, init=False)
     last_device: Any = field(default=None, init=False)
@@ -95,21 +98,37 @@ class Loop:
 
     def step(self, rec: WindowRecorder | _NoMarkers, source: str = "loader", reused: Any = None) -> None:
         """source: loader (fetch, copy, compute), host (reuse a host batch: copy, compute), device (compute on
-        `reused`, a batch already on the device)."""
-        perf = self.timeline.host_clock  # type: ignore[union-attr]
+        `reused`, a batch already on the device). With `ahead`, the copy of the micro-batch after this one is
+        issued on a side stream before this one computes (the copy span is then the compute stream's wait)."""
         for _ in range(self.accumulation):
-            if source == "loader":
-                t = perf()
-                self.last_host = self.batches.next()
-                rec.fetched(t, perf())
+            if source == "loader" and self.ahead is None:
+                self._fetch(rec)
+            if self.ahead is not None and source != "device":
+                following = self._issue(rec, source)
+                if self.pending is None:  # the first micro-batch: one more ahead of it
+                    self.pending, following = following, self._issue(rec, source)
             rec.before_copy()
-            if source != "device":
+            if self.ahead is not None and source != "device":
+                self.last_device, self.pending = self.ahead.take(self.pending), following
+            elif source != "device":
                 self.last_device = self.to_device(self.last_host)
             rec.before_forward()
             self.micro_step(reused if source == "device" else self.last_device)
             rec.after_backward()
         self.optimizer_step()
         rec.step_end()
+
+    def _fetch(self, rec: WindowRecorder | _NoMarkers) -> None:
+        perf = self.timeline.host_clock  # type: ignore[union-attr]
+        t = perf()
+        self.last_host = self.batches.next()
+        rec.fetched(t, perf())
+
+    def _issue(self, rec: WindowRecorder | _NoMarkers, source: str) -> tuple[Any, Any]:
+        """The next micro-batch on its way: fetched (from the loader) and its copy issued on the side stream."""
+        if source == "loader":
+            self._fetch(rec)
+        return self.ahead.issue(self.last_host)  # type: ignore[union-attr]
 
     def window(self, steps: int, source: str = "loader", reused: Any = None, images: int | None = None) -> Window:
         """`images`: per micro-batch, where it is not the batch size (the half batch)."""
@@ -278,6 +297,7 @@ def run(
     loader_buffered: int = 0,
     timeline: Timeline | None = None,
     halve: Callable[[Any], tuple[Any, int]] | None = None,
+    ahead: CopyAhead | None = None,
 ) -> LoopStats:
     """Warm up, then time windows of `bench_steps` optimizer steps each as `repeats` says (see Loop.run)."""
     loop = Loop(
@@ -291,5 +311,6 @@ def run(
         timeline,
         "host" if timeline is not None and not timeline.device_clock else "events",
         halve,
+        ahead=ahead,
     )
     return loop.run(warmup_steps, bench_steps, repeats, ablation_steps, loader_batches, loader_buffered)

@@ -46,7 +46,7 @@ def _fmt(value: Any) -> str:
 def trial_id(spec: TrialSpec) -> str:
     """A hash of the params that identify a trial (dinox.roles): a sweep resumed after raising its timeout or
     editing its budget or thresholds still recognises the trials already measured."""
-    params = {k: v for k, v in spec.flat_params().items() if ROLES.identifies(k)}
+    params = {k: v for k, v in spec.flat_params().items() if ROLES.identifies(k, v)}
     blob = json.dumps(params, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

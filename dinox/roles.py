@@ -35,10 +35,13 @@ _BOUNDS_MEMORY: frozenset[Role] = frozenset({"shape", "memory"})
 
 @dataclass(frozen=True)
 class Param:
-    """A field's role, and whether decide's tables always show it (else only when it varies)."""
+    """A field's role, whether decide's tables always show it (else only when it varies), and whether it came
+    after trials were recorded: such a knob identifies a trial only away from its default, so the trials
+    measured before it existed keep their ids (a resumed sweep recognises them)."""
 
     role: Role
     shown: bool = False
+    added: bool = False
 
 
 SHAPE, MEMORY, BATCH, CONFIG = Param("shape"), Param("memory"), Param("batch"), Param("config")
@@ -46,7 +49,11 @@ MEASURE, SEARCH, STEER, DECISION = Param("measure"), Param("search"), Param("ste
 
 
 def shown(p: Param) -> Param:
-    return Param(p.role, shown=True)
+    return Param(p.role, shown=True, added=p.added)
+
+
+def added(p: Param) -> Param:
+    return Param(p.role, p.shown, added=True)
 
 
 def _marker(field_info: Any) -> Param | None:
@@ -56,27 +63,31 @@ def _marker(field_info: Any) -> Param | None:
 class RoleTable:
     """Dotted param name -> Param, walked from a model's fields (a union's members merged)."""
 
-    def __init__(self, params: dict[str, Param]):
+    def __init__(self, params: dict[str, Param], defaults: dict[str, str] | None = None):
         self.params = params
+        self.defaults = defaults or {}  # an added knob's default, as flat params write it
 
     @classmethod
     def of(cls, root: type[BaseModel]) -> RoleTable:
         out: dict[str, Param] = {}
-        cls._walk(root, "", out)
-        return cls(out)
+        defaults: dict[str, str] = {}
+        cls._walk(root, "", out, defaults)
+        return cls(out, defaults)
 
     @classmethod
-    def _walk(cls, model: type[BaseModel], prefix: str, out: dict[str, Param]) -> None:
+    def _walk(cls, model: type[BaseModel], prefix: str, out: dict[str, Param], defaults: dict[str, str]) -> None:
         for name, info in model.model_fields.items():
             path = f"{prefix}{name}"
             marker, members = _marker(info), models_in(info.annotation)
             if members and marker is None:
                 for member in members:
-                    cls._walk(member, f"{path}.", out)
+                    cls._walk(member, f"{path}.", out, defaults)
             elif marker is None:
                 raise TypeError(f"{model.__name__}.{name} has no role (dinox.roles): declare one")
             elif out.setdefault(path, marker) != marker:
                 raise TypeError(f"{path}: union members declare different roles")
+            elif marker.added:
+                defaults[path] = str(info.default)
 
     def of_param(self, name: str) -> Param | None:
         """A param's declaration; a key inside a free-form mapping (model.kwargs.depth) takes the mapping's.
@@ -91,9 +102,12 @@ class RoleTable:
         p = self.of_param(name)
         return p.role if p else None
 
-    def identifies(self, name: str) -> bool:
-        """Part of the trial id: a resumed sweep recognises a trial by these, whatever else was edited."""
-        return self.role(name) in _IDENTIFIES
+    def identifies(self, name: str, value: str | None = None) -> bool:
+        """Part of the trial id: a resumed sweep recognises a trial by these, whatever else was edited. An added
+        knob at its default (`value`) is not: the trials recorded before it existed keep their ids."""
+        if self.role(name) not in _IDENTIFIES:
+            return False
+        return not (value is not None and name in self.defaults and self.defaults[name] == value)
 
     def describes(self, name: str) -> bool:
         """Part of the workload a trial runs, so of the configuration decide groups and shows."""

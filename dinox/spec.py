@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dinox.roles import BATCH, CONFIG, DECISION, MEASURE, MEMORY, SEARCH, SHAPE, STEER, RoleTable, shown
+from dinox.roles import BATCH, CONFIG, DECISION, MEASURE, MEMORY, SEARCH, SHAPE, STEER, RoleTable, added, shown
 from dinox.spec_base import MAX_BATCH, MAX_IMAGES, MAX_PIXELS, MAX_STEPS, Section, tag_or
 from dinox.spec_data import DataSource, SyntheticData
 from dinox.spec_fields import models_in
@@ -167,6 +167,12 @@ class LoaderSpec(Section):
         None, le=1024, description="batches per worker; null: 2 (torch)"
     )
     persistent_workers: Annotated[bool, shown(CONFIG)] = False
+    device_prefetch: Annotated[bool, added(CONFIG)] = Field(
+        False,
+        description="copy (and finish on the device) the next micro-batch on a side CUDA stream while the current "
+        "one computes, as timm's PrefetchLoader (train.py's default); false: in series on the compute stream, as a "
+        "loop that calls .to(device, non_blocking=True) itself",
+    )
 
 
 class HardwareSpec(Section):

@@ -4,7 +4,8 @@ Each image is 500x375 by default (ImageNet's commonest size) with ImageNet's typ
 that costs a decoder what a photograph costs: smooth shapes and texture, about 60-120 KB a file, not flat
 colour (a few KB, decoded much faster) nor pure noise (larger than any photograph).
 
-    python scripts/make_demo_images.py data/demo_images            # 4 classes x 50 images
+    python scripts/make_demo_images.py data/demo_images            # 4 classes x 100 images: more than the
+                                                                   # largest batch of resnet50_imagenet.yaml
     python scripts/make_demo_images.py data/demo_images --classes 10 --per-class 100
 """
 
@@ -44,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root")
     parser.add_argument("--classes", type=int, default=4)
-    parser.add_argument("--per-class", type=int, default=50)
+    parser.add_argument("--per-class", type=int, default=100)
     parser.add_argument("--width", type=int, default=500)
     parser.add_argument("--height", type=int, default=375)
     args = parser.parse_args()

@@ -87,8 +87,13 @@ def test_every_shipped_spec_passes_dinox_validate_where_its_data_exists(tmp_path
     # validate's preflight gets to check everything else, the timm model names included.
     index = tmp_path / "data" / "processed" / "_index" / "index.csv"
     index.parent.mkdir(parents=True)
-    index.write_text("png_path,series_dir,slice_index\na/00000.png,a,0\n")
-    (tmp_path / "data" / "demo_images" / "n0").mkdir(parents=True)  # the ImageNet spec's image folder
+    # Enough slices and images for the largest batch a shipped spec asks for (a set smaller than one batch
+    # would yield none: validate refuses it, naming the sizes).
+    index.write_text("png_path,series_dir,slice_index\n" + "".join(f"a/{z:05d}.png,a,{z}\n" for z in range(256)))
+    images = tmp_path / "data" / "demo_images" / "n0"  # the ImageNet spec's image folder
+    images.mkdir(parents=True)
+    for i in range(400):
+        (images / f"{i}.jpg").touch()
     proc = run_dinox(["validate", *map(str, SPECS)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [f"OK {p}" for p in SPECS]

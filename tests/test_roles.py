@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated
 
 import pytest
@@ -100,3 +102,22 @@ def test_one_rule_reads_the_roles_everywhere(write_spec):
     assert footprint.estimate_key(sgd) == footprint.estimate_key(base.with_batch(64))
     assert footprint.estimate_key(base) != footprint.estimate_key(trials[-1].spec)  # classification vs DINO
     assert "batch.size" in ROLES.shown_keys() and "optimizer.lr" not in ROLES.shown_keys()
+
+
+def test_a_knob_added_later_identifies_a_trial_only_away_from_its_default():
+    """loader.device_prefetch came after trials were recorded: at its default a trial keeps the id it had
+    before the knob existed (a resumed sweep recognises it); set, it is another trial."""
+    from dinox.grid import trial_id
+    from dinox.spec import ROLES, TrialSpec
+
+    base = {"name": "x", "model": {"name": "resnet18"}}
+    plain = TrialSpec.model_validate(base)
+    ahead = TrialSpec.model_validate({**base, "loader": {"device_prefetch": True}})
+    assert plain.flat_params()["loader.device_prefetch"] == "False"  # still a param MLflow shows
+    assert not ROLES.identifies("loader.device_prefetch", "False") and ROLES.identifies(
+        "loader.device_prefetch", "True"
+    )
+    assert trial_id(plain) != trial_id(ahead)
+    params = {k: v for k, v in plain.flat_params().items() if ROLES.identifies(k) and k != "loader.device_prefetch"}
+    before = hashlib.sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert trial_id(plain) == before  # the id computed as it was before the knob

@@ -255,3 +255,89 @@ def test_on_cuda_the_window_synchronises_only_at_its_edges(monkeypatch):
 
 def statistics_idle(stats) -> float:
     return sum(s.idle for s in stats.steps) / sum(s.period for s in stats.steps)
+
+
+class TwoStreams(FakeDevice):
+    """The fake device with a side stream: work launched inside `side()` queues there; an event records the
+    stream it is made on; the compute stream can wait for one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.side_free = 0.0
+        self.on_side = False
+
+    def launch(self, host_cost: float, device_seconds: float) -> None:
+        if not self.on_side:
+            return super().launch(host_cost, device_seconds)
+        self.host += host_cost
+        self.side_free = max(self.side_free, self.host) + device_seconds
+
+    def synchronize(self) -> None:
+        self.free = max(self.free, self.side_free)
+        super().synchronize()
+
+    def streams(self):
+        import contextlib
+
+        from dinox.ahead import Streams
+
+        device = self
+
+        @contextlib.contextmanager
+        def side():
+            device.on_side = True
+            try:
+                yield
+            finally:
+                device.on_side = False
+
+        def mark():
+            return max(device.host, device.side_free)  # when the side stream reaches it
+
+        def wait(event, batch):
+            device.free = max(device.free, event)  # the compute stream waits for the copy
+
+        return Streams(side, mark, wait)
+
+
+def test_copies_ahead_on_a_side_stream_hide_behind_the_compute():
+    """20 ms to copy a micro-batch, 30 ms to compute it. In series on the compute stream a step is 2 x 50 ms;
+    copied a micro-batch ahead on a side stream (loader.device_prefetch, timm's PrefetchLoader), the copies
+    run while the previous micro-batch computes: 2 x 30 ms, and the copy span (h2d_s) all but vanishes."""
+    from dinox.ahead import CopyAhead
+
+    def measured(ahead: bool):
+        dev = TwoStreams()
+
+        class Loader:
+            def __iter__(self):
+                while True:
+                    dev.host_work(0.001)
+                    yield torch.zeros(8)
+
+        def to_device(x):
+            dev.launch(0.0001, 0.020)
+            return x
+
+        timeline = Timeline(dev.event, dev.synchronize, dev.clock, device_clock=True)
+        stats = bench.run(
+            Loader(),
+            to_device=to_device,
+            micro_step=lambda x: dev.launch(0.001, 0.030),
+            optimizer_step=lambda: dev.launch(0.0005, 0.002),
+            device=torch.device("cpu"),
+            accumulation=2,
+            batch_size=8,
+            warmup_steps=2,
+            bench_steps=10,
+            timeline=timeline,
+            ahead=CopyAhead(to_device, dev.streams()) if ahead else None,
+        )
+        return summarize(stats, MeasureSpec(ablation=False), compiled=False).metrics
+
+    serial, overlapped = measured(False), measured(True)
+    assert serial["step_s_p50"] == pytest.approx(2 * 0.050 + 0.002, rel=0.02)
+    assert serial["h2d_s"] == pytest.approx(2 * 0.020, rel=0.02)
+    assert overlapped["step_s_p50"] == pytest.approx(2 * 0.030 + 0.002, rel=0.05)
+    assert overlapped["h2d_s"] < 0.1 * serial["h2d_s"]
+    assert overlapped["images_per_s"] > 1.5 * serial["images_per_s"]
