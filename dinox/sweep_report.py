@@ -77,6 +77,9 @@ class SweepReport:
     def summary(self, uri: str) -> list[tuple[str, bool]]:
         """What `dinox run` says at the end, as (line, to stderr)."""
         counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.status for r in self.results).items()))
+        shaky = sum(r.status == "ok" and r.tags.get("dinox.unstable") == "true" for r in self.results)
+        if shaky:
+            counts += f" ({shaky} of them unsettled: their timed windows disagreed)"
         resumed = f"; {len(self.resumed)} already recorded" if self.resumed else ""
         if self.resumed_unsettled:
             resumed += f" ({self.resumed_unsettled} unsettled, kept: --remeasure-unsettled measures them again)"

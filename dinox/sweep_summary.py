@@ -83,7 +83,8 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
         p90 = f"{float(r['step_s_p90']):.3f}" if ok and "step_s_p90" in r else "-"
         peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if "peak_mem_reserved_gb" in r else "-"
         status = r["status"] if ok else f"{r['status']}: {str(r.get('error') or '')[:80]}"
-        lines.append(f"| {i} | {r['label']} | {status} | {ips} | {p90} | {r.get('bound') or '-'} | {peak} |")
+        bound = str(r.get("bound") or "-") + (f" ({r['bound_evidence']})" if ok and r.get("bound_evidence") else "")
+        lines.append(f"| {i} | {r['label']} | {status} | {ips} | {p90} | {bound} | {peak} |")
     return "\n".join(lines)
 
 

@@ -302,6 +302,7 @@ def test_an_unsettled_trial_is_said_so_kept_on_resume_and_measured_again_on_requ
     first = run_dinox(["run", "spec.yaml"], cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "img/s (windows) (unsettled: windows " in first.stdout, first.stdout
+    assert ": 1 ok (1 of them unsettled: their timed windows disagreed)." in first.stdout
     again = run_dinox(["run", "spec.yaml"], cwd=tmp_path)
     assert "ok (unsettled: its timed windows disagreed) in run" in again.stdout, again.stdout
     assert "1 of the ok ones unsettled); --force measures them again, --remeasure-unsettled the unsettled" in (

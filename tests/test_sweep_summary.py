@@ -17,9 +17,9 @@ OOM = {"label": "size=1024", "status": "oom", "error": "CUDA out of memory. Trie
 def test_the_parent_ranks_by_throughput_with_failures_last():
     note = sweep_note("q", [OK, OOM, FAST], resumed=2)
     assert note.splitlines()[0] == "**q**: 3 trials measured (2 ok, 1 oom), 2 already recorded."
-    shaky = sweep_note("q", [OK, dict(FAST, unstable="true", window_spread=0.93)])
+    shaky = sweep_note("q", [OK, dict(FAST, unstable="true", window_spread=0.93, bound_evidence="loader ≤1%")])
     assert shaky.splitlines()[0].startswith("**q**: 2 trials measured (2 ok). 1 ok trial is unsettled: their timed")
-    assert "| 200.0 (unsettled: windows 93% apart) |" in shaky
+    assert "| 200.0 (unsettled: windows 93% apart) | 0.070 | compute_bound (loader ≤1%) |" in shaky
     table = [ln for ln in note.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
     assert [ln.split(" | ")[1] for ln in table] == ["size=16", "size=8", "size=1024"]
     assert "oom: CUDA out of memory" in table[2]
