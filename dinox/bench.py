@@ -98,25 +98,35 @@ class Loop:
 
     def step(self, rec: WindowRecorder | _NoMarkers, source: str = "loader", reused: Any = None) -> None:
         """source: loader (fetch, copy, compute), host (reuse a host batch: copy, compute), device (compute on
-        `reused`, a batch already on the device). With `ahead`, the copy of the micro-batch after this one is
-        issued on a side stream before this one computes (the copy span is then the compute stream's wait)."""
+        `reused`, a batch already on the device)."""
         for _ in range(self.accumulation):
-            if source == "loader" and self.ahead is None:
-                self._fetch(rec)
-            if self.ahead is not None and source != "device":
-                following = self._issue(rec, source)
-                if self.pending is None:  # the first micro-batch: one more ahead of it
-                    self.pending, following = following, self._issue(rec, source)
-            rec.before_copy()
-            if self.ahead is not None and source != "device":
-                self.last_device, self.pending = self.ahead.take(self.pending), following
-            elif source != "device":
-                self.last_device = self.to_device(self.last_host)
-            rec.before_forward()
-            self.micro_step(reused if source == "device" else self.last_device)
+            if source == "device":
+                rec.before_copy()
+                rec.before_forward()
+                self.micro_step(reused)
+            else:
+                self._copied_micro_step(rec, source)
             rec.after_backward()
         self.optimizer_step()
         rec.step_end()
+
+    def _copied_micro_step(self, rec: WindowRecorder | _NoMarkers, source: str) -> None:
+        """A micro-batch fetched (from the loader) and copied just before it computes; with `ahead`, taken from
+        the side stream while the one after it is fetched and its copy issued (the copy span is then the
+        compute stream's wait for it)."""
+        if self.ahead is None:
+            if source == "loader":
+                self._fetch(rec)
+            rec.before_copy()
+            self.last_device = self.to_device(self.last_host)
+        else:
+            following = self._issue(rec, source)
+            if self.pending is None:  # the first micro-batch: one more ahead of it
+                self.pending, following = following, self._issue(rec, source)
+            rec.before_copy()
+            self.last_device, self.pending = self.ahead.take(self.pending), following
+        rec.before_forward()
+        self.micro_step(self.last_device)
 
     def _fetch(self, rec: WindowRecorder | _NoMarkers) -> None:
         perf = self.timeline.host_clock  # type: ignore[union-attr]
@@ -175,22 +185,22 @@ class Loop:
         epoch_start_s = self.batches.epoch_start()
         ablation_s = sum(w.wall_s for w in compute_only + no_loader) + (perf() - t)
         return LoopStats(
-            windows,
-            first_step_s,
-            warmup_s,
-            self.clock,
-            loader_start_s,
-            first_fetch_s,
-            compute_only,
-            no_loader,
-            copies,
-            loader_ips,
-            ablation_s if (ablation_steps or loader_batches) else 0.0,
-            full,
-            half,
-            boundaries,
-            self.settle_s,
-            epoch_start_s,
+            windows=windows,
+            first_step_s=first_step_s,
+            warmup_s=warmup_s,
+            clock=self.clock,
+            loader_start_s=loader_start_s,
+            first_fetch_s=first_fetch_s,
+            compute_only=compute_only,
+            no_loader=no_loader,
+            copies_alone=copies,
+            loader_images_per_s=loader_ips,
+            ablation_s=ablation_s if (ablation_steps or loader_batches) else 0.0,
+            compute_full=full,
+            compute_half=half,
+            epoch_boundaries=boundaries,
+            settle_s=self.settle_s,
+            epoch_start_s=epoch_start_s,
         )
 
     def _rounds(

@@ -91,6 +91,20 @@ def test_utilization_stretches_the_days():
     assert d.verdict == "NO-GO"
 
 
+def test_each_epoch_of_the_schedule_pays_the_loader_s_epoch_boundary():
+    """epoch_start_s, measured apart from the timed windows: 100 epochs x 3 s on top of the steps' days; a
+    schedule given in images has no epochs to charge."""
+    by_epochs = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
+    steps_only = by_epochs.days_for(23.5)
+    assert by_epochs.days_for(23.5, epoch_start_s=3.0) == pytest.approx(steps_only + study.EPOCHS * 3.0 / 86400)
+    assert budget.Budget(days=15, target_images=10**6).days_for(23.5, 3.0) == pytest.approx(10**6 / 23.5 / 86400)
+    rows = study.study()
+    for row in rows:
+        row["metrics"]["epoch_start_s"] = 600.0  # a 10-minute boundary: 100 epochs add 0.69 days
+    large = by_name(decide.decide(study.records(rows), by_epochs), "vit_large_patch14_dinov2")
+    assert large.best.days == pytest.approx(12.02 + 100 * 600 / 86400, abs=0.01)
+
+
 def test_target_images_budget():
     b = budget.Budget(days=15, target_images=10_000_000)
     d = decide.decide(study.records(study.study()), b)

@@ -68,3 +68,35 @@ def test_loss_matches_dino_formula():
         logp = torch.log_softmax(s / dino.spec.student_temp, -1).chunk(4)
         expected = sum((-q[i] * logp[j]).sum(-1).mean() for i in range(2) for j in range(4) if i != j) / 6
     assert dino.loss((v, None)).item() == pytest.approx(float(expected), rel=1e-4)
+
+
+def _rank(rank: int, world: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    dino = tiny_dino(center_momentum=0.5)  # the same weights on both ranks (seeded), other images on each
+    torch.manual_seed(100 + rank)
+    v = views()
+    with torch.no_grad():
+        mine = dino.teacher(v[:2]).float().mean(0, keepdim=True)
+    dino.distribute(lambda m: DistributedDataParallel(m))
+    compiled = []
+    dino.compile(lambda m: compiled.append(type(m).__name__) or m)
+    dino.loss((v, None))
+    torch.save({"center": dino.center, "mine": mine, "compiled": compiled}, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_under_ddp_the_centre_is_the_mean_over_every_rank_and_the_wrapper_is_compiled(tmp_path):
+    """DINO's update_center all-reduces the teacher's batch mean: each rank's centre is the same, the mean of
+    both ranks' outputs. compile(DDP(student)), so dynamo splits the graph at DDP's buckets (pytorch#89096)."""
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "rank")
+    mp.start_processes(_rank, args=(2, str(tmp_path / "store"), out), nprocs=2, start_method="fork")
+    r0, r1 = (torch.load(f"{out}.{r}") for r in range(2))
+    expected = 0.5 * (r0["mine"] + r1["mine"]) / 2
+    torch.testing.assert_close(r0["center"], expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(r1["center"], expected, rtol=1e-4, atol=1e-5)
+    assert r0["compiled"] == ["DistributedDataParallel", "VisionTransformer"]  # the student whole, the teacher

@@ -341,3 +341,44 @@ def test_copies_ahead_on_a_side_stream_hide_behind_the_compute():
     assert overlapped["step_s_p50"] == pytest.approx(2 * 0.030 + 0.002, rel=0.05)
     assert overlapped["h2d_s"] < 0.1 * serial["h2d_s"]
     assert overlapped["images_per_s"] > 1.5 * serial["images_per_s"]
+
+
+def test_the_half_batch_pair_runs_inside_the_ranks_local_context_and_nothing_else_does():
+    """Under DDP the pair runs in no_sync: an all-reduce at the end of every backward is batch-independent and
+    would read as the host's fixed share. The timed and ablation windows keep their all-reduce."""
+    import contextlib
+
+    dev, inside, steps = FakeDevice(), [False], []
+
+    @contextlib.contextmanager
+    def local():
+        inside[0] = True
+        yield
+        inside[0] = False
+
+    class Loader:
+        def __iter__(self):
+            while True:
+                yield torch.zeros(8)
+
+    def micro_step(x):
+        steps.append((inside[0], x.shape[0]))
+        dev.launch(0.001, 0.005 * x.shape[0])
+
+    loop = bench.Loop(
+        Loader(),
+        lambda x: x,
+        micro_step,
+        lambda: dev.launch(0.0005, 0.002),
+        torch.device("cpu"),
+        1,
+        8,
+        Timeline(dev.event, dev.synchronize, dev.clock, device_clock=True),
+        halve=lambda x: (x[:4], 4),
+        local=local,
+    )
+    stats = loop.run(1, 3, ablation_steps=2)
+    local_steps = [n for is_local, n in steps if is_local]
+    assert local_steps == [4] + [8] * 2 + [4] * 2  # the untimed half step, then the full and the half windows
+    assert all(not is_local for is_local, _n in steps[: -len(local_steps)])
+    assert stats.compute_full is not None and stats.compute_half is not None
