@@ -201,6 +201,7 @@ class Loop:
             epoch_boundaries=boundaries,
             settle_s=self.settle_s,
             epoch_start_s=epoch_start_s,
+            loader_ready=self.batches.ready,
         )
 
     def _rounds(

@@ -8,8 +8,10 @@ Three rules, the first whose measurements exist:
     either, back to back; a round's cost is 1 - images/s with the stage / images/s without it. The range of
     the rounds' costs (the outermost dropped from four rounds up) is what the windows can tell apart.
   - direct evidence. The stage alone (the loader alone, the copies alone): a stage cannot feed faster than
-    it runs by itself, so it costs at least 1 - alone / without; and it cannot cost more than all of its
-    time added to every step's, with / alone. A trial that ran faster than its loader alone refutes that
+    it runs by itself, so it costs at least 1 - alone / without; and a stage in series with the step (the
+    copies; a loader with 0 workers) cannot cost more than all of its time added to every step's, with /
+    alone (loader workers can: they crowd the step's cores). A trial that ran faster than its loader alone
+    refutes that
     measurement (it is then not used, and the record says so). And what the stage held the timed steps up:
     the device idle while the host waited on the loader, the copies' spans on the compute stream; without
     the stage a step is at least that much shorter.
@@ -75,6 +77,11 @@ class Stage:
     rounds: tuple[float, ...] = ()
     alone: float | None = None
     held: float | None = None
+    # The stage's work runs in series with the step's (a loader with 0 workers; the copies): then its cost is
+    # at most its own time. Loader workers are other processes: beside the step they cost more than their own
+    # CPU time where they crowd its cores (2 workers beside 2 torch threads on 2 cores: 14 % here, for a
+    # loader alone 40x the step's rate), so there the stage alone caps nothing.
+    serial: bool = True
 
     @property
     def cost(self) -> float:
@@ -83,10 +90,11 @@ class Stage:
 
     def ceiling(self, tolerance: float) -> tuple[float, float] | None:
         """(at least, at most) what the stage alone allows, or None where it was not measured or the trial ran
-        faster than it by more than `tolerance` (the stage-alone window was slowed: it is no evidence)."""
+        faster than it by more than `tolerance` (the stage-alone window was slowed: it is no evidence). The
+        most is unbounded for a stage that does not run in series with the step."""
         if not self.alone or self.with_rate * (1.0 - tolerance) > self.alone:
             return None
-        return 1.0 - self.alone / self.without_rate, self.with_rate / self.alone
+        return 1.0 - self.alone / self.without_rate, self.with_rate / self.alone if self.serial else math.inf
 
     def bounds(self, tolerance: float) -> tuple[float, float] | None:
         """What the direct evidence allows, (at least, at most): the stage alone's floor and cap and the share it

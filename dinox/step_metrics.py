@@ -140,6 +140,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         tuple(1.0 - t.images_per_s / h.images_per_s for t, h, _ in rounds),
         stats.loader_images_per_s,
         held[0],
+        serial=stats.loader_ready == 0,
     )
     copies = Stage(
         no_loader,

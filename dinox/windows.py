@@ -88,6 +88,7 @@ class LoopStats:
     epoch_boundaries: int = 0  # loader epochs that ended inside the timed windows
     settle_s: float = 0.0  # untimed: draining the batches ready and a step before each timed window
     epoch_start_s: float = 0.0  # an epoch boundary: the loader's iterator ended and a new one's first batch
+    loader_ready: int = 0  # batches the loader's workers can hold ready (0: it loads in the step's process)
 
     @property
     def window_s(self) -> float:
