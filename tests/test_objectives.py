@@ -74,6 +74,9 @@ def _rank(rank: int, world: int, store: str, out: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
+    # Forked from a process whose libgomp pool is running: one thread, or the first parallel op waits for
+    # threads the fork did not copy (the ranks hung in a full test run).
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     dino = tiny_dino(center_momentum=0.5)  # the same weights on both ranks (seeded), other images on each
     torch.manual_seed(100 + rank)
