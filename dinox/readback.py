@@ -13,7 +13,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dinox.records import TrialRecord
-from dinox.store import TrackingError, check_reachable, now_ms, search_all, sqlite_path, store_error
+from dinox.store import TrackingError, check_reachable, now_ms, search_all, sqlite_path, store_error, store_problem
 from dinox.sweep_summary import NOTE_TAG
 
 
@@ -35,6 +35,8 @@ def fetch_trials(
     parents (shards, hosts, resumed runs) they came from: a trial measured more than once (the same
     dinox.trial_id) counts once, by its latest run. Also the sources read and the experiment id a decision
     run should go to. Raises TrackingError for what does not exist."""
+    if why := store_problem(tracking_uri):
+        raise TrackingError(f"tracking store {tracking_uri}: {why}")
     check_reachable(tracking_uri)
     path = sqlite_path(tracking_uri)
     if path is not None and not path.exists():  # reading never creates a store
@@ -42,11 +44,11 @@ def fetch_trials(
             f"no tracking store at {path}: `dinox run SPEC` records the trials there first "
             "(or pass --tracking-uri / set MLFLOW_TRACKING_URI to where they are)"
         )
-    client = MlflowClient(tracking_uri=tracking_uri)
     found: dict[str, tuple[int, TrialRecord]] = {}
     sources: list[str] = []
     home = ""
     try:
+        client = MlflowClient(tracking_uri=tracking_uri)
         for name in experiments:
             exp = client.get_experiment_by_name(name)
             if exp is None or exp.lifecycle_stage == "deleted":
@@ -68,17 +70,37 @@ def fetch_trials(
             children = search_all(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
             for run in children:
                 _keep(run, found)
-    except MlflowException as e:
+    except (MlflowException, OSError, ValueError, ImportError) as e:
         raise TrackingError(store_error(tracking_uri, e)) from None
-    latest: dict[str, tuple[int, TrialRecord]] = {}
-    for start, record in found.values():
-        key = record.tags.get("dinox.trial_id") or record.run_id
-        if key not in latest or start > latest[key][0]:
-            latest[key] = (start, record)
+    latest = latest_per_device(list(found.values()))
     superseded = len(found) - len(latest)
     if superseded:
         sources.append(f"{superseded} earlier measurement(s) of the same trials superseded by their latest run")
-    return [record for _start, record in latest.values()], sources, home
+    return latest, sources, home
+
+
+def latest_per_device(found: list[tuple[int, TrialRecord]]) -> list[TrialRecord]:
+    """A trial measured more than once counts once per device it was measured on (dinox.device_name and its
+    count, hardware.gpus), by its latest run there: the same spec on an H100 and on an A100 (two experiments,
+    a second host's shard) are two trials. A record that never reached a device (skipped, crashed at start)
+    is superseded by any later run of its trial."""
+
+    def device(r: TrialRecord) -> tuple[str, str]:
+        return r.tags.get("dinox.device_name", ""), r.params.get("hardware.gpus", "1")
+
+    latest: dict[tuple[str, tuple[str, str]], tuple[int, TrialRecord]] = {}
+    for start, record in found:
+        key = (record.tags.get("dinox.trial_id") or record.run_id, device(record))
+        if key not in latest or start > latest[key][0]:
+            latest[key] = (start, record)
+    newest = {}
+    for (trial, _device), (start, _record) in latest.items():
+        newest[trial] = max(newest.get(trial, start), start)
+    return [
+        record
+        for (trial, dev), (start, record) in latest.items()
+        if dev[0] or start >= newest[trial]  # deviceless: kept only as its trial's latest run
+    ]
 
 
 def _keep(run, found: dict[str, tuple[int, TrialRecord]]) -> None:

@@ -13,6 +13,7 @@ import socket
 import sqlite3
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,6 +77,39 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
 
 
+def store_problem(uri: str) -> str:
+    """Why `uri` cannot hold a sweep, found before anything opens it ("" when nothing is known to be wrong): a
+    store that keeps nothing (in-memory SQLite), a file that is not one, a URL that is not one, a database
+    whose driver is not installed."""
+    scheme, _, _rest = uri.partition(":")
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        path = sqlite_path(uri)
+        if path is None or str(path) in ("", ".", ":memory:"):
+            return "an in-memory SQLite store keeps nothing once dinox exits; name a file, e.g. sqlite:///mlflow.db"
+        if path.exists() and not path.is_file():
+            return f"{path} is not a regular file"
+        return ""
+    if scheme in ("http", "https"):
+        try:
+            parts = urllib.parse.urlsplit(uri)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as e:
+            return f"not a URL ({e})"
+        return "" if parts.hostname else "not a URL (no host)"
+    if scheme.split("+")[0] in ("postgresql", "postgres", "mysql", "mssql"):
+        try:
+            from sqlalchemy.engine import make_url
+
+            make_url(uri).get_dialect().import_dbapi()
+        except ImportError as e:
+            name = getattr(e, "name", None) or str(e)
+            return f"its database driver is not installed ({name}; for PostgreSQL: pip install psycopg2-binary)"
+        except Exception as e:  # noqa: BLE001 - SQLAlchemy's own errors for a URL it cannot read
+            return f"not a database URL ({one_line(str(e), 200)})"
+    return ""
+
+
 def prepare_store(uri: str) -> None:
     """Create and migrate an embedded (SQLite) store once, under a lock on its folder: two first `dinox run`s
     on a new mlflow.db otherwise race in MLflow's schema migration and can leave it half-migrated. A new one
@@ -124,9 +158,12 @@ def _copy_empty_store(path: Path) -> bool:
     try:
         shutil.copyfile(template, tmp)
         os.replace(tmp, path)
-    except OSError:  # a full disk: MLflow's own migration then reports it as it always did
-        tmp.unlink(missing_ok=True)
-        return False
+    except OSError as e:
+        # Where the copy cannot be written, neither can MLflow's own database (it would retry for minutes on
+        # /proc, or fill the disk half-way): one line now.
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise TrackingError(f"cannot create the store {path}: {e.strerror or e}") from None
     return True
 
 

@@ -33,6 +33,7 @@ from dinox.store import (
     prepare_store,
     search_all,
     store_error,
+    store_problem,
 )
 from dinox.sweep_summary import NOTE_TAG
 
@@ -56,7 +57,9 @@ class SweepRecorder:
     def __init__(self, tracking_uri: str):
         configure_client()
         self.uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        # Made in connect(), after the store is prepared: MLflow 3's client creates and migrates an embedded
+        # store as it is made, which must happen under prepare_store's lock (two first sweeps raced there).
+        self.client: MlflowClient = None  # type: ignore[assignment]
         self.experiment_id = ""
         self.parent_run_id = ""
         self.notes: list[str] = []
@@ -68,10 +71,9 @@ class SweepRecorder:
         """Open the store (an embedded one is created and migrated here) and find the sweep's experiment. Under
         `mlflow run`, the run it started is the sweep's parent: one invocation, one top-level run; children
         must live in its experiment for the UI to nest them."""
-        check_reachable(self.uri)
         adopt = os.environ.get("MLFLOW_RUN_ID")
+        self._open()
         try:
-            prepare_store(self.uri)
             self._identity = StoreFile.of(self.uri)
             if adopt:
                 run = self.client.get_run(adopt)
@@ -84,7 +86,19 @@ class SweepRecorder:
                     )
             else:
                 self.experiment_id = self._experiment(name)
-        except (MlflowException, OSError) as e:
+        except (MlflowException, OSError, ValueError, ImportError) as e:
+            raise TrackingError(store_error(self.uri, e)) from None
+
+    def _open(self) -> None:
+        """The client, once the store is known to be able to hold a sweep and an embedded one is created and
+        migrated under its folder's lock. Raises TrackingError (one line) for any store that cannot."""
+        if why := store_problem(self.uri):
+            raise TrackingError(f"tracking store {self.uri}: {why}")
+        check_reachable(self.uri)
+        try:
+            prepare_store(self.uri)
+            self.client = MlflowClient(tracking_uri=self.uri)
+        except (MlflowException, OSError, ValueError, ImportError) as e:
             raise TrackingError(store_error(self.uri, e)) from None
 
     def open_sweep(self, name: str, spec_path: str, n_trials: int, shard: str = "") -> str:
@@ -191,6 +205,7 @@ class SweepRecorder:
 
     def attach(self, experiment_id: str, parent_run_id: str) -> None:
         """Continue a sweep opened earlier (dinox sync)."""
+        self._open()
         self.experiment_id, self.parent_run_id = experiment_id, parent_run_id
 
     def open_trial(self, trial: Trial, result_id: str, role: str = "trial") -> str:

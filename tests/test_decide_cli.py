@@ -317,3 +317,54 @@ def test_reading_never_creates_a_store_and_a_dead_server_is_named(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip() == (
         f"error: cannot reach the tracking server at {url} (connection refused)"
     ), proc.stderr
+
+
+def test_the_same_spec_measured_on_two_devices_keeps_both(sqlite_store):
+    """One spec run on the APU into one experiment and on an H100 into another: each configuration carries the
+    same dinox.trial_id on both, and decide once kept only the latest device (its cheapest and what-if gone)."""
+    work, uri, _ = sqlite_store
+    client = MlflowClient(uri)
+    rows = study.two_devices()
+    apu = [r for r in rows if r["tags"]["dinox.device_name"] == study.APU]
+    h100 = [r for r in rows if r["tags"]["dinox.device_name"] == study.H100 and "hardware.gpus" not in r["params"]]
+    for a, h in zip(apu, h100, strict=True):  # the same configuration, so the same trial id
+        a["tags"]["dinox.trial_id"] = h["tags"]["dinox.trial_id"] = f"id-{a['run_id']}"
+    study.log(client, "same_spec_apu", apu)
+    study.log(client, "same_spec_h100", h100)
+    proc = decide(
+        work,
+        uri,
+        "--experiment",
+        "same_spec_apu",
+        "--experiment",
+        "same_spec_h100",
+        *BUDGET,
+        "--no-log",
+        "--out",
+        "same",
+        "--price",
+        "1.0",
+    )
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads((work / "same" / "decision.json").read_text())
+    assert {d["device"] for d in payload["devices"]} == {study.APU, study.H100}
+    assert payload["cheapest"]["device"] in (study.APU, study.H100) and payload["what_if"]
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("sqlite:////dev/null", "/dev/null is not a regular file"),
+        ("http://[::1", "not a URL (Invalid IPv6 URL)"),
+        ("postgresql+pg8000://u@localhost/db", "its database driver is not installed (pg8000;"),
+        ("sqlite:///:memory:", "an in-memory SQLite store keeps nothing"),
+    ],
+)
+def test_decide_on_a_store_it_cannot_read_is_one_line_and_exit_2_not_no_go(tmp_path, uri, expected):
+    """Each was a traceback with exit 1, which reads as NO-GO (and the MLproject's decide entry records it)."""
+    from click.testing import CliRunner
+
+    from dinox.cli import main
+
+    result = CliRunner().invoke(main, ["decide", "--tracking-uri", uri, "--experiment", "x", *BUDGET, "--no-log"])
+    assert result.exit_code == 2 and expected in result.stderr and "Traceback" not in result.output, result.output
