@@ -4,6 +4,8 @@ indexed, the sweep section checked; problems rendered as ``file:line: field.path
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,19 +74,37 @@ MAX_YAML_NODES = 100_000
 MAX_YAML_DEPTH = 32
 
 
+def read_limited(path: str | Path, what: str = "spec", limit: int = MAX_SPEC_BYTES) -> str:
+    """A regular file's text, at most `limit` bytes of it read. Raises SpecError. Opened without blocking and
+    checked on the open descriptor: a FIFO would block the read forever, /dev/zero would fill the memory."""
+    name = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise SpecError(name, [Problem("", f"cannot read {what}: {e.strerror or e}")]) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise SpecError(name, [Problem("", f"{what} is {kind}, not a regular file")])
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw_bytes = f.read(limit + 1)
+    except OSError as e:
+        raise SpecError(name, [Problem("", f"cannot read {what}: {e.strerror or e}")]) from None
+    finally:
+        os.close(fd)
+    if len(raw_bytes) > limit:
+        raise SpecError(name, [Problem("", f"{what} is more than {limit} bytes; the limit is {limit}")])
+    try:
+        return raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(name, [Problem("", f"{what} is not UTF-8 text ({e.reason} at byte {e.start})")]) from None
+
+
 def load(path: str | Path) -> SpecDocument:
     """Read and safely parse a spec file; validate the sweep section's shape. Raises SpecError."""
     name = str(path)
-    try:
-        raw_bytes = Path(path).read_bytes()
-    except OSError as e:
-        raise SpecError(name, [Problem("", f"cannot read spec: {e.strerror or e}")]) from None
-    if len(raw_bytes) > MAX_SPEC_BYTES:
-        raise SpecError(name, [Problem("", f"spec is {len(raw_bytes)} bytes; the limit is {MAX_SPEC_BYTES}")])
-    try:
-        text = raw_bytes.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(name, [Problem("", f"spec is not UTF-8 text ({e.reason} at byte {e.start})")]) from None
+    text = read_limited(path)
     depth_problem = _nesting_problem(text)
     if depth_problem is not None:
         raise SpecError(name, [depth_problem])
