@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 
 import click
@@ -126,4 +127,7 @@ def decide(
         decision = run_decision(request, click.echo)
     except (DecisionError, TrackingError) as e:
         raise BadInput(str(e)) from None
+    except Exception:  # noqa: BLE001 - exit 1 is NO-GO, which a crash must never read as
+        traceback.print_exc()
+        raise BadInput("dinox decide failed (the traceback above): no decision was made") from None
     sys.exit(0 if decision.verdict == "GO" else 1)

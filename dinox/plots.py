@@ -10,6 +10,9 @@ import matplotlib
 import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only: no display on a GPU box or in CI
+# Names from the store are plain text: a "$" in a model or device name would start mathtext (and "m$^{$"
+# crashed the decision).
+matplotlib.rcParams["text.parse_math"] = False
 
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -12,19 +12,24 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from dinox.records import TrialRecord
+from dinox.records import TrialRecord, store_text
 from dinox.store import TrackingError, check_reachable, now_ms, search_all, sqlite_path, store_error, store_problem
 from dinox.sweep_summary import NOTE_TAG
 
 
 def record_of(run) -> TrialRecord:
+    """A run as a trial record, its text made printable (records.store_text): from here on it is data."""
+
+    def text(mapping: dict[str, str]) -> dict[str, str]:
+        return {store_text(k): store_text(str(v)) for k, v in mapping.items()}
+
     return TrialRecord(
-        run.info.run_id,
-        run.info.experiment_id,
-        run.info.run_name or "",
-        dict(run.data.params),
+        store_text(run.info.run_id),
+        store_text(run.info.experiment_id),
+        store_text(run.info.run_name or ""),
+        text(run.data.params),
         dict(run.data.metrics),
-        dict(run.data.tags),
+        text(run.data.tags),
     )
 
 

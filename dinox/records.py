@@ -16,6 +16,17 @@ IPS_P90 = "img/s (p90 step)"
 IPS_P50 = "img/s (p50 step)"
 
 
+def store_text(text: str) -> str:
+    """A string from the tracking store as dinox shows it anywhere: one printable line. Any tool can write a
+    run; a newline in a name would start a heading or end a table row in the report, a control character
+    (U+202E turns text around) reaches the terminal, and a `|` ends a Markdown table cell: those become a space,
+    and `|` the look-alike `¦`. What is left is escaped where it is shown (report.html renders no raw HTML)."""
+    if text.isprintable() and "|" not in text:
+        return text
+    chars = (c if c.isprintable() else " " for c in text)
+    return "".join(chars).replace("|", "¦")
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     run_id: str

@@ -7,9 +7,11 @@ from __future__ import annotations
 import base64
 import html
 import re
+import urllib.parse
 from pathlib import Path
 
 import markdown
+from markdown.treeprocessors import Treeprocessor
 
 _STYLE = """
 body { font: 15px/1.5 system-ui, -apple-system, Segoe UI, sans-serif; max-width: 1100px; margin: 2em auto;
@@ -25,9 +27,32 @@ img { max-width: 100%; border: 1px solid #eee; }
 """
 
 
+class _DataOnly(Treeprocessor):
+    """Links and images only to what a report names itself: a run's name that spells [x](javascript:...) is
+    text, not a link."""
+
+    def run(self, root):  # noqa: ANN001, ANN201 - Python-Markdown's interface
+        for a in root.iter("a"):
+            if urllib.parse.urlsplit(a.get("href", "")).scheme not in ("", "http", "https"):
+                a.attrib.pop("href", None)
+        for img in root.iter("img"):
+            if not re.fullmatch(r"[\w.-]+\.png", img.get("src", "")):
+                img.attrib.pop("src", None)
+
+
+def _to_html(report_md: str) -> str:
+    """Python-Markdown without raw HTML: what a store's names carry (<script>, <img onerror=...>) is shown as
+    text. Python-Markdown 3 has no safe mode; its HTML preprocessor and inline pattern are taken out instead."""
+    md = markdown.Markdown(extensions=["tables", "fenced_code"], output_format="html")
+    md.preprocessors.deregister("html_block")
+    md.inlinePatterns.deregister("html")
+    md.treeprocessors.register(_DataOnly(md), "data_only", 0)
+    return md.convert(report_md)
+
+
 def render_html(report_md: str, verdict: str, folder: Path) -> str:
     """report.md as a page; images named in it are read from `folder` and embedded."""
-    body = markdown.markdown(report_md, extensions=["tables", "fenced_code"], output_format="html")
+    body = _to_html(report_md)
     body = re.sub(r'<img alt="([^"]*)" src="([^"]+\.png)"', lambda m: _embedded(m, folder), body)
     body = body.replace("<h1>", f'<h1 class="verdict-{html.escape(verdict)}">', 1)
     head = f'<meta charset="utf-8"><title>dinox decision: {html.escape(verdict)}</title><style>{_STYLE}</style>'

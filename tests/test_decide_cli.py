@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -368,3 +369,39 @@ def test_decide_on_a_store_it_cannot_read_is_one_line_and_exit_2_not_no_go(tmp_p
 
     result = CliRunner().invoke(main, ["decide", "--tracking-uri", uri, "--experiment", "x", *BUDGET, "--no-log"])
     assert result.exit_code == 2 and expected in result.stderr and "Traceback" not in result.output, result.output
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(2)>",
+    "m\n# Pwned\n| x | y |",
+    "evil\u202etxt.exe",
+    "m$^{$",
+    "[click](javascript:alert(3))",
+]
+
+
+def test_names_from_the_store_are_data_in_every_output(tmp_path):
+    """Any tool can write a run: a model, device, bound or run name with HTML, a newline, a control character,
+    mathtext or a link went into report.md unescaped, ran in report.html, broke the tables, reached the
+    terminal, and crashed the plots (exit 1, read as NO-GO)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rows = []
+    for i, name in enumerate(HOSTILE):
+        row = study.trial({"model.name": name}, 8 * (i + 1), 1, 500.0, run_id=name, bound=name)
+        row["tags"]["dinox.device_name"] = HOSTILE[(i + 1) % len(HOSTILE)]
+        row["tags"]["dinox.bound_evidence"] = name
+        rows.append(row)
+    study.log(MlflowClient(uri), "hostile", rows)
+    proc = decide(tmp_path, uri, "--experiment", "hostile", "--days", "1", "--target-images", "1000", "--out", "h")
+    assert proc.returncode in (0, 1), proc.stderr  # a verdict, not a crash
+    assert all(c.isprintable() or c == "\n" for c in proc.stdout + proc.stderr)
+    page = (tmp_path / "h" / "report.html").read_text()
+    assert "<script" not in page and "<img src=x" not in page and 'href="javascript' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
+    report = (tmp_path / "h" / "report.md").read_text()
+    assert "\n# Pwned" not in report and "\u202e" not in report
+    for table in re.findall(r"((?:^\|.*\|$\n?)+)", report, re.M):  # every row as many cells as its header
+        widths = {len(re.findall(r"(?<!\\)\|", line)) for line in table.splitlines()}
+        assert len(widths) == 1, table
+    assert list((tmp_path / "h").glob("*.png"))  # the plots, with "m$^{$" in them
