@@ -4,6 +4,7 @@ The command line only turns options into a Budget and a Policy; this module sequ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,12 +49,19 @@ def run(req: DecideRequest, echo: Callable[[str], None]) -> Decision:
 
 
 def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> list[Path]:
-    """report.md, report.html, decision.json and the plots, in that order, written to `out`."""
-    out.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(decision, records, out)
-    markdown = report.render_markdown(decision, [p.name for p in plots])
-    paths = [out / "report.md", out / "report.html", out / "decision.json"]
-    paths[0].write_text(markdown)
-    paths[1].write_text(render_html(markdown, decision.verdict, out))
-    paths[2].write_text(report_json.dumps(decision))
+    """report.md, report.html, decision.json and the plots, in that order, written to `out`, each file whole
+    or not at all (written beside its name, then renamed). Raises DecisionError naming --out when it cannot
+    be written (/dev/null, /proc, a read-only mount, a full disk)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        plots = write_plots(decision, records, out)
+        markdown = report.render_markdown(decision, [p.name for p in plots])
+        paths = [out / "report.md", out / "report.html", out / "decision.json"]
+        texts = [markdown, render_html(markdown, decision.verdict, out), report_json.dumps(decision)]
+        for path, text in zip(paths, texts, strict=True):
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+    except OSError as e:
+        raise DecisionError(f"--out {out}: cannot write the report there ({e.strerror or e})") from None
     return [*paths, *plots]

@@ -405,3 +405,12 @@ def test_names_from_the_store_are_data_in_every_output(tmp_path):
         widths = {len(re.findall(r"(?<!\\)\|", line)) for line in table.splitlines()}
         assert len(widths) == 1, table
     assert list((tmp_path / "h").glob("*.png"))  # the plots, with "m$^{$" in them
+
+
+@pytest.mark.parametrize("out", ["/dev/null", "/proc/dinox-decision"])
+def test_decide_out_where_nothing_can_be_written_is_one_line_and_exit_2(sqlite_store, out):
+    """Both were a traceback with exit 1 (NO-GO)."""
+    work, uri, _ = sqlite_store
+    proc = decide(work, uri, "--experiment", "study", *BUDGET, "--no-log", "--out", out)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: --out {out}: cannot write the report there (")
