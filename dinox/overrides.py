@@ -11,9 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import yaml
-
-from dinox.spec_file import Problem, SpecDocument, SpecError
+from dinox.spec_file import Problem, SpecDocument, SpecError, safe_yaml
 
 
 def parse(items: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
@@ -55,10 +53,15 @@ def _set(base: dict[str, Any], key: str, raw: str | None, swept: set[str]) -> st
         return "sets a fixed field; a sweep is edited in the file"
     if key in swept:
         return "is swept by the spec's sweep section, which would replace this value in every trial"
-    try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError as e:
-        return f"the value is not valid YAML ({getattr(e, 'problem', None) or e})"
+    inside = sorted(s for s in swept if s.startswith(key + ".") or key.startswith(s + "."))
+    if inside:
+        return (
+            f"the sweep varies {', '.join(inside)}: setting {key} would replace it in every trial; "
+            "set the fields beside it one by one"
+        )
+    value, _node, problem = safe_yaml(raw, len(parts) - 1) if raw else ("", None, None)
+    if problem is not None:  # the same reader and limits as a spec file
+        return f"the value: {problem.message}"
     node = base
     for i, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})

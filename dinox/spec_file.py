@@ -101,40 +101,44 @@ def read_limited(path: str | Path, what: str = "spec", limit: int = MAX_SPEC_BYT
         raise SpecError(name, [Problem("", f"{what} is not UTF-8 text ({e.reason} at byte {e.start})")]) from None
 
 
-def load(path: str | Path) -> SpecDocument:
-    """Read and safely parse a spec file; validate the sweep section's shape. Raises SpecError."""
-    name = str(path)
-    text = read_limited(path)
-    depth_problem = _nesting_problem(text)
+def safe_yaml(text: str, depth: int = 0) -> tuple[Any, yaml.Node | None, Problem | None]:
+    """(data, its node tree, None), or (None, None, what is wrong): YAML read with a spec file's limits, the
+    same for a file and for a --set value (placed `depth` levels down). SafeLoader only: a spec can never
+    construct python objects (no !!python tags); nesting and alias expansion are bounded before anything
+    large is built."""
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        return None, None, Problem("", f"more than {MAX_SPEC_BYTES} bytes; the limit is {MAX_SPEC_BYTES}")
+    depth_problem = _nesting_problem(text, depth)
     if depth_problem is not None:
-        raise SpecError(name, [depth_problem])
+        return None, None, depth_problem
     try:
-        # SafeLoader only: a spec can never construct python objects (no !!python tags). Composed once:
-        # the node tree gives the line numbers, and the same tree is constructed into the data.
+        # Composed once: the node tree gives the line numbers, and the same tree is constructed into the data.
         loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
+            if node is not None and _expanded_size(node, MAX_YAML_NODES) > MAX_YAML_NODES:
+                why = f"the YAML expands to more than {MAX_YAML_NODES} values through anchors and aliases"
+                return None, None, Problem("", f"{why}; a spec needs far fewer")
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(name, [Problem("", f"not valid YAML: {problem}", mark.line + 1 if mark else None)]) from None
+        return None, None, Problem("", f"not valid YAML: {problem}", mark.line + 1 if mark else None)
+    return data, node, None
+
+
+def load(path: str | Path) -> SpecDocument:
+    """Read and safely parse a spec file; validate the sweep section's shape. Raises SpecError."""
+    name = str(path)
+    text = read_limited(path)
+    data, node, problem = safe_yaml(text)
+    if problem is not None:
+        raise SpecError(name, [problem])
     if not isinstance(data, dict):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise SpecError(name, [Problem("", f"a spec is a YAML mapping of sections; this is {got}")])
-    if node is not None and _expanded_size(node, MAX_YAML_NODES) > MAX_YAML_NODES:
-        raise SpecError(
-            name,
-            [
-                Problem(
-                    "",
-                    f"the YAML expands to more than {MAX_YAML_NODES} values through "
-                    "anchors and aliases; a spec needs far fewer",
-                )
-            ],
-        )
     lines: dict[tuple[str, ...], int] = {}
     duplicates: list[Problem] = []
     if node is not None:
@@ -153,10 +157,9 @@ def load(path: str | Path) -> SpecDocument:
     return doc
 
 
-def _nesting_problem(text: str) -> Problem | None:
+def _nesting_problem(text: str, depth: int = 0) -> Problem | None:
     """Mappings and lists nested deeper than MAX_YAML_DEPTH. PyYAML composes a document recursively, so a
     2 KB file nested 500 deep ends in a RecursionError; its event stream is flat, so it is read first."""
-    depth = 0
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
