@@ -7,6 +7,8 @@ Runs logged by another tool with the same names (params ``batch.size``, metrics 
 from __future__ import annotations
 
 import math
+import posixpath
+import re
 from dataclasses import dataclass, field
 
 # A trial's three throughputs, named the same way wherever they appear (sweep lines, terminal, report, plots,
@@ -14,6 +16,29 @@ from dataclasses import dataclass, field
 IPS_WINDOWS = "img/s (windows)"
 IPS_P90 = "img/s (p90 step)"
 IPS_P50 = "img/s (p50 step)"
+
+
+# What MLflow accepts as a param (mlflow.utils.validation, which dinox validate does not import: MLflow's
+# package costs 2.5 s there): alphanumerics, _ - . space : /, at most 250 characters, a name that stays itself
+# as a path; a value of at most 6000 characters. tests/test_spec.py holds the two to the same answers.
+_PARAM_NAME = re.compile(r"^[/\w.\- :]*$")
+MAX_PARAM_NAME = 250
+MAX_PARAM_VALUE = 6000
+
+
+def param_problem(name: str, value: str) -> str:
+    """Why MLflow would refuse this param ("" when it takes it): a refused param fails every write of its
+    trial's run, which must never look like a store outage."""
+    if len(name) > MAX_PARAM_NAME:
+        return f"a name of {len(name)} characters; MLflow takes at most {MAX_PARAM_NAME} in a param's name"
+    if not _PARAM_NAME.match(name):
+        return "MLflow's param names hold only letters, digits, _ - . : / and spaces"
+    norm = posixpath.normpath(name)
+    if norm != name or norm == "." or norm.startswith(("..", "/")):
+        return f"MLflow refuses a param name that reads as another path ({norm!r})"
+    if len(value) > MAX_PARAM_VALUE:
+        return f"a value of {len(value)} characters; MLflow takes at most {MAX_PARAM_VALUE} in a param"
+    return ""
 
 
 def store_text(text: str) -> str:

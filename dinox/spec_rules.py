@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dinox.records import param_problem
 from dinox.spec import DinoObjective, TrialSpec
 from dinox.spec_data import CtPngData, ImageFolderData, WebDatasetData
 from dinox.spec_fields import FieldProblem, field_problems
@@ -35,7 +36,7 @@ def check_trial(raw: dict[str, Any]) -> TrialSpec | list[FieldProblem]:
         trial = TrialSpec.model_validate(raw)
     except ValidationError as e:
         return field_problems(e, TrialSpec)
-    problems = consistency_problems(trial)
+    problems = consistency_problems(trial) + _params(trial)
     if problems:
         return [FieldProblem(tuple(path.split(".")), message) for path, message in problems]
     return trial
@@ -45,6 +46,11 @@ def consistency_problems(t: TrialSpec) -> list[Rule]:
     """Contradictions inside one valid-shaped trial, as (field path, message)."""
     checks = (_auto_batch, _fixed_batch, _loader, _model, _measure, _optimizer, _hardware, _data, _objective, _budget)
     return [problem for check in checks for problem in check(t)]
+
+
+def _params(t: TrialSpec) -> list[Rule]:
+    """Every param the trial's run will carry, as MLflow must take it (a model.kwargs key is free-form)."""
+    return [(name, why) for name, value in t.flat_params().items() if (why := param_problem(name, value))]
 
 
 def _auto_batch(t: TrialSpec) -> list[Rule]:

@@ -10,6 +10,10 @@ from dinox.journal import Journal
 from dinox.sweep_report import SweepReport
 from dinox.tracking import SweepRecorder
 
+# MLflow's answers that refuse what was written (a param name it does not take, a value too long): the store
+# is there, so they are never reported as an outage.
+REFUSALS = ("INVALID_PARAMETER_VALUE", "RESOURCE_LIMIT_EXCEEDED", "BAD_REQUEST")
+
 
 class BestEffortStore:
     """MLflow, best effort: a failed call is reported once per outage and the sweep goes on."""
@@ -25,6 +29,12 @@ class BestEffortStore:
             value = fn(*args)
         except Exception as e:  # noqa: BLE001 - any failure of the store: the result is in the journal
             self.report.store_failures += 1
+            if getattr(e, "error_code", "") in REFUSALS:  # the store is up and said no: not an outage
+                self.echo(
+                    f"warning: tracking store {self.recorder.uri} refused a write ({self.recorder.explain(e)}); "
+                    "a sync cannot change that: the record itself is at fault, please report it"
+                )
+                return False, None
             if not self.down:
                 kept = (
                     (

@@ -256,6 +256,16 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
         "data.shards: 1 shard(s) for 2 ranks: a rank without a shard yields no batch",
     ),
     (
+        "kwargs_key_mlflow_refuses",
+        "name: bad\nmodel: {name: resnet18, kwargs: {'bad!key': 1}}\n",
+        "model.kwargs.bad!key: MLflow's param names hold only letters, digits, _ - . : / and spaces",
+    ),
+    (
+        "kwargs_key_too_long",
+        "name: bad\nmodel: {name: resnet18, kwargs: {" + "k" * 260 + ": 1}}\n",
+        "a name of 273 characters; MLflow takes at most 250 in a param's name",
+    ),
+    (
         "missing_shards",
         OK + "data: {source: webdataset, shards: noshards}\n",
         "spec.yaml:3: data.shards: noshards: no .tar shards found",

@@ -193,3 +193,22 @@ def test_a_fixed_repeats_overrides_the_window_bounds():
     assert MeasureSpec().window_bounds == (2, 5)
     assert MeasureSpec(min_repeats=3, max_repeats=8).window_bounds == (3, 8)
     assert MeasureSpec(min_repeats=3, max_repeats=8, repeats=1).window_bounds == (1, 1)  # --set measure.repeats=1
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["model.kwargs.depth", "model.kwargs.bad!key", "a/b", "a/../b", "/abs", "..", ".", "x:y", "k" * 251, "sp ace", "é"],
+)
+def test_dinox_and_mlflow_agree_on_which_param_names_mlflow_takes(name):
+    """dinox's copy of MLflow's param rules (dinox validate does not import MLflow) against MLflow's own."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_param
+
+    from dinox.records import param_problem
+
+    try:
+        _validate_param(name, "v")
+        mlflow_takes = True
+    except MlflowException:
+        mlflow_takes = False
+    assert (param_problem(name, "v") == "") == mlflow_takes, name
