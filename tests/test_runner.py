@@ -144,3 +144,39 @@ def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tm
     r = runner.run_trial(trial, tmp_path / "t", server=fork_server).result
     assert r.status == "error"
     assert f"cannot decode {victim}" in r.error  # raised in the loader worker, named in the trial's status
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that declares width x height 16-bit grey pixels and holds almost none."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 16, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def test_a_decompression_bomb_is_an_error_naming_the_file_with_every_decoder(write_spec, tmp_path, fork_server):
+    """A PNG declaring 50000x50000: PIL refuses it, torchvision.io allocated what it said (7.8 GB, recorded as
+    an OOM that pruned the larger batches). The same limit for both: an error naming the file, at once."""
+    from dinox.data.dicom_preprocess import preprocess
+    from tests.test_dicom_preprocess import demo
+
+    demo.write_series(tmp_path / "dicom" / "P1", slices=3, rows=32, cols=32)
+    preprocess(tmp_path / "dicom", tmp_path / "png", progress=False)
+    victim = sorted((tmp_path / "png").rglob("00001.png"))[0]
+    victim.write_bytes(_png_header(50000, 50000))
+    for decoder in ("torchvision", "pil"):
+        extra = (
+            f"data: {{source: ct_png, index_csv: {tmp_path / 'png' / '_index' / 'index.csv'}, decoder: {decoder}}}\n"
+            "sweep: {cases: [{batch.size: 3}]}\n"
+        )
+        (trial,) = grid.expand(
+            spec_file.load(write_spec(TINY.format(name=f"bomb{decoder}") + extra, f"{decoder}.yaml"))
+        )
+        r = runner.run_trial(trial, tmp_path / decoder, server=fork_server).result
+        assert r.status == "error", (decoder, r.status, r.error)
+        assert f"cannot decode {victim}" in r.error and ("50000x50000" in r.error or "bomb" in r.error), r.error
+        assert r.metrics.get("peak_mem_reserved_gb", 0) < 2  # never allocated

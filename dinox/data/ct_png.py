@@ -16,12 +16,13 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.transforms.v2 import functional as F
 
-from dinox.data.files import HU_OFFSET, DataError, default_root, neighbours, read_index
+from dinox.data.files import HU_OFFSET, DataError, check_pixels, default_root, neighbours, read_index
 from dinox.data.views import HuWindow, ViewPlan, make_views, one_thread
 
 
 def decode_png16_bytes(data: bytes, decoder: str, name: str) -> np.ndarray:
     """A 16-bit PNG's bytes as its stored values (HU + 32768), uint16 [H, W]; `name` says where it came from."""
+    check_pixels(data, name)
     try:
         if decoder == "torchvision":
             from torchvision.io import ImageReadMode, decode_png

@@ -229,3 +229,30 @@ def first_sample(urls: list[str]) -> bool:
         except (OSError, tarfile.TarError):
             continue  # the trial reports an unreadable shard with its name
     return False
+
+
+def check_pixels(data: bytes, name: str) -> None:
+    """Raise DataError when an encoded image declares more pixels than PIL's decompression-bomb limit
+    (Image.MAX_IMAGE_PIXELS, about 89 M), read from its header before any decoder allocates the image. PIL
+    refuses such a file itself; torchvision.io and nvJPEG allocate what the header says (a 7 MB PNG declaring
+    50000x50000 grew a trial to 7.8 GB, recorded as an OOM): the same limit for every decoder, an error that
+    names the file."""
+    import io
+    import warnings
+
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                width, height = im.size
+    except Image.DecompressionBombError as e:
+        raise DataError(f"cannot decode {name}: a decompression bomb? {e}") from None
+    except Exception:  # noqa: BLE001 - a header PIL cannot read: the decoder says what is wrong
+        return
+    if width * height > (Image.MAX_IMAGE_PIXELS or 0) > 0:
+        raise DataError(
+            f"cannot decode {name}: it declares {width}x{height} pixels, more than the {Image.MAX_IMAGE_PIXELS} "
+            "PIL takes as an image rather than a decompression bomb"
+        )

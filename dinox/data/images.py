@@ -15,13 +15,14 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from dinox.data.files import DataError
+from dinox.data.files import DataError, check_pixels
 from dinox.data.views import ViewPlan, make_views, one_thread
 from dinox.spec_data import AugmentSpec
 
 
 def decode(data: bytes, decoder: str, name: str) -> object:
     """An RGB image: a PIL image, or a uint8 [3, H, W] tensor from torchvision.io."""
+    check_pixels(data, name)
     try:
         if decoder == "torchvision":
             from torchvision.io import ImageReadMode, decode_image
@@ -95,6 +96,7 @@ class ImageSamples(Dataset):
     def prepare(self, data: bytes, name: str):
         """One encoded image as a sample: what the DataLoader batches."""
         if self.encoded:
+            check_pixels(data, name)  # the device's decoder allocates what the header says
             return torch.frombuffer(bytearray(data), dtype=torch.uint8)
         image = decode(data, self.decoder, name)
         if self.transform is not None:
