@@ -66,8 +66,17 @@ def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> 
     show_default=True,
     help="CT: the slices as their 16-bit PNGs, or raw16: uncompressed (larger shards, nothing to inflate).",
 )
+@click.option("--replace", is_flag=True, help="Write over the shards --out already holds (refused otherwise).")
+@click.option("--follow-links", is_flag=True, help="Images: read links that lead out of the image folder.")
 def shards(
-    index_csv: str | None, image_folder: str | None, out_dir: str, root: str | None, shard_size: int, encoding: str
+    index_csv: str | None,
+    image_folder: str | None,
+    out_dir: str,
+    root: str | None,
+    shard_size: int,
+    encoding: str,
+    replace: bool,
+    follow_links: bool,
 ) -> None:
     """Write webdataset tar shards for `data: {source: webdataset, shards: DIR}`.
 
@@ -83,9 +92,13 @@ def shards(
         raise BadInput("give --index-csv (CT slices) or --image-folder (images), one of them")
     try:
         if image_folder is not None:
-            paths = write_image_shards(image_folder, out_dir, shard_size=shard_size)
+            paths = write_image_shards(
+                image_folder, out_dir, shard_size=shard_size, replace=replace, follow_links=follow_links
+            )
         else:
-            paths = write_shards(index_csv, out_dir, root=root, shard_size=shard_size, encoding=encoding)
+            paths = write_shards(
+                index_csv, out_dir, root=root, shard_size=shard_size, encoding=encoding, replace=replace
+            )
     except (DataError, OSError) as e:
         raise BadInput(str(e)) from None
     click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")

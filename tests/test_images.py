@@ -195,3 +195,50 @@ def test_an_inc1_policy_is_refused_exactly_where_timm_and_pillow_crash_on_it():
     problem = _auto_augment_problem("rand-m9-mstd0.5-inc1")
     assert bool(problem) == crashes and ("Pillow" in problem) == crashes
     assert _auto_augment_problem("rand-m9-mstd0.5") == ""
+
+
+def test_shards_are_written_whole_over_nothing_or_in_place_of_the_old_set_and_stay_inside_the_root(tree, tmp_path):
+    """`dinox shards --out` into a folder that held shards kept the old ones and counted them as written;
+    a failure halfway left complete-looking shards; --image-folder stored what a link out of the root pointed
+    at (a link to /etc/shadow)."""
+    import shutil
+    import tarfile
+
+    from click.testing import CliRunner
+
+    from dinox.cli import main
+
+    def shards(*args: str):
+        return CliRunner().invoke(main, ["shards", "--image-folder", *args])
+
+    out = tmp_path / "out"
+    n = sum(1 for p in tree.rglob("*") if p.is_file())
+    first = shards(str(tree), "--out", str(out), "--shard-size", "1")
+    assert first.exit_code == 0 and first.output.strip() == f"wrote {n} shards to {out}", first.output
+    small = tmp_path / "small"
+    (small / "c0").mkdir(parents=True)
+    shutil.copy(next((tree / "n00000000").iterdir()), small / "c0" / "a.jpg")
+    again = shards(str(small), "--out", str(out), "--shard-size", "1")
+    assert again.exit_code == 2 and f"already holds {n} shard(s) (images-*.tar); --replace writes" in again.stderr
+    replaced = shards(str(small), "--out", str(out), "--shard-size", "1", "--replace")
+    assert replaced.exit_code == 0 and replaced.output.strip() == f"wrote 1 shard to {out}"
+    assert sorted(p.name for p in out.iterdir()) == ["images-000000.tar"]  # the old ones gone, no staging left
+    # A file that cannot be read halfway: nothing of this set is left behind.
+    broken = tmp_path / "broken"
+    shutil.copytree(tree, broken)
+    (broken / "n00000001" / "zzz.txt").write_text("the last sample: not an image")
+    failed = shards(str(broken), "--out", str(tmp_path / "half"), "--shard-size", "1")
+    assert failed.exit_code == 2 and "zzz.txt: not a .jpg" in failed.stderr
+    assert list((tmp_path / "half").iterdir()) == []  # none of the shards written before it
+    # A link out of the root is refused unless asked for.
+    linked = tmp_path / "linked"
+    shutil.copytree(tree, linked)
+    secret = tmp_path / "secret.jpg"
+    secret.write_bytes(b"not for a shard")
+    (linked / "n00000000" / "zz.jpg").symlink_to(secret)
+    refused = shards(str(linked), "--out", str(tmp_path / "l"))
+    assert refused.exit_code == 2 and "a link out of" in refused.stderr and "--follow-links" in refused.stderr
+    followed = shards(str(linked), "--out", str(tmp_path / "l"), "--follow-links")
+    assert followed.exit_code == 0
+    with tarfile.open(next((tmp_path / "l").glob("*.tar"))) as t:
+        assert any(t.extractfile(m).read() == b"not for a shard" for m in t if m.isfile())

@@ -10,6 +10,8 @@ import glob
 import itertools
 import json
 import os
+import shutil
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -70,17 +72,13 @@ def write_shards(
     shard_size: int = 1000,
     prefix: str = "ct",
     encoding: str = "png16",
+    replace: bool = False,
 ) -> list[Path]:
     """Write every slice of the index as a sample; return the shard paths. png16: the three slices as the PNG
     bytes preprocess wrote; raw16: as one uint16 [3, H, W] array (``slices.npy``), nothing to inflate."""
-    import webdataset as wds
-
     root = Path(root) if root else default_root(index_csv)
     series, slices = neighbours(read_index(index_csv))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    pattern = str(out / f"{prefix}-%06d.tar")
-    with wds.ShardWriter(pattern, maxcount=shard_size, verbose=0) as sink:
+    with ShardSet(Path(out_dir), prefix, shard_size, replace) as sink:
         for s, z in slices:
             paths = series[s]
             picks = (paths[max(z - 1, 0)], paths[z], paths[min(z + 1, len(paths) - 1)])
@@ -93,7 +91,49 @@ def write_shards(
             meta = {"png_path": paths[z], "series": s, "slice": z, "encoding": encoding}
             sample["json"] = json.dumps(meta).encode()
             sink.write(sample)
-    return sorted(out.glob(f"{prefix}-*.tar"))
+    return sink.written
+
+
+class ShardSet:
+    """Shards written whole or not at all: into a staging folder inside `out`, moved into place once every
+    sample is in (a failure halfway leaves no complete-looking shard). `out` holding shards of this prefix
+    already is refused, or with `replace` the old ones go once the new ones are there (a 2-image set over a
+    40-image one kept 32 of the old samples)."""
+
+    def __init__(self, out: Path, prefix: str, shard_size: int, replace: bool):
+        self.out, self.prefix, self.shard_size, self.replace = out, prefix, shard_size, replace
+        self.written: list[Path] = []
+
+    def __enter__(self) -> ShardSet:
+        import webdataset as wds
+
+        self.old = sorted(self.out.glob(f"{self.prefix}-*.tar")) if self.out.is_dir() else []
+        if self.old and not self.replace:
+            raise DataError(
+                f"{self.out} already holds {len(self.old)} shard(s) ({self.prefix}-*.tar); --replace writes the new "
+                "set in their place, or give another --out"
+            )
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.out))
+        pattern = str(self.staging / f"{self.prefix}-%06d.tar")
+        self.writer = wds.ShardWriter(pattern, maxcount=self.shard_size, verbose=0)
+        return self
+
+    def write(self, sample: dict) -> None:
+        self.writer.write(sample)
+
+    def __exit__(self, kind, value, tb) -> None:  # noqa: ANN001
+        try:
+            self.writer.close()
+            if kind is None:
+                new = sorted(self.staging.glob(f"{self.prefix}-*.tar"))
+                for path in new:
+                    os.replace(path, self.out / path.name)
+                self.written = [self.out / p.name for p in new]
+                for stale in set(self.old) - set(self.written):
+                    stale.unlink(missing_ok=True)
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
 
 def _raw16(paths: list[Path]) -> bytes:
@@ -156,23 +196,30 @@ def list_image_folder(root: str | Path) -> tuple[list[str], list[tuple[str, int]
 
 
 def write_image_shards(
-    root: str | Path, out_dir: str | Path, *, shard_size: int = 1000, prefix: str = "images"
+    root: str | Path,
+    out_dir: str | Path,
+    *,
+    shard_size: int = 1000,
+    prefix: str = "images",
+    replace: bool = False,
+    follow_links: bool = False,
 ) -> list[Path]:
     """Every image of an image folder as a sample of standard keys (``jpg`` or ``png`` with ``cls``, the
-    class index), its bytes as they are on disk; return the shard paths."""
-    import webdataset as wds
-
+    class index), its bytes as they are on disk; return the shard paths. A link that leads out of the folder
+    is refused unless `follow_links` (a link to /etc/shadow was stored in a shard)."""
     _classes, items = list_image_folder(root)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with wds.ShardWriter(str(out / f"{prefix}-%06d.tar"), maxcount=shard_size, verbose=0) as sink:
+    inside = Path(root).resolve()
+    for path, _label in items:
+        if not follow_links and not Path(path).resolve().is_relative_to(inside):
+            raise DataError(f"{path}: a link out of {root} (to {Path(path).resolve()}); --follow-links reads it")
+    with ShardSet(Path(out_dir), prefix, shard_size, replace) as sink:
         for i, (path, label) in enumerate(items):
             ext = Path(path).suffix.lower().lstrip(".")
             key = "jpg" if ext == "jpeg" else ext
             if key not in IMAGE_KEYS:
                 raise DataError(f"{path}: not a .jpg, .jpeg, .png or .webp file")
             sink.write({"__key__": f"i{i:08d}", key: Path(path).read_bytes(), "cls": str(label).encode()})
-    return sorted(out.glob(f"{prefix}-*.tar"))
+    return sink.written
 
 
 def shard_layout(url: str) -> str:
