@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dinox.footprint import GIB, Estimates
 from dinox.result import TrialResult
 from dinox.spec import TrialSpec
 
@@ -62,6 +63,22 @@ class BatchSearch:
         middle -= middle % self.multiple
         return middle if middle > fit else None
 
+    def bound_by_host(self, spec: TrialSpec, estimates: Estimates) -> str:
+        """On the CPU without hardware.memory_limit_gb nothing stops the doubling but the kernel's OOM killer,
+        after it has driven the machine out of memory: stay within what the memory plan puts in the host's
+        available memory. What was bounded, in words ("" when nothing was)."""
+        machine = estimates.machine
+        if machine is None or machine.device != "cpu" or spec.hardware.memory_limit_gb is not None:
+            return ""
+        import psutil
+
+        available = psutil.virtual_memory().available / GIB
+        fit = estimates.largest_fit(spec, available)
+        if fit is None or fit >= self.high:
+            return ""
+        self.high = max(self.low, fit)
+        return f"batch.size auto: at most {self.high}, what the memory plan puts in this host's {available:.1f} GiB"
+
     def record(self, size: int, fitted: bool) -> None:
         self.probes.append((size, fitted))
 
@@ -107,3 +124,9 @@ def probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
     update = {"warmup_steps": 1, "bench_steps": 1, "repeats": 1, "ablation": False}
     measure = spec.measure.model_copy(update=update)
     return spec.model_copy(update={"batch": batch, "measure": measure})
+
+
+def killed_for_memory(result: TrialResult) -> bool:
+    """A probe SIGKILLed: the kernel's OOM killer's doing (a sweep stops its children with SIGTERM), so the
+    batch did not fit, as an allocator's refusal says."""
+    return result.status == "crashed" and "SIGKILL" in result.error

@@ -187,6 +187,16 @@ class Estimates:
         cost = self.cost(spec)
         return plan_memory(spec, cost, self.machine) if cost is not None and self.machine is not None else None
 
+    def largest_fit(self, spec: TrialSpec, limit_gb: float) -> int | None:
+        """The largest physical batch the memory plan puts within HEADROOM of `limit_gb` (None: no plan), from
+        its two parts: what any batch costs, and what each image adds."""
+        cost = self.cost(spec)
+        if cost is None or self.machine is None:
+            return None
+        one, two = (plan_memory(spec.with_batch(b), cost, self.machine).device_gb for b in (1, 2))
+        per_image, fixed = two - one, 2 * one - two
+        return max(0, int((HEADROOM * limit_gb - fixed) / per_image)) if per_image > 0 else None
+
     def why_missing(self, spec: TrialSpec) -> str:
         return self.errors.get(estimate_key(spec)) or self.errors.get("machine", "")
 

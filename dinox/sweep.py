@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from dinox import footprint, runner, sweep_end, sweep_summary
-from dinox.autobatch import BatchSearch, probe_spec
+from dinox.autobatch import BatchSearch, killed_for_memory, probe_spec
 from dinox.device_check import DeviceMissing, missing_message
 from dinox.devices import DevicesError, Request, trial_gpus
 from dinox.flights import Flights, InFlight
@@ -380,6 +380,7 @@ class Sweep:
         """Probe batch sizes for a batch.size auto trial, each probe a process and a run of its own. Returns
         the search and, when a probe ended other than ok or oom, the result the trial gets instead."""
         search = BatchSearch.for_spec(trial.spec)
+        self._bound_by_host(trial, search)
         while (size := search.next_size()) is not None:
             spec = probe_spec(trial.spec, size)
             probe = Trial(
@@ -397,10 +398,14 @@ class Sweep:
                 f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"
                 + (f" | {r.error[:160]}" if r.status not in ("ok", "oom") else "")
             )
-            if r.status not in ("ok", "oom"):
+            if r.status not in ("ok", "oom") and not killed_for_memory(r):
                 failure = TrialResult(
                     r.status, error=one_line(f"batch.size auto: the probe at batch {size} ended {r.status}: {r.error}")
                 )
                 return search, failure
             search.record(size, r.status == "ok")
         return search, None
+
+    def _bound_by_host(self, trial: Trial, search: BatchSearch) -> None:
+        if note := search.bound_by_host(trial.spec, self.estimates):
+            self.echo(f"[{trial.index + 1}/{trial.total}] {note}")

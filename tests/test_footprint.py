@@ -121,3 +121,32 @@ def test_estimates_key_trials_by_what_changes_the_model():
     assert est.why_missing(c) == "ValueError: x"
     down = Estimates.parse(None, "child killed by SIGKILL")
     assert down.memory(a) is None and down.why_missing(a) == "child killed by SIGKILL"
+
+
+def test_the_largest_batch_the_plan_puts_in_a_memory_size():
+    est = Estimates(CPU, {footprint.estimate_key(spec()): COST}, {})
+    fit = est.largest_fit(spec(), 10.0)
+    assert fit is not None
+    plan = lambda b: footprint.plan_memory(spec(batch={"size": b}), COST, CPU).device_gb  # noqa: E731
+    assert plan(fit) <= footprint.HEADROOM * 10.0 < plan(fit + 1)
+
+
+def test_an_auto_batch_on_a_cpu_without_a_cap_stays_within_the_host_s_available_memory():
+    """The search doubled until the kernel's OOM killer SIGKILLed a probe (on a real host, after driving it out
+    of memory); the trial then ended crashed although 2048 fit. Now the memory plan bounds it by what is
+    available, and a probe the OOM killer ends counts as a batch that did not fit."""
+    import psutil
+
+    from dinox.autobatch import BatchSearch, killed_for_memory
+    from dinox.result import TrialResult
+
+    auto = spec(batch={"size": "auto", "auto_min": 8, "auto_max": 1_000_000})
+    est = Estimates(CPU, {footprint.estimate_key(auto): COST}, {})
+    search = BatchSearch.for_spec(auto)
+    note = search.bound_by_host(auto, est)
+    available = psutil.virtual_memory().available / GIB
+    assert search.high == est.largest_fit(auto, available) < 1_000_000 and "GiB" in note
+    capped = spec(batch={"size": "auto", "auto_max": 1_000_000}, hardware={"memory_limit_gb": 4})
+    assert BatchSearch.for_spec(capped).bound_by_host(capped, est) == ""  # the cap bounds it already
+    assert killed_for_memory(TrialResult("crashed", error="child killed by SIGKILL (the kernel OOM killer sends this)"))
+    assert not killed_for_memory(TrialResult("crashed", error="child killed by SIGSEGV"))
