@@ -241,7 +241,7 @@ def _sweep(
     server: ForkServer | None,
 ) -> None:
     from dinox.device_check import DeviceMissing
-    from dinox.interrupts import Interrupted
+    from dinox.interrupts import Interrupted, SweepStopped
     from dinox.journal import WorkdirError
     from dinox.store import TrackingError, resolve_tracking_uri
     from dinox.sweep import run_sweep
@@ -253,12 +253,18 @@ def _sweep(
     except (TrackingError, DeviceMissing) as e:
         raise BadInput(str(e)) from None
     except WorkdirError as e:
+        killed = getattr(e, "killed", 0)
+        in_flight = f"the {killed} trials in flight are" if killed > 1 else "the trial in flight is" if killed else ""
         raise BadInput(
-            f"{e.strerror}; the sweep stopped, the trial in flight is marked KILLED; free space in --workdir "
-            f"{workdir} and run it again (what was measured is kept; a resumed sweep measures the rest)"
+            f"{e.strerror}; the sweep stopped{f', {in_flight} marked KILLED' if in_flight else ''}; free space in "
+            f"--workdir {workdir} and run it again (what was measured is kept; a resumed sweep measures the rest)"
         ) from None
+    except SweepStopped as e:
+        click.echo(f"dinox: {e}", err=True)
+        sys.exit(130)
     except (KeyboardInterrupt, Interrupted) as e:
-        click.echo(f"dinox: {e or 'interrupted'}; the trial in flight and the sweep are marked KILLED", err=True)
+        why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
+        click.echo(f"dinox: {why} before the sweep opened; nothing was recorded", err=True)
         sys.exit(130)
     if report.parent_run_id:  # else nothing was left to measure, and the sweep said so
         for line, to_stderr in report.summary(uri):
@@ -293,8 +299,17 @@ def entry() -> None:
     """The `dinox` command: the click group, then a quick exit. Once a command has returned, everything it
     wrote is flushed and closed; interpreter teardown would only unload torch and MLflow (about 2.5 s here)."""
     try:
-        main(prog_name="dinox")
-        code = 0
+        # Not click's standalone mode: it turns a Ctrl-C into "Aborted!" and exit 1, where dinox says 130.
+        result = main.main(prog_name="dinox", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.ClickException as e:
+        e.show()
+        code = e.exit_code
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("dinox: interrupted by SIGINT; nothing was recorded", err=True)
+        code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         if isinstance(e.code, str):

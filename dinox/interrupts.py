@@ -18,6 +18,21 @@ class Interrupted(BaseException):
         self.signame = signame
 
 
+class SweepStopped(Interrupted):
+    """The sweep was stopped after it opened: `killed` trials in flight were marked KILLED with it."""
+
+    def __init__(self, why: str, killed: int):
+        BaseException.__init__(self, why)
+        self.signame, self.killed = why, killed
+
+    def __str__(self) -> str:
+        if self.killed > 1:
+            what = f"the {self.killed} trials in flight and the sweep are"
+        else:
+            what = "the trial in flight and the sweep are" if self.killed else "the sweep is"
+        return f"{self.signame}; {what} marked KILLED"
+
+
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
     """SIGTERM (and SIGINT) raise Interrupted in the main thread, so cleanup runs as for Ctrl-C."""

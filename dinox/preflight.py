@@ -7,7 +7,15 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from dinox.data.files import REQUIRED_COLUMNS, DataError, count_images, count_rows, first_sample, shard_urls
+from dinox.data.files import (
+    REQUIRED_COLUMNS,
+    DataError,
+    count_images,
+    count_rows,
+    first_sample,
+    read_index,
+    shard_urls,
+)
 from dinox.grid import Trial
 from dinox.spec_data import CtPngData, ImageFolderData, WebDatasetData
 
@@ -135,4 +143,8 @@ def _index_problems(index_csv: str) -> list[str]:
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         return [f"{index_csv}: not a dinox index.csv (missing columns {', '.join(missing)})"]
+    try:
+        read_index(index_csv)  # every row, as the trial will read them: a bad one named by its line here
+    except DataError as e:
+        return [e.message]
     return []

@@ -43,7 +43,7 @@ def resolve(shard: str, env: Mapping[str, str]) -> Slice | None:
     )
 
 
-def _count(text: str, name: str = "--shard auto/N") -> int:
+def _count(text: str, name: str = "auto/N") -> int:
     try:
         n = int(text)
     except ValueError:
@@ -64,17 +64,21 @@ def _slurm(env: Mapping[str, str], count: int | None) -> Slice:
     task = _int(env, "SLURM_ARRAY_TASK_ID")
     low = _int(env, "SLURM_ARRAY_TASK_MIN") if "SLURM_ARRAY_TASK_MIN" in env else 0
     step = _int(env, "SLURM_ARRAY_TASK_STEP") if "SLURM_ARRAY_TASK_STEP" in env else 1
+    if step < 1:
+        raise ShardEnvError(f"SLURM_ARRAY_TASK_STEP={step}: an array's step is at least 1; give --shard I/N")
     if count is None:
         if "SLURM_ARRAY_TASK_COUNT" in env:
             count = _int(env, "SLURM_ARRAY_TASK_COUNT")
         elif "SLURM_ARRAY_TASK_MAX" in env:
-            count = (_int(env, "SLURM_ARRAY_TASK_MAX") - low) // max(step, 1) + 1
+            count = (_int(env, "SLURM_ARRAY_TASK_MAX") - low) // step + 1
         else:
             raise ShardEnvError(
                 "SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX: "
                 "give the number of slices, --shard auto/N"
             )
-    offset, rest = divmod(task - low, max(step, 1))
+        if count < 1:
+            raise ShardEnvError(f"the Slurm array's variables give {count} tasks; give --shard I/N")
+    offset, rest = divmod(task - low, step)
     where = f"SLURM_ARRAY_TASK_ID={task}, array from {low} step {step}"
     if rest or not 0 <= offset < count:
         raise ShardEnvError(f"{where}: not one of the {count} tasks of the array; give --shard I/N")

@@ -113,7 +113,10 @@ def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:
         message = e["msg"]
         if e["type"] == "extra_forbidden":
             owner = _model_fields_at(root, loc[:-1])
-            message = "unknown field" + (_did_you_mean(loc[-1], owner) if owner else "")
+            if owner and loc[-1] in owner:  # a field of another member of a union (data.shards on synthetic data)
+                message = f"not a field here: {loc[-1]!r} belongs to {_members_with(root, loc[:-1], loc[-1])}"
+            else:
+                message = "unknown field" + (_did_you_mean(loc[-1], owner) if owner else "")
         elif e["type"] == "union_tag_invalid":
             ctx = e.get("ctx", {})
             expected = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
@@ -132,6 +135,20 @@ def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:
             text += f" (got {got if len(got) <= 80 else got[:76] + '...'})"
         out.append(FieldProblem(loc, text))
     return out
+
+
+def _members_with(root: Any, loc: tuple[str, ...], name: str) -> str:
+    """Which members of the union at `loc` have the field `name`, by their tag where they have one
+    ("source: webdataset")."""
+    model: Any = root
+    for part in loc:
+        model = (_model_fields(model) or {}).get(part)
+    names = []
+    for member in models_in(model):
+        if name in member.model_fields:
+            tag = next((f"{k}: {f.default}" for k, f in member.model_fields.items() if k in ("source", "kind")), None)
+            names.append(tag or member.__name__)
+    return " or ".join(names) or "another kind of section"
 
 
 def _model_fields_at(root: Any, loc: tuple[str, ...]) -> dict[str, Any] | None:

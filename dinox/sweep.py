@@ -27,7 +27,7 @@ from dinox.flights import Flights, InFlight
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
 from dinox.grid import Trial, trial_id
-from dinox.interrupts import Interrupted, signals_raise
+from dinox.interrupts import Interrupted, SweepStopped, signals_raise
 from dinox.journal import Journal, WorkdirError
 from dinox.lanes import Lane, Lanes, Stopping, side_by_side
 from dinox.lifeline import ProcessRef
@@ -125,10 +125,10 @@ class Sweep:
                 self._setup_resume()
                 self._trials()
         except (KeyboardInterrupt, Interrupted) as e:
-            sweep_end.abort(self, "KILLED", str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT")
-            raise
+            why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
+            raise SweepStopped(why, sweep_end.abort(self, "KILLED", why)) from None
         except WorkdirError as e:
-            sweep_end.abort(self, "FAILED", f"the sweep stopped: {e}")
+            e.killed = sweep_end.abort(self, "FAILED", f"the sweep stopped: {e}")  # type: ignore[attr-defined]
             raise
         sweep_end.finish(self)
         return self.report
@@ -229,6 +229,15 @@ class Sweep:
         if self.estimates.machine is None:
             why = self.estimates.why_missing(self.trials[0].spec)
             self.echo(f"warning: no memory or FLOPs estimates ({why}); measuring anyway")
+            return
+        fixed = [t for t in self.trials if not t.spec.batch.auto]
+        over = [t for t in fixed if (plan := self.estimates.memory(t.spec)) is not None and plan.over]
+        if over and not self.options.skip_predicted_oom:
+            self.echo(
+                f"note: {len(over)} trial(s) predicted to run out of memory ({', '.join(t.label for t in over[:3])}"
+                f"{', ...' if len(over) > 3 else ''}; `dinox plan` shows why); measuring them anyway, "
+                "--skip-predicted-oom records them as skipped"
+            )
 
     def _setup_resume(self) -> None:
         self.pruner = Pruner()

@@ -39,9 +39,10 @@ def finish(sweep: Sweep) -> None:
     sweep.report.wall_s = time.time() - sweep.t0
 
 
-def abort(sweep: Sweep, status: str, reason: str) -> None:
-    """Close what is open, so nothing stays RUNNING. Further signals wait until that is done: a second
-    Ctrl-C must not leave runs RUNNING."""
+def abort(sweep: Sweep, status: str, reason: str) -> int:
+    """Close what is open, so nothing stays RUNNING; how many trials in flight were marked KILLED. Further
+    signals wait until that is done: a second Ctrl-C must not leave runs RUNNING."""
+    killed = 0
     with signals_ignored():
         journal = getattr(sweep, "journal", None)
         store = getattr(sweep, "store", None) or BestEffortStore(sweep.recorder, journal, sweep.echo, sweep.report)
@@ -51,11 +52,13 @@ def abort(sweep: Sweep, status: str, reason: str) -> None:
             flight.stop_monitor()
             if flight.run_id and not flight.closed:
                 store.call(sweep.recorder.kill_trial, flight.run_id, reason)
+                killed += 1
         summary = result_summary(sweep.report.results)
         sweep_dir = sweep.report.sweep_dir
         artifacts = [sweep_dir / "results.csv", sweep_dir / "spec.yaml"] if journal is not None else []
         if store.call(sweep.recorder.close_sweep, status, summary, artifacts, reason)[0] and journal is not None:
             _quietly(journal.sweep_closed)
+    return killed
 
 
 def _quietly(write: Callable[[], None]) -> None:

@@ -266,6 +266,16 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
         "a name of 273 characters; MLflow takes at most 250 in a param's name",
     ),
     (
+        "index_row_malformed",
+        OK + "data: {source: ct_png, index_csv: badrow.csv}\n",
+        "spec.yaml:3: data.index_csv: badrow.csv:3: slice_index 'three' is not a whole number",
+    ),
+    (
+        "field_of_another_source",
+        OK + "data: {source: synthetic, shards: /x}\n",
+        "spec.yaml:3: data.shards: not a field here: 'shards' belongs to source: webdataset",  # "did you mean 'shards'?"
+    ),
+    (
         "missing_shards",
         OK + "data: {source: webdataset, shards: noshards}\n",
         "spec.yaml:3: data.shards: noshards: no .tar shards found",
@@ -355,6 +365,7 @@ def test_malformed_spec_is_refused_before_anything_runs(tmp_path, monkeypatch, n
     (tmp_path / "good.csv").write_text("png_path,series_dir,slice_index\n")
     (tmp_path / "noshards").mkdir()
     (tmp_path / "three.csv").write_text("png_path,series_dir,slice_index\n" + "a.png,s,0\n" * 3)
+    (tmp_path / "badrow.csv").write_text("png_path,series_dir,slice_index\na.png,s,0\nb.png,s,three\n")
     for folder, members in (("emptyshards", 0), ("oneshard", 1)):
         (tmp_path / folder).mkdir()
         with tarfile.open(tmp_path / folder / "s-000000.tar", "w") as tar:

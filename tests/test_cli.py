@@ -78,6 +78,8 @@ def test_oom_trial_then_ok_trial(oom_sweep):
     assert any(line.startswith("[1/2] oom") and "can't allocate memory" in line for line in lines), proc.stdout
     assert any(line.startswith("[2/2] ok") for line in lines), proc.stdout
     assert "1 ok, 1 oom" in proc.stdout
+    # The plan saw it coming, and the run says so before it measures (it said nothing).
+    assert "note: 1 trial(s) predicted to run out of memory (size=1024 img_size=224; `dinox plan`" in proc.stdout
 
 
 def test_store_holds_the_design_record(oom_sweep):
@@ -312,3 +314,31 @@ def test_an_unsettled_trial_is_said_so_kept_on_resume_and_measured_again_on_requ
     assert third.returncode == 0 and "[1/1] ok " in third.stdout, third.stdout + third.stderr
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
     assert len(runs) == 2 and all(r.data.tags["dinox.unstable"] == "true" for r in runs)
+
+
+def test_a_ctrl_c_before_the_sweep_opens_is_exit_130_and_says_nothing_was_recorded(tmp_path):
+    """Click printed "Aborted!" and exited 1 (the README says 130); the message read "dinox: ; the trial in
+    flight..." when there was none."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    (tmp_path / "s.yaml").write_text(TINY.format(name="early"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "run", "s.yaml"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not psutil.Process(proc.pid).children() and time.time() < deadline:  # the fork server: inside the command
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "dinox: interrupted by SIGINT" in err and "nothing was recorded" in err, err
+    assert "Aborted!" not in err and "Traceback" not in err

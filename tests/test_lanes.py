@@ -115,6 +115,7 @@ def test_two_cpu_slots_measure_two_trials_at_once_and_a_ctrl_c_kills_both(tmp_pa
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out + err
+    assert "the 2 trials in flight and the sweep are marked KILLED" in err, err  # it said "the trial"
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in (first_long, second_long))
     runs = {r.data.params["batch.size"]: r for r in runs_of(uri, "lanes") if r.data.tags["dinox.role"] == "trial"}
     assert runs["2"].data.tags["dinox.status"] == "ok" and runs["2"].data.tags["dinox.concurrent_trials"] == "2"

@@ -51,7 +51,14 @@ def test_an_explicit_slice_is_left_to_the_grid():
         ("auto/2", {"JOB_COMPLETION_INDEX": "2"}, "JOB_COMPLETION_INDEX=2: not below the 2 slices"),
         ("auto", {"SLURM_ARRAY_TASK_ID": "3"}, "neither SLURM_ARRAY_TASK_COUNT nor SLURM_ARRAY_TASK_MAX"),
         ("auto", slurm(6, 1, 16, SLURM_ARRAY_TASK_STEP="4"), "not one of the 4 tasks of the array"),
-        ("auto/0", slurm(1, 1, 2), "--shard auto/N: 0 slices"),
+        ("auto/0", slurm(1, 1, 2), "auto/N: 0 slices"),
+        # Read as 1 before; and a count below 1 was "not one of the -4 tasks".
+        (
+            "auto",
+            slurm(3, 1, 16, SLURM_ARRAY_TASK_STEP="-2"),
+            "SLURM_ARRAY_TASK_STEP=-2: an array's step is at least 1",
+        ),
+        ("auto", {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "-4"}, "the Slurm array's variables give -4"),
         ("auto/two", slurm(1, 1, 2), "'two' is not a whole number"),
         ("auto", {"SLURM_ARRAY_TASK_ID": "x", "SLURM_ARRAY_TASK_COUNT": "2"}, "SLURM_ARRAY_TASK_ID='x'"),
     ],
@@ -60,3 +67,19 @@ def test_what_the_environment_cannot_answer_is_refused_by_name(shard, env, messa
     with pytest.raises(ShardEnvError, match=None) as caught:
         resolve(shard, env)
     assert message in str(caught.value)
+
+
+def test_the_command_line_names_the_option_once(tmp_path, monkeypatch):
+    """`dinox run --shard auto/0` said "--shard --shard auto/N: ..."."""
+    from click.testing import CliRunner
+
+    from dinox.cli import main
+    from tests.conftest import TINY
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(TINY.format(name="sh"))
+    result = CliRunner(env={"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "2"}).invoke(
+        main, ["run", "s.yaml", "--shard", "auto/0"]
+    )
+    assert result.exit_code == 2 and "error: --shard auto/N: 0 slices" in result.stderr, result.stderr
+    assert "--shard --shard" not in result.stderr

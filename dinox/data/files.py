@@ -44,8 +44,15 @@ def read_index(index_csv: str | Path) -> list[dict[str, str]]:
             rows = list(reader)
     except OSError as e:
         raise DataError(f"{path}: cannot read index ({e.strerror or e})") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a readable CSV ({type(e).__name__}: {e})") from None
     if not rows:
         raise DataError(f"{path}: the index lists no slices")
+    for line, r in enumerate(rows, start=2):  # line 1 is the header
+        if any(not r.get(c) for c in REQUIRED_COLUMNS):
+            raise DataError(f"{path}:{line}: a row without {', '.join(c for c in REQUIRED_COLUMNS if not r.get(c))}")
+        if not r["slice_index"].strip().lstrip("-").isdigit():
+            raise DataError(f"{path}:{line}: slice_index {r['slice_index']!r} is not a whole number")
     return rows
 
 
