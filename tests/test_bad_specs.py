@@ -490,3 +490,23 @@ def test_a_spec_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_pat
         )
         assert proc.returncode == 2, proc.stderr
         assert f"spec is {kind}, not a regular file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_fuzzed_set_values_never_get_a_traceback(tmp_path, monkeypatch):
+    """Every hostile value as a --set on a fixed field, a free-form mapping and a section, through `dinox
+    validate`: OK or refused in lines, never a traceback (3,000-deep nesting was a RecursionError)."""
+    import random
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(OK + "sweep:\n  grid:\n    batch.size: [2, 4]\n")
+    rng = random.Random(11)
+    deep = ["[" * 3000 + "]" * 3000, "{a: " * 200 + "1" + "}" * 200]
+    html = ["<script>alert(1)</script>", "a\nb: c", "m$^{$", "x\u202ey", "bad!key", "a;b=c"]
+    values = HOSTILE_VALUES + deep + html
+    keys = ["model.img_size", "model.kwargs.depth", "model.kwargs", "loader", "data.source", "precision", "name"]
+    for _ in range(80):
+        item = f"{rng.choice(keys)}={rng.choice(values)}"
+        result = CliRunner().invoke(main, ["validate", "s.yaml", "--set", item])
+        assert result.exit_code in (0, 2), (item, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (item, result.exception)
+        assert "Traceback" not in result.output, item
