@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from dinox import peaks
 from dinox.result import TrialResult
 from dinox.spec import ROLES, TrialSpec
+
+if TYPE_CHECKING:
+    from dinox.grid import Trial
 
 GIB = 2**30  # every *_gb figure dinox reports is GiB
 # Under autocast the tensors saved for backward are mostly 16-bit (matmul and attention inputs) but not all
@@ -186,6 +190,11 @@ class Estimates:
     def memory(self, spec: TrialSpec) -> MemoryPlan | None:
         cost = self.cost(spec)
         return plan_memory(spec, cost, self.machine) if cost is not None and self.machine is not None else None
+
+    def predicted_ooms(self, trials: list[Trial]) -> list[Trial]:
+        """The trials (of a fixed batch) the memory plan predicts to run out of memory."""
+        fixed = [t for t in trials if not t.spec.batch.auto]
+        return [t for t in fixed if (plan := self.memory(t.spec)) is not None and plan.over]
 
     def largest_fit(self, spec: TrialSpec, limit_gb: float) -> int | None:
         """The largest physical batch the memory plan puts within HEADROOM of `limit_gb` (None: no plan), from

@@ -35,6 +35,15 @@ class Lane:
     server: ForkServer | None = None
     env: dict[str, str] = field(default_factory=dict)
 
+    def gpus_of(self, trial: Trial, machine: Machine | None) -> tuple[str, ...] | None:
+        """The UUIDs of the GPUs `trial` runs on in this lane, for its system metrics; None where the machine's
+        are unknown, () for a CPU trial."""
+        if machine is None or not machine.cuda_uuids:
+            return None
+        if trial.spec.hardware.device == "cpu":
+            return ()
+        return devices.trial_gpus(self.slots, trial.spec.hardware.gpus, machine.cuda_uuids)
+
     def tags(self, concurrent: int) -> dict[str, str]:
         if not self.slots:
             return {}

@@ -63,17 +63,7 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
         out.metrics["compile_s"] = max(0.0, stats.first_step_s - stats.first_fetch_s - p50)
     device_timeline = stats.clock != "host"
     if device_timeline and stats.steps:
-        busy, idle = stats.mean("busy"), stats.mean("idle")
-        idle_total = sum(s.idle for s in stats.steps)
-        out.metrics.update(
-            {
-                "device_busy_s": busy,
-                "device_idle_s": idle,
-                "device_idle_share": idle / (busy + idle),
-                "idle_loader_share": sum(s.idle_loading for s in stats.steps) / idle_total if idle_total else 0.0,
-                "device_lag_s": stats.mean("lag"),
-            }
-        )
+        out.metrics.update(_device_split(stats))
     loader, copies = _stages(stats, out.metrics, m.bound_threshold)
     # One window cannot disagree with itself: only repeated windows can call a trial unstable.
     out.tags["dinox.unstable"] = str(len(stats.windows) > 1 and stats.spread > m.unstable_threshold).lower()
@@ -100,6 +90,20 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
             f"({loader.alone:.1f} img/s): the loader-alone window was slowed, and is not evidence"
         )
     return out
+
+
+def _device_split(stats: LoopStats) -> dict[str, float]:
+    """The device's own account of the timed steps: busy, idle, how much of the idle was the loader's, and how
+    far the device trailed the host."""
+    busy, idle = stats.mean("busy"), stats.mean("idle")
+    idle_total = sum(s.idle for s in stats.steps)
+    return {
+        "device_busy_s": busy,
+        "device_idle_s": idle,
+        "device_idle_share": idle / (busy + idle),
+        "idle_loader_share": sum(s.idle_loading for s in stats.steps) / idle_total if idle_total else 0.0,
+        "device_lag_s": stats.mean("lag"),
+    }
 
 
 def _host_ahead(window: Window | None) -> float | None:

@@ -22,7 +22,7 @@ from typing import Literal
 from dinox import footprint, runner, sweep_end, sweep_summary
 from dinox.autobatch import BatchSearch, killed_for_memory, probe_spec
 from dinox.device_check import DeviceMissing, missing_message
-from dinox.devices import DevicesError, Request, trial_gpus
+from dinox.devices import DevicesError, Request
 from dinox.flights import Flights, InFlight
 from dinox.footprint import Estimates
 from dinox.forkserver import ForkServer
@@ -230,8 +230,7 @@ class Sweep:
             why = self.estimates.why_missing(self.trials[0].spec)
             self.echo(f"warning: no memory or FLOPs estimates ({why}); measuring anyway")
             return
-        fixed = [t for t in self.trials if not t.spec.batch.auto]
-        over = [t for t in fixed if (plan := self.estimates.memory(t.spec)) is not None and plan.over]
+        over = self.estimates.predicted_ooms(self.trials)
         if over and not self.options.skip_predicted_oom:
             self.echo(
                 f"note: {len(over)} trial(s) predicted to run out of memory ({', '.join(t.label for t in over[:3])}"
@@ -285,7 +284,7 @@ class Sweep:
         flight = self.flights.open(trial)  # after any batch search: probes are their own
         self._open_run(flight)
         if flight.run_id is not None and self.options.system_metrics:
-            flight.monitor = self.recorder.watch(flight.run_id, self._gpus_of(trial, lane))
+            flight.monitor = self.recorder.watch(flight.run_id, lane.gpus_of(trial, self.estimates.machine))
         result, log_path, measured = self._measure(trial, search, failure, lane, flight)
         flight.stop_monitor()
         if search is not None:
@@ -295,15 +294,6 @@ class Sweep:
         if measured:
             self.report.trial_loop_s.append(time.time() - flight.started)
         self.echo(describe(trial, result))
-
-    def _gpus_of(self, trial: Trial, lane: Lane) -> tuple[str, ...] | None:
-        """The UUIDs of the GPUs the trial runs on, for its system metrics; None where the machine's are unknown."""
-        machine = self.estimates.machine
-        if machine is None or not machine.cuda_uuids:
-            return None
-        if trial.spec.hardware.device == "cpu":
-            return ()
-        return trial_gpus(lane.slots, trial.spec.hardware.gpus, machine.cuda_uuids)
 
     def _echo_recorded(self, trial: Trial) -> None:
         prior = self.done[trial.trial_id]

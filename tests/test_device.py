@@ -7,7 +7,7 @@ import pytest
 
 from dinox.device import allocator_cap, over_limit
 from dinox.footprint import GIB
-from dinox.trial import is_oom
+from dinox.result import is_oom
 
 
 def test_out_of_memory_through_cudnn_or_cublas_is_an_oom():
