@@ -79,3 +79,17 @@ def test_set_path_creates_nested_mappings():
     grid.set_path(raw, "model.kwargs.depth", 4)
     grid.set_path(raw, "loader.num_workers", 2)
     assert raw == {"model": {"name": "x", "kwargs": {"depth": 4}}, "loader": {"num_workers": 2}}
+
+
+def test_shipped_specs_keep_their_trial_ids_and_params():
+    """Frozen before the layout moved (issue 25): a trial id names the same measurement across releases."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    frozen = json.loads((root / "tests/data/shipped_trials.json").read_text())
+    assert sorted(frozen) == sorted(p.name for p in (root / "specs").glob("*.yaml"))
+    for name, expected in frozen.items():
+        trials = grid.expand(spec_file.load(root / "specs" / name))
+        got = [{"id": t.trial_id, "params": t.spec.flat_params()} for t in trials]
+        assert got == expected, name
