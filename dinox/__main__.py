@@ -1,3 +1,3 @@
-from dinox.cli import entry
+from dinox.cli.main import entry
 
 entry()

@@ -15,7 +15,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from dinox import grid, runner, spec_file
+from dinox.isolate import runner
+from dinox.plan import grid
+from dinox.spec import file as spec_file
 
 SPEC = """\
 name: dino_cost

@@ -126,7 +126,9 @@ SERVER = None  # dinox's fork server, as `dinox run` uses it: each trial a fresh
 def dinox_trial(a: argparse.Namespace, tmp: Path, i: int, sampled: bool = False) -> tuple[float, float]:
     """One trial as a sweep measures it; `sampled`: with its system metrics sampled into a run meanwhile.
     Its images/s, and the CPU seconds per second this (parent) process spent meanwhile."""
-    from dinox import grid, runner, spec_file
+    from dinox.isolate import runner
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
 
     path = tmp / f"spec{i}.yaml"
     path.write_text(spec_text(a))
@@ -135,7 +137,7 @@ def dinox_trial(a: argparse.Namespace, tmp: Path, i: int, sampled: bool = False)
     if sampled:
         from mlflow import MlflowClient
 
-        from dinox.system_metrics import TrialMonitor
+        from dinox.store.system_metrics import TrialMonitor
 
         uri = f"sqlite:///{tmp / 'mlflow.db'}"
         client = MlflowClient(uri)
@@ -195,7 +197,7 @@ def main() -> None:
     args += ["--kwargs", json.dumps(a.kwargs)] + (["--compile"] if a.compile else [])
     dinox, hand, sampled, cpu = [], [], [], {False: [], True: []}
     global SERVER
-    from dinox.forkserver import ForkServer
+    from dinox.isolate.forkserver import ForkServer
 
     SERVER = ForkServer()
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,9 +28,9 @@ from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.files import list_image_folder  # noqa: E402
 from dinox.data.images import ImageSamples, collate_encoded  # noqa: E402
 from dinox.data.views import ViewPlan  # noqa: E402
-from dinox.spec_data import AugmentSpec, ImageFolderData  # noqa: E402
+from dinox.spec.data_sources import AugmentSpec, ImageFolderData  # noqa: E402
 
-RANDAUGMENT = AugmentSpec(auto_augment="rand-m9-mstd0.5")  # -inc1 crashes with Pillow 13: see dinox.preflight
+RANDAUGMENT = AugmentSpec(auto_augment="rand-m9-mstd0.5")  # -inc1 crashes with Pillow 13: see dinox.plan.preflight
 
 
 def _demo_tree(root: Path) -> None:

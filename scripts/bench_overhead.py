@@ -16,9 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dinox import grid, spec_file
-from dinox.sweep import SweepOptions, run_sweep
-from dinox.tracking import SweepRecorder
+from dinox.plan import grid
+from dinox.spec import file as spec_file
+from dinox.store.recorder import SweepRecorder
+from dinox.sweep.run import SweepOptions, run_sweep
 
 SPEC = """\
 name: bench_overhead

@@ -13,7 +13,7 @@ hardware.memory_limit_gb, batch.size auto, a DINO ViT-S/14 multi-crop step, a CT
 built to be io_bound, a large synthetic trial built to be compute_bound), then times three of the same
 configurations in a loop written by hand that synchronises only at the edges of its window, as a user's own
 training loop would. It prints one table (trial, status, images/s, dinox / hand loop, bound with its evidence,
-device idle share, peak memory, MFU against dinox.peaks, each case's own seconds) and exits 1 when a
+device idle share, peak memory, MFU against dinox.plan.peaks, each case's own seconds) and exits 1 when a
 fidelity ratio is below 0.98 (on a GPU), a constructed case gets the wrong label, or a trial ends other than
 expected. The CT set holds more slices than the largest batch; the batch search's probes run without
 ablation windows; only the compile case compiles (and its hand loop, which must).

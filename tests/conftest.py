@@ -125,7 +125,7 @@ def mlflow_server(tmp_path_factory):
 def fork_server():
     """One fork server for the tests that measure a trial without testing how it is started: each trial then
     costs a fork, not an interpreter that imports torch and timm again (dinox run forks them the same way)."""
-    from dinox.forkserver import ForkServer
+    from dinox.isolate.forkserver import ForkServer
 
     server = ForkServer()
     server.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from dinox.records import TrialRecord
+from dinox.store.trial_record import TrialRecord
 
 DATASET, EPOCHS = 244_527, 100
 VIT_L = {"model.name": "vit_large_patch14_dinov2", "model.kwargs.embed_dim": "1024", "model.kwargs.depth": "24"}

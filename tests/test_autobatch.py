@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dinox.autobatch import BatchSearch
+from dinox.sweep.batch_search import BatchSearch
 
 
 def search_against(boundary: int, low: int = 1, high: int = 1024, margin: float = 0.1, divides=None, multiple=1):
@@ -66,8 +66,8 @@ def test_with_mixup_every_size_probed_and_chosen_is_even():
 
 
 def test_a_probe_has_no_ablation_windows():
-    from dinox.autobatch import probe_spec
-    from dinox.spec import TrialSpec
+    from dinox.spec.sections import TrialSpec
+    from dinox.sweep.batch_search import probe_spec
 
     spec = TrialSpec.model_validate({"name": "x", "model": {"name": "resnet18"}, "batch": {"size": "auto"}})
     probe = probe_spec(spec, 64)
@@ -80,7 +80,7 @@ def test_nothing_fits_after_one_probe():
 
 
 def test_for_spec_caps_the_search_at_the_effective_batch():
-    from dinox.spec import TrialSpec
+    from dinox.spec.sections import TrialSpec
 
     spec = TrialSpec.model_validate(
         {"name": "x", "model": {"name": "resnet18"}, "batch": {"size": "auto", "effective": 64, "auto_min": 2}}

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 from click.testing import CliRunner
 
-from dinox.cli import main
+from dinox.cli.main import main
 
 OK = "name: bad\nmodel: {name: resnet18}\n"
 BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dinox import bench
-from dinox.batches import Batches
-from dinox.spec import MeasureSpec
-from dinox.step_metrics import summarize
-from dinox.windows import Repeats, pooled, quantile
+from dinox.measure import loop as bench
+from dinox.measure.batches import Batches
+from dinox.measure.step_metrics import summarize
+from dinox.measure.windows import Repeats, pooled, quantile
+from dinox.spec.sections import MeasureSpec
 
 
 class Images(Dataset):

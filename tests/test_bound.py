@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dinox.bound import Evidence, Stage, classify, explain, fixed_share, span
+from dinox.measure.bound import Evidence, Stage, classify, explain, fixed_share, span
 from tests.conftest import run_dinox
 
 NO_COPIES = Stage(100.0, 100.0, (0.0, 0.0), alone=100_000.0)  # copies that cost nothing, measured so

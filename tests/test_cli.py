@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from dinox.device_check import without_torch
+from dinox.plan.machine import without_torch
 from tests.conftest import TINY, run_dinox
 
 # The README's record ("The MLflow record"): every ok trial carries all of these.

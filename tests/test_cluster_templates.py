@@ -8,7 +8,7 @@ import subprocess
 
 import yaml
 
-from dinox.cli import run as run_command
+from dinox.cli.main import run as run_command
 from tests.conftest import ROOT
 
 SBATCH = ROOT / "scripts" / "slurm_sweep.sbatch"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import budget, decide, report, report_json
-from dinox.records import TrialRecord
+from dinox.decide import budget
+from dinox.decide import verdict as decide
+from dinox.report import decision_json as report_json
+from dinox.report import text as report
+from dinox.store.trial_record import TrialRecord
 from tests import study
 
 BUDGET = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)

@@ -365,7 +365,7 @@ def test_decide_on_a_store_it_cannot_read_is_one_line_and_exit_2_not_no_go(tmp_p
     """Each was a traceback with exit 1, which reads as NO-GO (and the MLproject's decide entry records it)."""
     from click.testing import CliRunner
 
-    from dinox.cli import main
+    from dinox.cli.main import main
 
     result = CliRunner().invoke(main, ["decide", "--tracking-uri", uri, "--experiment", "x", *BUDGET, "--no-log"])
     assert result.exit_code == 2 and expected in result.stderr and "Traceback" not in result.output, result.output

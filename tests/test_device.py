@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dinox.device import allocator_cap, over_limit
-from dinox.footprint import GIB
-from dinox.result import is_oom
+from dinox.measure.device import allocator_cap, over_limit
+from dinox.measure.result import is_oom
+from dinox.plan.footprint import GIB
 
 
 def test_out_of_memory_through_cudnn_or_cublas_is_an_oom():

@@ -2,8 +2,8 @@
 
 import sys
 
-from dinox.device_check import missing_message, without_torch
-from dinox.footprint import Machine
+from dinox.plan.footprint import Machine
+from dinox.plan.machine import missing_message, without_torch
 
 
 def test_the_estimate_machine_names_the_kinds_it_lacks():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import devices
-from dinox.devices import DevicesError, Request, Slot
+from dinox.isolate import slots as devices
+from dinox.isolate.slots import DevicesError, Request, Slot
 
 
 def test_parse_reads_all_a_list_and_cpu_slots():
@@ -73,7 +73,7 @@ def test_each_child_sees_its_own_devices_and_cores():
 
 
 def test_a_trial_s_system_metrics_show_its_own_gpus_in_its_own_order():
-    from dinox.system_metrics import own_handles
+    from dinox.store.system_metrics import own_handles
 
     uuids = ("GPU-aaa", "GPU-bbb", "GPU-ccc")
     a, c = Slot("cuda:0", 0, (0,)), Slot("cuda:2", 2, (2,))

@@ -13,8 +13,13 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from dinox import budget, decide, grid, report, runner, spec_file
-from dinox.readback import fetch_trials
+from dinox.decide import budget
+from dinox.decide import verdict as decide
+from dinox.isolate import runner
+from dinox.plan import grid
+from dinox.report import text as report
+from dinox.spec import file as spec_file
+from dinox.store.readback import fetch_trials
 from tests.conftest import TINY, run_dinox
 
 TWO_RANKS = (
@@ -67,7 +72,7 @@ def ranks_of(root: int) -> dict[int, psutil.Process]:
     found = {}
     for p in psutil.Process(root).children(recursive=True):
         try:
-            if "dinox.trial" in p.cmdline():
+            if "dinox.measure.trial" in p.cmdline():
                 found[int(p.environ().get("RANK", "-1"))] = p
         except psutil.Error:
             continue

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import runner
-from dinox.footprint import Estimates
-from dinox.spec import TrialSpec
+from dinox.isolate import runner
+from dinox.plan.footprint import Estimates
+from dinox.spec.sections import TrialSpec
 
 
 def spec(model: dict, **over) -> TrialSpec:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from dinox.journal import Journal
+from dinox.sweep.journal import Journal
 from tests.conftest import TINY, run_dinox
 from tests.test_reliability import LONGER, dinox_popen, runs_of, trial_child
 
@@ -93,9 +93,9 @@ def test_sigkill_takes_every_child_along_and_sync_closes_the_runs(tmp_path):
 def test_a_later_sweep_closes_an_orphan_of_its_experiment(tmp_path):
     """`dinox run` closes what a dead sweep of its experiment left RUNNING before it starts: here an orphan
     without a journal on this host, so its runs are marked KILLED directly."""
-    from dinox.lifeline import ProcessRef
-    from dinox.sync import close_orphans
-    from dinox.tracking import SweepRecorder
+    from dinox.isolate.lifeline import ProcessRef
+    from dinox.store.recorder import SweepRecorder
+    from dinox.store.sync import close_orphans
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     started = psutil.Process(dead.pid).create_time()
@@ -266,7 +266,7 @@ def test_a_store_that_cannot_hold_a_sweep_is_refused_in_one_line_before_a_trial_
     reported "sweep done" and kept nothing (in-memory)."""
     from click.testing import CliRunner
 
-    from dinox.cli import main
+    from dinox.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(TINY.format(name="nostore"))

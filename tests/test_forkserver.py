@@ -9,8 +9,9 @@ import threading
 
 import pytest
 
-from dinox import grid, runner
-from dinox.forkserver import ForkServer
+from dinox.isolate import runner
+from dinox.isolate.forkserver import ForkServer
+from dinox.plan import grid
 from tests.test_runner import group_gone, one_trial
 
 

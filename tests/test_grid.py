@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from dinox import grid, spec_file
+from dinox.plan import grid
+from dinox.spec import file as spec_file
 
 SWEEP = """\
 name: g

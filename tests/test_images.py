@@ -10,15 +10,17 @@ import pytest
 import torch
 from PIL import Image
 
-from dinox import grid, runner, spec_file
 from dinox.data.device_prep import DevicePrep
 from dinox.data.files import DataError, list_image_folder, write_image_shards
 from dinox.data.images import ImageSamples, build_transform
 from dinox.data.views import ViewPlan
 from dinox.data.webdataset_source import Shards
-from dinox.spec import TrialSpec
-from dinox.spec_data import AugmentSpec, ImageFolderData
-from dinox.spec_rules import check_trial
+from dinox.isolate import runner
+from dinox.plan import grid
+from dinox.spec import file as spec_file
+from dinox.spec.data_sources import AugmentSpec, ImageFolderData
+from dinox.spec.rules import check_trial
+from dinox.spec.sections import TrialSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 _demo = importlib.util.spec_from_file_location("make_demo_images", ROOT / "scripts" / "make_demo_images.py")
@@ -184,7 +186,7 @@ def test_an_inc1_policy_is_refused_exactly_where_timm_and_pillow_crash_on_it():
     from PIL import ImageOps
     from timm.data import auto_augment
 
-    from dinox.preflight import _auto_augment_problem
+    from dinox.plan.preflight import _auto_augment_problem
 
     bits = auto_augment._posterize_increasing_level_to_arg(auto_augment._LEVEL_DENOM, {})[0]
     try:
@@ -206,7 +208,7 @@ def test_shards_are_written_whole_over_nothing_or_in_place_of_the_old_set_and_st
 
     from click.testing import CliRunner
 
-    from dinox.cli import main
+    from dinox.cli.main import main
 
     def shards(*args: str):
         return CliRunner().invoke(main, ["shards", "--image-folder", *args])

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from dinox.devices import Slot
-from dinox.lanes import Lanes, SlotPool, side_by_side
+from dinox.isolate.slots import Slot
+from dinox.sweep.lanes import Lanes, SlotPool, side_by_side
 from tests.conftest import TINY, run_dinox
 from tests.test_reliability import dinox_popen, runs_of, trial_child
 

@@ -8,8 +8,8 @@ import sys
 
 import timm
 
-from dinox import model_names
-from dinox.models import unknown_model
+from dinox.measure.models import unknown_model
+from dinox.plan import model_names
 
 
 def test_the_cache_is_timms_registry_and_spares_the_import(tmp_path, monkeypatch):
@@ -18,7 +18,7 @@ def test_the_cache_is_timms_registry_and_spares_the_import(tmp_path, monkeypatch
     (cache,) = (tmp_path / "dinox").glob("timm-*-models.txt")
     assert cache.read_text().split() == timm.list_models()
     code = (
-        "import sys\nfrom dinox.model_names import unknown_model\n"
+        "import sys\nfrom dinox.plan.model_names import unknown_model\n"
         "print(unknown_model('vit_tiny_patch16_224.augreg_in21k'), unknown_model('resnet5O'), "
         "'timm' in sys.modules, 'torch' in sys.modules)"
     )

@@ -6,8 +6,8 @@ import pytest
 import timm
 import torch
 
-from dinox import objectives
-from dinox.spec import DinoObjective
+from dinox.measure import objectives
+from dinox.spec.sections import DinoObjective
 
 
 def tiny_dino(**kw) -> objectives.Dino:

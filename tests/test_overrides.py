@@ -2,7 +2,9 @@
 
 import pytest
 
-from dinox import grid, overrides, spec_file
+from dinox.plan import grid
+from dinox.spec import file as spec_file
+from dinox.spec import overrides
 from tests.conftest import TINY, run_dinox
 
 # 452 bytes of YAML that name 10^9 values: the --set reader ran past 60 s at 2.8-4.5 GB.
@@ -70,7 +72,7 @@ def test_an_override_has_the_file_s_limits_on_the_command_line(tmp_path, monkeyp
     field is refused instead of silently replacing the sweep."""
     from click.testing import CliRunner
 
-    from dinox.cli import main
+    from dinox.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(TINY.format(name="o") + "sweep:\n  grid:\n    batch.size: [2, 4]\n")

@@ -13,8 +13,10 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from dinox import grid, spec_fields, spec_file
-from dinox.spec import TrialSpec
+from dinox.plan import grid
+from dinox.spec import fields as spec_fields
+from dinox.spec import file as spec_file
+from dinox.spec.sections import TrialSpec
 from tests.conftest import ROOT, TINY, run_dinox
 
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
@@ -99,20 +101,85 @@ def test_every_shipped_spec_passes_dinox_validate_where_its_data_exists(tmp_path
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [f"OK {p}" for p in SPECS]
 
 
+def _modules() -> list[str]:
+    """Every module of the package, found by walking the tree (no hand-kept list)."""
+    names = []
+    for path in sorted((ROOT / "dinox").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return [n for n in names if n != "dinox.__main__"]
+
+
+# The child side: what runs in a trial's process. Everything else is the parent side, which must import
+# without torch (spec checks, plans, decisions and DICOM run on a box without a GPU stack).
+CHILD_SIDE = ("dinox.measure", "dinox.data")
+
+
 def test_parent_side_never_imports_torch_and_child_never_imports_mlflow():
-    # The parent side, and what must run on a box without a GPU stack (spec checks, decisions, DICOM).
-    parent = (
-        "import sys, dinox.cli, dinox.sweep, dinox.tracking, dinox.spec, dinox.grid, dinox.decide, dinox.report, "
-        "dinox.preflight, dinox.model_names, dinox.data.dicom_preprocess, dinox.overrides, dinox.schema, "
-        "dinox.sweep_summary, dinox.progress, dinox.device_check, dinox.report_html, dinox.system_metrics, "
-        "dinox.roles, dinox.spec_file, dinox.spec_rules, dinox.store, dinox.readback, dinox.deciding, "
-        "dinox.report_json, dinox.plan_table, dinox.data.files, dinox.prune, dinox.footprint; "
-        "print('torch' in sys.modules)"
-    )
-    child = "import sys; import dinox.trial; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"
-    for code in (parent, child):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        assert out.stdout.strip() == "False", code
+    parent = [m for m in _modules() if not m.startswith(CHILD_SIDE)]
+    assert len(parent) > 40 and "dinox.cli.main" in parent and "dinox.store.recorder" in parent
+    heavy = ("torch", "timm", "torchvision")
+    code = f"import sys, importlib\nfor m in {parent!r}: importlib.import_module(m)\n"
+    code += f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+    child = "import sys; import dinox.measure.trial; print(any(m.split('.')[0] == 'mlflow' for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+
+
+def _imports(path: Path) -> set[str]:
+    """The dinox modules a module imports, at its top or inside a function (not those for type checkers only)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    hidden = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    found: set[str] = set()
+    for n in ast.walk(tree):
+        if id(n) in hidden:
+            continue
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("dinox"):
+            for alias in n.names:
+                sub = f"{n.module}.{alias.name}"
+                found.add(sub if (ROOT / (sub.replace(".", "/") + ".py")).exists() else n.module)
+        elif isinstance(n, ast.Import):
+            found |= {a.name for a in n.names if a.name.startswith("dinox")}
+    return found
+
+
+def test_no_import_cycles():
+    graph = {}
+    for name in _modules():
+        rel = name.replace(".", "/")
+        path = ROOT / (rel + ".py") if (ROOT / (rel + ".py")).exists() else ROOT / rel / "__init__.py"
+        graph[name] = _imports(path) - {name}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*trail[trail.index(dep) :], dep]))
+            if dep not in state:
+                visit(dep, [*trail, dep])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_every_module_lives_in_a_room():
+    loose = sorted(p.name for p in (ROOT / "dinox").glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py", "errors.py", "record.py"], loose
+    for pkg in sorted(p for p in (ROOT / "dinox").iterdir() if (p / "__init__.py").exists()):
+        doc = (pkg / "__init__.py").read_text()
+        assert doc.startswith('"""') and len(doc.splitlines()) >= 3, f"{pkg.name}/__init__.py says what it offers"
 
 
 def test_ruff_clean():

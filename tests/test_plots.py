@@ -3,8 +3,9 @@
 import pytest
 from PIL import Image
 
-from dinox import budget, decide
-from dinox.plots import write_plots
+from dinox.decide import budget
+from dinox.decide import verdict as decide
+from dinox.report.plots import write_plots
 from tests import study
 
 BUDGET = budget.Budget(days=15, dataset_size=1_000_000, epochs=100)

@@ -2,8 +2,8 @@
 
 import io
 
-from dinox.progress import Progress
-from dinox.runner import _PhaseReader
+from dinox.isolate.runner import _PhaseReader
+from dinox.sweep.progress import Progress
 
 
 def test_off_a_terminal_only_the_lines_print():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import ranks
-from dinox.result import TrialResult
+from dinox.isolate import ranks
+from dinox.measure.result import TrialResult
 
 
 def rank(ips: float, window: float, peak: float, status: str = "ok", error: str = "", unstable: bool = False):
@@ -53,7 +53,7 @@ def test_every_rate_is_summed_over_the_ranks_and_the_costs_are_the_slowest_rank_
 
 
 def test_each_rank_gets_its_share_of_the_cores_not_torchrun_s_one_thread():
-    from dinox.devices import rank_threads
+    from dinox.isolate.slots import rank_threads
 
     assert rank_threads(2, {"DINOX_CORES": "0-7"}, {}) == {"OMP_NUM_THREADS": "4"}
     assert rank_threads(4, {"DINOX_CORES": "0-1"}, {}) == {"OMP_NUM_THREADS": "1"}

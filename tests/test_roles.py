@@ -9,11 +9,14 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel
 
-from dinox import budget, decide, footprint, grid, spec_file
-from dinox.prune import Pruner
-from dinox.records import TrialRecord
-from dinox.roles import CONFIG, MEMORY, RoleTable
-from dinox.spec import ROLES
+from dinox.decide import budget
+from dinox.decide import verdict as decide
+from dinox.plan import footprint, grid
+from dinox.spec import file as spec_file
+from dinox.spec.roles import CONFIG, MEMORY, RoleTable
+from dinox.spec.sections import ROLES
+from dinox.store.trial_record import TrialRecord
+from dinox.sweep.prune import Pruner
 
 SWEEP = """\
 name: roles
@@ -107,8 +110,8 @@ def test_one_rule_reads_the_roles_everywhere(write_spec):
 def test_a_knob_added_later_identifies_a_trial_only_away_from_its_default():
     """loader.device_prefetch came after trials were recorded: at its default a trial keeps the id it had
     before the knob existed (a resumed sweep recognises it); set, it is another trial."""
-    from dinox.grid import trial_id
-    from dinox.spec import ROLES, TrialSpec
+    from dinox.plan.grid import trial_id
+    from dinox.spec.sections import ROLES, TrialSpec
 
     base = {"name": "x", "model": {"name": "resnet18"}}
     plain = TrialSpec.model_validate(base)

@@ -10,7 +10,9 @@ import time
 import psutil
 import pytest
 
-from dinox import grid, process_tree, runner, spec_file
+from dinox.isolate import process_tree, runner
+from dinox.plan import grid
+from dinox.spec import file as spec_file
 from tests.conftest import TINY
 
 

@@ -6,8 +6,8 @@ import jsonschema
 import pytest
 import yaml
 
-from dinox.schema import SCHEMA_FILE, render, spec_schema
-from dinox.spec import TrialSpec
+from dinox.spec.schema import SCHEMA_FILE, render, spec_schema
+from dinox.spec.sections import TrialSpec
 from tests.conftest import ROOT, run_dinox
 
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))

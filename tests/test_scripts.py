@@ -78,7 +78,8 @@ def _gpu_check():
 
 
 def test_gpu_check_spec_covers_every_gpu_path_and_validates(tmp_path):
-    from dinox import grid, spec_file
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
 
     gc = _gpu_check()
     (tmp_path / "index.csv").write_text("png_path,series_dir,slice_index\n")

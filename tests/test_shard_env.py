@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dinox.shard_env import ShardEnvError, resolve
+from dinox.sweep.shards import ShardEnvError, resolve
 
 
 def slurm(task: int, low: int, high: int, **more: str) -> dict[str, str]:
@@ -73,7 +73,7 @@ def test_the_command_line_names_the_option_once(tmp_path, monkeypatch):
     """`dinox run --shard auto/0` said "--shard --shard auto/N: ..."."""
     from click.testing import CliRunner
 
-    from dinox.cli import main
+    from dinox.cli.main import main
     from tests.conftest import TINY
 
     monkeypatch.chdir(tmp_path)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dinox import grid, spec_file
+from dinox.plan import grid
+from dinox.spec import file as spec_file
 
 
 def load_trials(path):
@@ -188,7 +189,7 @@ def test_duplicate_keys_are_refused_with_both_lines(write_spec):
 
 
 def test_a_fixed_repeats_overrides_the_window_bounds():
-    from dinox.spec import MeasureSpec
+    from dinox.spec.sections import MeasureSpec
 
     assert MeasureSpec().window_bounds == (2, 5)
     assert MeasureSpec(min_repeats=3, max_repeats=8).window_bounds == (3, 8)
@@ -204,7 +205,7 @@ def test_dinox_and_mlflow_agree_on_which_param_names_mlflow_takes(name):
     from mlflow.exceptions import MlflowException
     from mlflow.utils.validation import _validate_param
 
-    from dinox.records import param_problem
+    from dinox.store.trial_record import param_problem
 
     try:
         _validate_param(name, "v")

@@ -1,6 +1,6 @@
 """What the UI shows of a sweep: the trial line, the parent's ranked description and summary metrics."""
 
-from dinox.sweep_summary import sweep_metrics, sweep_note, trial_body
+from dinox.store.descriptions import sweep_metrics, sweep_note, trial_body
 
 OK = {
     "label": "size=8",

@@ -2,18 +2,18 @@
 
 The fake device runs one stream: work enqueued at host time h starts when the stream is free and the host has
 enqueued it; an event completes when the stream reaches it. The host runs ahead until it synchronises. This
-is how CUDA behaves, minus the launch queue's depth; the loop under test is dinox.bench's own."""
+is how CUDA behaves, minus the launch queue's depth; the loop under test is dinox.measure.loop's own."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dinox import bench
-from dinox.bound import Evidence, classify
-from dinox.spec import MeasureSpec
-from dinox.step_metrics import summarize
-from dinox.timeline import Timeline
+from dinox.measure import loop as bench
+from dinox.measure.bound import Evidence, classify
+from dinox.measure.step_metrics import summarize
+from dinox.measure.timeline import Timeline
+from dinox.spec.sections import MeasureSpec
 
 
 class FakeDevice:
@@ -279,7 +279,7 @@ class TwoStreams(FakeDevice):
     def streams(self):
         import contextlib
 
-        from dinox.ahead import Streams
+        from dinox.measure.ahead import Streams
 
         device = self
 
@@ -304,7 +304,7 @@ def test_copies_ahead_on_a_side_stream_hide_behind_the_compute():
     """20 ms to copy a micro-batch, 30 ms to compute it. In series on the compute stream a step is 2 x 50 ms;
     copied a micro-batch ahead on a side stream (loader.device_prefetch, timm's PrefetchLoader), the copies
     run while the previous micro-batch computes: 2 x 30 ms, and the copy span (h2d_s) all but vanishes."""
-    from dinox.ahead import CopyAhead
+    from dinox.measure.ahead import CopyAhead
 
     def measured(ahead: bool):
         dev = TwoStreams()

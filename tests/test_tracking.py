@@ -4,7 +4,7 @@ import sqlite3
 
 from mlflow.tracking import MlflowClient
 
-from dinox.store import prepare_store
+from dinox.store.backend import prepare_store
 
 
 def _schema(db):

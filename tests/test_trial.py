@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from dinox.trial import TrialRun
+from dinox.measure.trial import TrialRun
 
 
 def run_like(mixup: bool, compile_: bool) -> SimpleNamespace:

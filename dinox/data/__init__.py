@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
     from dinox.data.views import ViewPlan
-    from dinox.spec import TrialSpec
+    from dinox.spec.sections import TrialSpec
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Repeated:
 
 def _build(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Pipeline:
     from dinox.data.views import HuWindow
-    from dinox.spec_data import CtPngData, ImageFolderData, SyntheticData
+    from dinox.spec.data_sources import CtPngData, ImageFolderData, SyntheticData
 
     data = spec.data
     if isinstance(data, SyntheticData):

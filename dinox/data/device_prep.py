@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torchvision.transforms.v2 import functional as F
 
-from dinox.spec_data import AugmentSpec, ImageFolderData, MixupSpec, WebDatasetData
+from dinox.spec.data_sources import AugmentSpec, ImageFolderData, MixupSpec, WebDatasetData
 
 MEAN = (0.485, 0.456, 0.406)  # timm's IMAGENET_DEFAULT_MEAN / STD, what create_transform normalises with
 STD = (0.229, 0.224, 0.225)

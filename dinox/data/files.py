@@ -163,8 +163,8 @@ def _raw16(paths: list[Path]) -> bytes:
 
 
 def shard_urls(shards: str) -> list[str]:
-    """A folder (all its .tar files), a glob, a brace pattern, or http(s) URLs (see dinox.shard_urls)."""
-    from dinox import shard_urls as urls_policy
+    """A folder (all its .tar files), a glob, a brace pattern, or http(s) URLs (see dinox.spec.shard_urls)."""
+    from dinox.spec import shard_urls as urls_policy
 
     why = urls_policy.problem(shards)  # the spec checked it; a hand-written trial.json is checked here too
     if why:

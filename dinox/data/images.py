@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from dinox.data.files import DataError, check_pixels
 from dinox.data.views import ViewPlan, make_views, one_thread
-from dinox.spec_data import AugmentSpec
+from dinox.spec.data_sources import AugmentSpec
 
 
 def decode(data: bytes, decoder: str, name: str) -> object:

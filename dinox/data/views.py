@@ -11,7 +11,7 @@ import torch
 from torchvision.transforms.v2 import RandomResizedCrop
 from torchvision.transforms.v2 import functional as F
 
-from dinox.spec import DinoObjective, TrialSpec
+from dinox.spec.sections import DinoObjective, TrialSpec
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from dinox.data.ct_png import decode_png16_bytes, to_hu
 from dinox.data.files import IMAGE_KEYS, PARTS, RAW_KEY, DataError, shard_urls
 from dinox.data.images import ImageSamples
 from dinox.data.views import HuWindow, ViewPlan, make_views, one_thread
-from dinox.spec_data import AugmentSpec
+from dinox.spec.data_sources import AugmentSpec
 
 
 class Shards(IterableDataset):
@@ -45,7 +45,7 @@ class Shards(IterableDataset):
     def _pipeline(self):
         import webdataset as wds
 
-        from dinox.shard_urls import install_openers
+        from dinox.spec.shard_urls import install_openers
 
         install_openers()  # http(s) through urllib; no scheme that starts a shell or a program
         ds = wds.WebDataset(

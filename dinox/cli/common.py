@@ -1,0 +1,83 @@
+"""What the dinox commands share: bad input as exit code 2 with no traceback, loading a spec into trials, and
+the options several commands take."""
+
+from __future__ import annotations
+
+import typing
+
+import click
+
+if typing.TYPE_CHECKING:  # imported when a command runs: `dinox --help` stays quick
+    from dinox.plan.grid import Trial
+    from dinox.spec.file import Problem, SpecDocument
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(click.ClickException):
+    """Bad input or an unusable store: exit 2 and one line (or one per problem), never a traceback. click's
+    own errors print "Error: ..." and exit 1; dinox keeps exit code 1 for a NO-GO."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file: typing.IO[typing.Any] | None = None) -> None:
+        message = self.format_message()
+        click.echo(message if "\n" in message else f"error: {message}", err=True)
+
+
+def load_trials(
+    path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()
+) -> tuple[SpecDocument, list[Trial]]:
+    """The spec (with any --set overrides) and its trials, or exit 2 with one line per problem. With preflight,
+    also the model names and data files (this imports timm, so it is kept to the commands that need it)."""
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+    from dinox.spec import overrides
+
+    items = overrides.parse(sets)
+    try:
+        doc = overrides.apply(spec_file.load(path), items)
+        trials = grid.expand(doc, max_trials)
+        if preflight:
+            from dinox.plan.preflight import check
+
+            problems = grid.locate(doc, check(trials))
+            if problems:
+                raise spec_file.SpecError(doc.path, problems)
+        return doc, trials
+    except spec_file.SpecError as e:
+        e.problems = [_named_override(p, items) for p in e.problems]
+        raise BadInput(e.render()) from None
+
+
+def _named_override(problem: Problem, items: list[tuple[str, str | None]]) -> Problem:
+    """A problem in a value set on the command line says so."""
+    import dataclasses
+
+    key, raw = next(((k, v) for k, v in items if problem.path == k or problem.path.startswith(k + ".")), ("", None))
+    if not key or "--set" in problem.message:
+        return problem
+    return dataclasses.replace(problem, message=f"{problem.message} (from --set {key}={raw})")
+
+
+TRACKING_URI = click.option(
+    "--tracking-uri",
+    default=None,
+    metavar="URI",
+    help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
+)
+SET = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a fixed field of the spec (dotted path as in sweep, value read as YAML); repeatable, or "
+    "several separated by ';'. Example: --set batch.size=32 --set data.index_csv=/data/idx.csv",
+)
+MAX_TRIALS = click.option(
+    "--max-trials",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Refuse sweeps that expand to more trials than this.",
+)

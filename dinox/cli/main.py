@@ -1,0 +1,324 @@
+"""The dinox command line: a thin click group. Heavy modules are imported inside command bodies."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import click
+
+from dinox.cli import decide, tools
+from dinox.cli.common import EXIT_BAD_INPUT, MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials
+
+if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` stays quick
+    from dinox.isolate.forkserver import ForkServer
+    from dinox.isolate.slots import Request as DevicesRequest
+    from dinox.plan.grid import Trial
+    from dinox.spec.file import SpecDocument
+    from dinox.sweep.run import SweepOptions
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dinox")
+def main() -> None:
+    """dinox measures real training steps over a grid of configurations, records each as an MLflow run,
+    and tells whether a training schedule fits a compute budget.
+
+    \b
+    Typical flow:
+      dinox validate specs/quickstart.yaml   # is the spec right?
+      dinox plan specs/quickstart.yaml       # which trials will run?
+      dinox run specs/quickstart.yaml        # measure them, record in MLflow
+    """
+
+
+@main.command()
+@click.argument("spec_files", metavar="SPEC...", nargs=-1, required=True)
+@MAX_TRIALS
+@SET
+def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]) -> None:
+    """Check each SPEC and every trial its sweep expands to, without running anything: fields,
+    contradictions, timm model names, data files.
+
+    Prints a one-line OK per spec, or one line per problem (file:line: field.path: message) and exits 2.
+    """
+    failed = False
+    for spec_file in spec_files:
+        try:
+            _doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
+        except BadInput as e:
+            e.show()
+            failed = True  # check the other specs too
+            continue
+        click.echo(
+            f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, experiment {trials[0].spec.name!r}"
+        )
+    if failed:
+        sys.exit(EXIT_BAD_INPUT)
+
+
+@main.command()
+def schema() -> None:
+    """Print the spec file's JSON Schema (for editor completion: see specs/dinox.schema.json)."""
+    from dinox.spec.schema import render
+
+    click.echo(render(), nl=False)
+
+
+@main.command()
+@click.argument("spec_file", metavar="SPEC")
+@MAX_TRIALS
+@click.option("--no-estimate", is_flag=True, help="Only the table of trials: no memory or FLOPs estimate.")
+@SET
+def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ...]) -> None:
+    """Show the trials SPEC expands to, in the order `run` measures them, with what each will cost.
+
+    \b
+    Nothing is measured. Unless --no-estimate, a child process runs one training step of each model on
+    torch's meta device (no memory, no compute) and the table gains: training GFLOPs per image (forward +
+    backward, no recomputation); predicted device memory in GiB (weights, gradients, optimizer state, the tensors
+    saved for backward at the trial's batch, checkpointing and precision; on the CPU also the process
+    itself); the loader's host RAM in GiB (workers x prefetch x batch bytes, plus a pinned copy); and OOM? for
+    trials predicted to exceed 95% of the device (or hardware.memory_limit_gb) or of host memory. `dinox run
+    --skip-predicted-oom` skips those.
+    """
+    _doc, trials = load_trials(spec_file, max_trials, sets=sets)
+    estimates = None
+    if not no_estimate:
+        import tempfile
+
+        from dinox.isolate import runner
+        from dinox.plan.footprint import Estimates
+
+        with tempfile.TemporaryDirectory(prefix="dinox-plan-") as tmp:
+            data, failure = runner.run_estimate(Estimates.request([t.spec for t in trials]), Path(tmp))
+        estimates = Estimates.parse(data, failure)
+    from dinox.plan.table import render
+
+    for line in render(trials, estimates):
+        click.echo(line)
+
+
+@main.command()
+@click.argument("spec_file", metavar="SPEC")
+@TRACKING_URI
+@click.option(
+    "--workdir",
+    default=".dinox",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where each sweep keeps its local results, trial specs and child logs.",
+)
+@click.option("--force", is_flag=True, help="Measure every trial, also those the experiment already holds.")
+@click.option(
+    "--remeasure-unsettled",
+    is_flag=True,
+    help="Measure again the trials the experiment holds as ok but unsettled (timed windows that disagreed).",
+)
+@click.option("--no-prune", is_flag=True, help="Run larger batches even after a smaller one ran out of memory.")
+@MAX_TRIALS
+@click.option(
+    "--isolation",
+    type=click.Choice(["fork", "spawn"]),
+    default="fork" if sys.platform == "linux" else "spawn",
+    show_default=True,
+    help="fork: each trial is forked from a process with torch and timm imported "
+    "(cheap); spawn: each trial is a fresh interpreter (python -m dinox.measure.trial). Both: one process a trial.",
+)
+@click.option(
+    "--shard",
+    default=None,
+    metavar="I/N|auto[/N]",
+    help="Run only the I-th of N disjoint slices of the sweep (1/N ... N/N), e.g. one per host against "
+    "one tracking server; resume makes a re-run of a shard measure only what is missing. auto: the slice "
+    "of this Slurm array task (SLURM_ARRAY_TASK_ID) or Kubernetes indexed pod (JOB_COMPLETION_INDEX; "
+    "the count from auto/N or DINOX_SHARD_COUNT).",
+)
+@click.option(
+    "--devices",
+    default=None,
+    metavar="all|0,1,..|cpu:N",
+    help="Run trials side by side, each on its own device (CUDA_VISIBLE_DEVICES) and its own equal share "
+    "of the cores (its GPU's NUMA node where known); a hardware.gpus: N trial takes N devices. all: every "
+    "CUDA device; cpu:N: N trials at once on disjoint cores. Default: one trial at a time on the whole machine.",
+)
+@click.option(
+    "--skip-predicted-oom",
+    is_flag=True,
+    help="Record trials that `dinox plan` predicts to run out of memory as skipped, unmeasured.",
+)
+@click.option(
+    "--no-system-metrics",
+    is_flag=True,
+    help="Do not sample CPU, memory and GPU utilisation into each trial run's system/ metrics.",
+)
+@SET
+def run(
+    spec_file: str,
+    tracking_uri: str | None,
+    workdir: str,
+    force: bool,
+    remeasure_unsettled: bool,
+    no_prune: bool,
+    max_trials: int,
+    isolation: Literal["fork", "spawn"],
+    shard: str | None,
+    devices: str | None,
+    skip_predicted_oom: bool,
+    no_system_metrics: bool,
+    sets: tuple[str, ...],
+) -> None:
+    """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
+
+    \b
+    Each trial becomes a nested MLflow run (params: the trial; metrics: images_per_s, step_s_p50/p90,
+    data_s, h2d_s, compute_s, peak memory, ...; tag dinox.status: ok | oom | error | crashed | timeout |
+    skipped). A trial that fails never stops the sweep. Running the same spec again skips the trials the
+    experiment already holds as ok / oom / skipped (--force measures them again, --remeasure-unsettled
+    the ok ones whose timed windows disagreed); after an OOM, larger
+    batches of the same configuration are recorded as skipped (--no-prune runs them). Every result is also
+    kept in the sweep's results.jsonl; if the tracking store fails mid-sweep, `dinox sync` logs the rest.
+    Exit code 0 when the sweep ran to the end (whatever the trials' statuses), 2 for bad input or an
+    unusable tracking store, 130 when interrupted.
+    """
+    request = _devices(devices)
+    doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
+    trials, shard = _of_shard(trials, shard)
+    if not trials:
+        click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
+        return
+    _check_devices(spec_file, trials)
+    from dinox.isolate.forkserver import ForkServer
+
+    # The fork server imports torch and timm (seconds) while this process imports MLflow and opens the store.
+    server = ForkServer() if isolation == "fork" else None
+    if server is not None:
+        server.start()
+    from dinox.sweep.run import SweepOptions
+
+    live = sys.stdout.isatty()
+    options = SweepOptions(
+        force,
+        not no_prune,
+        skip_predicted_oom,
+        shard or "",
+        isolation,
+        not no_system_metrics,
+        live,
+        request,
+        remeasure_unsettled,
+    )
+    _sweep(doc, trials, options, tracking_uri, Path(workdir), server)
+
+
+def _devices(text: str | None) -> DevicesRequest | None:
+    from dinox.isolate.slots import DevicesError, parse
+
+    try:
+        return parse(text) if text is not None else None
+    except DevicesError as e:
+        raise BadInput(f"--devices {e}") from None
+
+
+def _check_devices(spec_file: str, trials: list[Trial]) -> None:
+    """A device kind the spec asks for and this machine lacks, refused before torch is even imported."""
+    from dinox.plan.machine import missing_message, without_torch
+
+    for kind in sorted({t.spec.hardware.device for t in trials}):
+        if has := without_torch(kind):
+            raise BadInput(missing_message(spec_file, kind, has))
+
+
+def _sweep(
+    doc: SpecDocument,
+    trials: list[Trial],
+    options: SweepOptions,
+    tracking_uri: str | None,
+    workdir: Path,
+    server: ForkServer | None,
+) -> None:
+    from dinox.plan.machine import DeviceMissing
+    from dinox.store.backend import TrackingError, resolve_tracking_uri
+    from dinox.store.recorder import SweepRecorder
+    from dinox.sweep.interrupts import Interrupted, SweepStopped
+    from dinox.sweep.journal import WorkdirError
+    from dinox.sweep.run import run_sweep
+
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        report = run_sweep(doc, trials, SweepRecorder(uri), workdir, options, click.echo, server)
+    except (TrackingError, DeviceMissing) as e:
+        raise BadInput(str(e)) from None
+    except WorkdirError as e:
+        killed = getattr(e, "killed", 0)
+        in_flight = f"the {killed} trials in flight are" if killed > 1 else "the trial in flight is" if killed else ""
+        raise BadInput(
+            f"{e.strerror}; the sweep stopped{f', {in_flight} marked KILLED' if in_flight else ''}; free space in "
+            f"--workdir {workdir} and run it again (what was measured is kept; a resumed sweep measures the rest)"
+        ) from None
+    except SweepStopped as e:
+        click.echo(f"dinox: {e}", err=True)
+        sys.exit(130)
+    except (KeyboardInterrupt, Interrupted) as e:
+        why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
+        click.echo(f"dinox: {why} before the sweep opened; nothing was recorded", err=True)
+        sys.exit(130)
+    if report.parent_run_id:  # else nothing was left to measure, and the sweep said so
+        for line, to_stderr in report.summary(uri):
+            click.echo(line, err=to_stderr)
+
+
+def _of_shard(trials: list[Trial], shard: str | None) -> tuple[list[Trial], str | None]:
+    """The trials of this process's slice, and the slice as I/N (`auto` read from the scheduler's variables)."""
+    if shard is None:
+        return trials, None
+    from dinox.plan.grid import shard as shard_of
+    from dinox.sweep import shards as shard_env
+
+    try:
+        picked = shard_env.resolve(shard, os.environ)
+    except shard_env.ShardEnvError as e:
+        raise BadInput(f"--shard {e}") from None
+    if picked is not None:
+        click.echo(f"dinox: shard {picked.spec} ({picked.source})")
+        shard = picked.spec
+    try:
+        return shard_of(trials, shard), shard
+    except ValueError as e:
+        raise BadInput(f"--shard {e}") from None
+
+
+for command in (decide.decide, tools.preprocess, tools.shards, tools.sync, tools.ui):
+    main.add_command(command)
+
+
+def entry() -> None:
+    """The `dinox` command: the click group, then a quick exit. Once a command has returned, everything it
+    wrote is flushed and closed; interpreter teardown would only unload torch and MLflow (about 2.5 s here)."""
+    try:
+        # Not click's standalone mode: it turns a Ctrl-C into "Aborted!" and exit 1, where dinox says 130.
+        result = main.main(prog_name="dinox", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.ClickException as e:
+        e.show()
+        code = e.exit_code
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("dinox: interrupted by SIGINT; nothing was recorded", err=True)
+        code = 130
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if isinstance(e.code, str):
+            click.echo(e.code, err=True)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,183 @@
+"""The commands around a sweep: DICOM to PNG, PNG to shards, syncing a sweep's journal, the MLflow UI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from dinox.cli.common import EXIT_BAD_INPUT, TRACKING_URI, BadInput
+
+
+@click.command()
+@click.option("--dicom-root", required=True, type=click.Path(file_okay=False), help="Tree of DICOM series.")
+@click.option(
+    "--out-root", required=True, type=click.Path(file_okay=False), help="Where the PNG series and _index/index.csv go."
+)
+@click.option("--force", is_flag=True, help="Convert every series again, even those already done.")
+@click.option(
+    "--min-slices",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Skip series with fewer readable slices (scouts, localizers).",
+)
+def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> None:
+    """Convert DICOM CT series to lossless 16-bit PNG slices (HU + 32768) and one index.csv.
+
+    \b
+    Slices are converted to Hounsfield units (RescaleSlope / RescaleIntercept) and ordered by position.
+    Incremental: a series already converted is re-indexed, not converted again (--force rebuilds).
+    Unreadable, non-DICOM, non-CT, truncated or compressed-without-decoder input is skipped and reported.
+    """
+    from dinox.data.dicom_preprocess import PreprocessError, render_summary
+    from dinox.data.dicom_preprocess import preprocess as run_preprocess
+
+    if not Path(dicom_root).is_dir():
+        raise BadInput(f"--dicom-root {dicom_root}: no such directory")
+    try:
+        summary = run_preprocess(dicom_root, out_root, force=force, min_slices=min_slices)
+    except PreprocessError as e:
+        raise BadInput(str(e)) from None
+    click.echo(render_summary(summary))
+    if not summary.slices_indexed:
+        raise BadInput(f"no CT series with at least {min_slices} readable slices under {dicom_root}")
+
+
+@click.command()
+@click.option("--index-csv", default=None, type=click.Path(dir_okay=False), help="CT: index.csv from dinox preprocess.")
+@click.option(
+    "--image-folder", default=None, type=click.Path(file_okay=False), help="Images: a root/<class>/<image> tree."
+)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the .tar shards.")
+@click.option(
+    "--root",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="CT: folder png_path is relative to; default: the folder above _index/.",
+)
+@click.option("--shard-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Samples per shard.")
+@click.option(
+    "--encoding",
+    type=click.Choice(["png16", "raw16"]),
+    default="png16",
+    show_default=True,
+    help="CT: the slices as their 16-bit PNGs, or raw16: uncompressed (larger shards, nothing to inflate).",
+)
+@click.option("--replace", is_flag=True, help="Write over the shards --out already holds (refused otherwise).")
+@click.option("--follow-links", is_flag=True, help="Images: read links that lead out of the image folder.")
+def shards(
+    index_csv: str | None,
+    image_folder: str | None,
+    out_dir: str,
+    root: str | None,
+    shard_size: int,
+    encoding: str,
+    replace: bool,
+    follow_links: bool,
+) -> None:
+    """Write webdataset tar shards for `data: {source: webdataset, shards: DIR}`.
+
+    \b
+    --index-csv: each CT sample keeps its three slices (z-1, z, z+1) as the lossless 16-bit PNGs, or with
+    --encoding raw16 as one uncompressed uint16 array (slices.npy): no PNG inflate in the workers.
+    --image-folder: each image as it is on disk, under the standard keys jpg (or png) and cls (the class
+    index, classes in sorted folder order), so shards other tools wrote read the same way.
+    """
+    from dinox.data.files import DataError, write_image_shards, write_shards
+
+    if (index_csv is None) == (image_folder is None):
+        raise BadInput("give --index-csv (CT slices) or --image-folder (images), one of them")
+    try:
+        if image_folder is not None:
+            paths = write_image_shards(
+                image_folder, out_dir, shard_size=shard_size, replace=replace, follow_links=follow_links
+            )
+        else:
+            paths = write_shards(
+                index_csv, out_dir, root=root, shard_size=shard_size, encoding=encoding, replace=replace
+            )
+    except (DataError, OSError) as e:
+        raise BadInput(str(e)) from None
+    click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")
+
+
+@click.command()
+@click.argument("sweep_dirs", nargs=-1, type=click.Path(file_okay=False), metavar="[SWEEP_DIR]...")
+@click.option(
+    "--workdir",
+    default=".dinox",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Without SWEEP_DIRs: every sweep under here with results not yet in the store.",
+)
+@click.option("--tracking-uri", default=None, metavar="URI", help="Override the store the sweep was run against.")
+def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) -> None:
+    """Log the results a sweep kept locally while the tracking store was unreachable.
+
+    Each result is logged once: one already in the store (found by its dinox.result_id tag) is not
+    written again. Exit code 0 when everything is in the store, 2 when the store is still unreachable.
+    """
+    from dinox.store.backend import TrackingError
+    from dinox.store.sync import SyncError, pending_sweeps, sync_sweep
+
+    dirs = [Path(d) for d in sweep_dirs] or pending_sweeps(Path(workdir))
+    if not dirs:
+        click.echo(f"nothing to sync under {workdir}")
+        return
+    failed = 0
+    for d in dirs:  # one sweep's problem never keeps the others from syncing
+        try:
+            sync_sweep(d, tracking_uri, click.echo)
+        except SyncError as e:
+            failed += 1
+            click.echo(f"error: sync {e}", err=True)
+        except TrackingError as e:
+            failed += 1
+            click.echo(
+                f"error: sync {d}: tracking store unreachable or failing ({e}); nothing lost, try again later", err=True
+            )
+    if failed:
+        sys.exit(EXIT_BAD_INPUT)
+
+
+@click.command()
+@TRACKING_URI
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. The default keeps the UI on this machine; 0.0.0.0 exposes it to "
+    "every network the machine is on, without authentication.",
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
+def ui(tracking_uri: str | None, host: str, port: int) -> None:
+    """Open the MLflow UI on the sweeps' store (`mlflow ui`), listening on 127.0.0.1 unless told otherwise."""
+    from dinox.store.backend import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        raise BadInput(f"{uri} is a tracking server: open it in a browser, it serves its own UI")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: the UI listens on {host}, reachable by others, with no authentication", err=True)
+    click.echo(f"MLflow UI on http://{host}:{port} for {uri} (Ctrl-C to stop)")
+    # One user's UI: one worker starts in a fraction of the time of MLflow's default four, and the job
+    # runner MLflow 3 starts beside it (for its GenAI features) has nothing to do for dinox's runs.
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    os.execv(sys.executable, command)

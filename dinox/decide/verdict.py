@@ -1,0 +1,393 @@
+"""From trial records and a budget to GO / NO-GO: pure functions, plus the report's text and JSON.
+
+Never talks to MLflow: ``tracking`` reads the records and logs what this module produces.
+
+The policy in one paragraph: only ``ok`` trials count. A trial whose peak reserved memory is above
+``max_memory_share`` of its device is not recommended (a run that close to the edge dies on day three). With
+``effective_batch`` set, only trials with that effective batch count. Throughput for the verdict is the
+conservative one, images per optimizer step / p90 step time; the median (p50) is shown beside it. Per model,
+the best qualifying trial gives days = images needed / (images/s x 86400 x utilization). The recommendation
+is the largest model (by ``params_m``) that is GO.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
+from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
+from dinox.decide.grouping import device_label, device_of, memory_groups, model_key, only_device, telling
+from dinox.decide.loader_findings import LoaderFindings, loader_findings
+from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
+from dinox.measure.result import one_line
+from dinox.spec.sections import ROLES
+from dinox.store.trial_record import IPS_P90, TrialRecord, record_problem
+
+# Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
+_NO_FIT = ("oom", "skipped")
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_memory_share: float = 0.90
+    effective_batch: int | None = None
+    knee_tolerance: float = 0.05
+    exclude_unstable: bool = False  # True: a trial whose timed windows disagree is not recommended
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.max_memory_share) and 0 < self.max_memory_share <= 1):
+            raise DecisionError(f"--max-memory-share: must be in (0, 1], got {self.max_memory_share}")
+        if not (math.isfinite(self.knee_tolerance) and 0 <= self.knee_tolerance < 1):
+            raise DecisionError(f"--knee-tolerance: must be in [0, 1), got {self.knee_tolerance}")
+        if self.effective_batch is not None and self.effective_batch <= 0:
+            raise DecisionError(f"--effective-batch: must be a positive integer, got {self.effective_batch}")
+
+
+@dataclass
+class Candidate:
+    """One ok trial as the policy sees it."""
+
+    run_id: str
+    run_name: str
+    configuration: dict[str, str]
+    effective_batch: int
+    conservative_ips: float  # images per optimizer step / p90 step time: drives the verdict
+    median_ips: float  # ... / p50 step time
+    measured_ips: float  # images_per_s as measured over the timed window
+    memory_share: float | None  # peak reserved / device memory
+    bound: str
+    days: float
+    excluded: str = ""  # why the policy does not recommend it; "" when it qualifies
+    mfu: float | None = None  # model FLOPs utilisation over the timed windows
+    tflops: float | None = None
+    spread: float | None = None  # (fastest - slowest) / median window throughput
+    unstable: bool = False
+    loader_cost: float | None = None  # 1 - images/s / images/s without the loader (the ablation windows)
+    bound_evidence: str = ""  # the costs the bound was read from ("loader 72-80%, copies ≤1%")
+    window_min_ips: float | None = None  # the slowest and fastest timed window, images/s
+    window_max_ips: float | None = None
+
+
+@dataclass
+class OomBoundary:
+    """For one memory configuration of a model: the largest batch that fit and the smallest that did not."""
+
+    settings: dict[str, str]
+    largest_ok: int | None
+    smallest_oom: int | None
+
+
+@dataclass
+class ModelVerdict:
+    key: str  # model.name plus its kwargs
+    name: str
+    kwargs: dict[str, str]
+    params_m: float | None
+    trials: int
+    statuses: dict[str, int]
+    candidates: list[Candidate]
+    oom: list[OomBoundary]
+    best: Candidate | None = None
+    go: bool = False
+    margin_days: float | None = None
+    epochs_in_budget: float | None = None
+    images_in_budget: float | None = None
+    device_name: str = ""  # the device that measured these trials (dinox.device_name)
+    devices: int = 1  # how many of it each trial used (hardware.gpus)
+    cost: float | None = None  # the whole schedule on the best trial's devices; None without a price
+    over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
+
+    @property
+    def label(self) -> str:
+        if not self.kwargs:
+            return self.name
+        return f"{self.name} ({', '.join(f'{k}={v}' for k, v in sorted(self.kwargs.items()))})"
+
+    @property
+    def device(self) -> str:
+        return device_label(self.device_name, self.devices)
+
+
+@dataclass
+class Decision:
+    verdict: Literal["GO", "NO-GO"]
+    budget: Budget
+    policy: Policy
+    models: list[ModelVerdict]
+    recommended: ModelVerdict | None
+    loader: LoaderFindings
+    reason: str
+    needed_ips: float  # the conservative throughput the schedule needs
+    sources: list[str] = field(default_factory=list)  # experiments / runs the records came from
+    notes: list[str] = field(default_factory=list)
+    memory: list[MemoryCheck] = field(default_factory=list)
+    scaling: list[ScalingRow] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (run, why): records that cannot be trusted
+    unstable: str = ""  # why the recommendation's own figure is uncertain; "" when its windows agree
+    # The cheapest (model, device) that meets the deadline (and max_cost), where prices are known.
+    cheapest: ModelVerdict | None = None
+    what_if: list[WhatIf] = field(default_factory=list)  # the recommended at 0.5x / 1x / 2x the schedule
+    needs: list[Need] = field(default_factory=list)  # what each NO-GO configuration would need
+    projections: list[Projection] = field(default_factory=list)  # onto N devices, at a measured efficiency
+
+    @property
+    def device_names(self) -> list[str]:
+        """The devices the trials came from, in the models' order; one (or none named): decided as one."""
+        return list(dict.fromkeys(mv.device for mv in self.models))
+
+    @property
+    def per_device(self) -> bool:
+        return len(self.device_names) > 1
+
+    def largest_go_on(self, device: str) -> ModelVerdict | None:
+        """One device's verdict: its largest GO model."""
+        go = [mv for mv in self.models if mv.device == device and mv.go]
+        return max(go, key=lambda mv: mv.params_m or 0.0, default=None)
+
+    def where(self, mv: ModelVerdict) -> str:
+        """A model verdict in words: with its device when the trials came from several."""
+        return f"{mv.label} on {mv.device}" if self.per_device else mv.label
+
+
+# --- the policy ------------------------------------------------------------------------------------
+
+
+def _configuration(r: TrialRecord, varying: set[str]) -> dict[str, str]:
+    # The batch leads (what a recipe is read by), then the other shown fields in the spec's order.
+    keys = sorted((k for k in ROLES.shown_keys() if k in r.params), key=lambda k: not k.startswith("batch."))
+    keys += sorted(k for k in varying if k not in keys and k in r.params)
+    return {k: r.params[k] for k in keys}
+
+
+def _varying(records: list[TrialRecord]) -> set[str]:
+    values: dict[str, set[str]] = defaultdict(set)
+    for r in records:
+        for k, v in r.params.items():
+            values[k].add(v)
+    keys = {k for k, vs in values.items() if len(vs) > 1 or any(k not in r.params for r in records)}
+    # The model's kwargs are part of the model's key, shown with its name.
+    return {k for k in keys if ROLES.describes(k) and not k.startswith("model.kwargs")}
+
+
+def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]) -> Candidate | None:
+    m = r.metrics
+    effective = r.effective_batch
+    measured = m.get("images_per_s")
+    if effective is None or measured is None or measured <= 0:
+        return None
+    p90, p50 = m.get("step_s_p90"), m.get("step_s_p50")
+    conservative = effective / p90 if p90 else measured
+    median = effective / p50 if p50 else measured
+    total, reserved = m.get("device_mem_total_gb"), m.get("peak_mem_reserved_gb")
+    share = reserved / total if total and reserved is not None else None
+    excluded = ""
+    if policy.effective_batch is not None and effective != policy.effective_batch:
+        excluded = f"effective batch {effective} != {policy.effective_batch}"
+    elif share is not None and share > policy.max_memory_share:
+        excluded = f"peak reserved memory {share:.0%} of the device > {policy.max_memory_share:.0%}"
+    unstable = r.tags.get("dinox.unstable") == "true"
+    spread = m.get("window_spread")
+    if not excluded and unstable and policy.exclude_unstable:
+        excluded = f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
+    return Candidate(
+        run_id=r.run_id,
+        run_name=r.run_name,
+        configuration=_configuration(r, varying),
+        effective_batch=effective,
+        conservative_ips=conservative,
+        median_ips=median,
+        measured_ips=measured,
+        memory_share=share,
+        bound=r.tags.get("dinox.bound", ""),
+        days=budget.days_for(conservative, m.get("epoch_start_s", 0.0)),
+        excluded=excluded,
+        mfu=m.get("mfu"),
+        tflops=m.get("tflops"),
+        spread=spread,
+        unstable=unstable,
+        loader_cost=m.get("loader_cost"),
+        bound_evidence=r.bound_evidence,
+        window_min_ips=m.get("images_per_s_min"),
+        window_max_ips=m.get("images_per_s_max"),
+    )
+
+
+def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
+    groups = memory_groups(records)
+    out = []
+    for settings, rs in zip(telling(list(groups)), groups.values(), strict=True):
+        oks = [r.batch_size for r in rs if r.status == "ok"]
+        ooms = [r.batch_size for r in rs if r.status == "oom"]
+        if ooms:
+            out.append(OomBoundary(settings, max(oks) if oks else None, min(ooms)))  # type: ignore[type-var]
+    return out
+
+
+def _model_verdict(
+    key: str,
+    name: str,
+    kwargs: dict[str, str],
+    records: list[TrialRecord],
+    budget: Budget,
+    policy: Policy,
+    device: tuple[str, int],
+) -> ModelVerdict:
+    statuses: dict[str, int] = defaultdict(int)
+    for r in records:
+        statuses[r.status or "unknown"] += 1
+    params_m = next((r.metrics["params_m"] for r in records if "params_m" in r.metrics), None)
+    varying = _varying(records)
+    candidates = [c for r in records if r.status == "ok" if (c := _candidate(r, budget, policy, varying))]
+    candidates.sort(key=lambda c: -c.conservative_ips)
+    mv = ModelVerdict(key, name, kwargs, params_m, len(records), dict(statuses), candidates, _oom_boundaries(records))
+    mv.device_name, mv.devices = device
+    qualifying = [c for c in candidates if not c.excluded]
+    if qualifying:
+        best = qualifying[0]
+        mv.best = best
+        mv.cost = budget.cost(best.days, *device)
+        mv.over_cost = over_cost(mv.cost, mv.device_name, budget)
+        mv.go = best.days <= budget.days and not mv.over_cost
+        mv.margin_days = budget.days - best.days
+        mv.images_in_budget = budget.images_in_budget(best.conservative_ips)
+        if budget.dataset_size:
+            mv.epochs_in_budget = mv.images_in_budget / budget.dataset_size
+    return mv
+
+
+def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
+    """Raises DecisionError when nothing can be decided: no records, none usable, or none measured (every
+    trial failed for a reason other than memory). Every configuration out of memory is a NO-GO."""
+    policy = policy or Policy()
+    if not records:
+        raise DecisionError("no trial runs to decide on")
+    left_out = [(r.run_name or r.run_id, why) for r in records if (why := record_problem(r))]
+    records = [r for r in records if not record_problem(r)]
+    if not records:
+        raise DecisionError(
+            f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
+        )
+    _check_something_measured(records)
+    models = _model_verdicts(records, budget, policy)
+    needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
+    go = [mv for mv in models if mv.go]
+    # The largest GO model; measured GO on several devices, the cheapest of them (else the fastest).
+    recommended = min(go, key=lambda mv: (-(mv.params_m or 0.0), _cost_or_inf(mv), _days(mv))) if go else None
+    rows = scaling(records)
+    return Decision(
+        verdict="GO" if recommended is not None else "NO-GO",
+        budget=budget,
+        policy=policy,
+        models=models,
+        recommended=recommended,
+        loader=loader_findings(records, policy.knee_tolerance),
+        reason=_reason(records, models, recommended, budget, needed),
+        needed_ips=needed,
+        memory=memory_checks(records),
+        scaling=rows,
+        left_out=left_out,
+        unstable=_unstable_warning(recommended),
+        cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
+        what_if=what_if(recommended, budget) if recommended is not None else [],
+        needs=needs(models, budget),
+        projections=projections(models, rows, budget),
+    )
+
+
+def _model_verdicts(records: list[TrialRecord], budget: Budget, policy: Policy) -> list[ModelVerdict]:
+    """One verdict per model and device that measured it: records from two machines are never mixed."""
+    groups: dict[tuple[str, tuple[str, int]], list[TrialRecord]] = defaultdict(list)
+    names: dict[str, tuple[str, dict[str, str]]] = {}
+    default = only_device(records)
+    for r in records:
+        key, name, kwargs = model_key(r)
+        groups[(key, device_of(r, default))].append(r)
+        names[key] = (name, kwargs)
+    models = [_model_verdict(k, *names[k], rs, budget, policy, device) for (k, device), rs in groups.items()]
+    models.sort(key=lambda mv: (-(mv.params_m or 0.0), mv.key, mv.device))
+    return models
+
+
+def _cost_or_inf(mv: ModelVerdict) -> float:
+    return mv.cost if mv.cost is not None else math.inf
+
+
+def _days(mv: ModelVerdict) -> float:
+    return mv.best.days if mv.best is not None else math.inf
+
+
+def status_summary(records: list[TrialRecord]) -> str:
+    """`5 trials: error 4, crashed 1`."""
+    counts = Counter(r.status or "unknown" for r in records)
+    return f"{len(records)} trial{'s' if len(records) != 1 else ''}: " + ", ".join(
+        f"{k} {v}" for k, v in counts.most_common()
+    )
+
+
+def _check_something_measured(records: list[TrialRecord]) -> None:
+    if any(r.status == "ok" for r in records) or all(r.status in _NO_FIT for r in records):
+        return
+    errors = Counter(one_line(r.tags.get("dinox.error", ""), 200) for r in records if r.status not in _NO_FIT)
+    error, n = errors.most_common(1)[0]
+    commonest = f"; the commonest error ({n}x): {error}" if error else ""
+    raise DecisionError(f"nothing was measured ({status_summary(records)}){commonest}")
+
+
+def _reason(
+    records: list[TrialRecord],
+    models: list[ModelVerdict],
+    recommended: ModelVerdict | None,
+    budget: Budget,
+    needed: float,
+) -> str:
+    per_device = len({mv.device for mv in models}) > 1
+
+    def where(mv: ModelVerdict) -> str:
+        return f"{mv.label} on {mv.device}" if per_device else mv.label
+
+    if recommended is not None:
+        b = recommended.best
+        assert b is not None
+        cost = f", costing {fmt_cost(recommended.cost)}" if recommended.cost is not None else ""
+        return (
+            f"{recommended.label} is the largest model that finishes {budget.describe()}"
+            f"{f', on {recommended.device}' if per_device else ''}: {b.conservative_ips:.1f} {IPS_P90} -> "
+            f"{fmt_days(b.days)} days, {fmt_days(recommended.margin_days or 0.0)} days to spare{cost}"
+        )
+    if not any(r.status == "ok" for r in records):
+        tried = sorted({r.batch_size for r in records if r.batch_size is not None})
+        smallest = f"; the smallest batch tried was {tried[0]}" if tried else ""
+        return (
+            f"nothing fits: every configuration ran out of memory ({status_summary(records)}){smallest}. "
+            "Try a smaller batch.size (or auto), model.grad_checkpointing, bf16-mixed or a larger device"
+        )
+    measured = [mv for mv in models if mv.best is not None]
+    if not measured:
+        return "no trial qualifies: none is ok within the policy (see each model's statuses and exclusions)"
+    fastest = max(measured, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
+    fb = fastest.best
+    assert fb is not None
+    epochs = f", {fastest.epochs_in_budget:.1f} epochs in the budget" if fastest.epochs_in_budget else ""
+    in_time = [mv for mv in measured if mv.over_cost and _days(mv) <= budget.days]
+    money = f"; {where(in_time[0])} meets the deadline but {in_time[0].over_cost}" if in_time else ""
+    return (
+        f"no model finishes {budget.describe()}; it needs {needed:.1f} {IPS_P90}. The fastest, "
+        f"{where(fastest)}, reaches {fb.conservative_ips:.1f} {IPS_P90} -> {fmt_days(fb.days)} days"
+        f"{epochs}{money}"
+    )
+
+
+def _unstable_warning(recommended: ModelVerdict | None) -> str:
+    """An unstable best trial: the figure the verdict rests on moved between its own windows."""
+    best = recommended.best if recommended is not None else None
+    if best is None or not best.unstable:
+        return ""
+    spread = f"differ by {best.spread:.0%}" if best.spread is not None else "disagree"
+    return (
+        f"the recommended trial is UNSTABLE: its timed windows {spread}, so its throughput is uncertain; "
+        "measure it again with a higher measure.max_repeats (or longer measure.bench_steps) on a quiet machine "
+        "before committing"
+    )

@@ -1,0 +1,119 @@
+"""One trial from the results of its ranks (hardware.gpus > 1, launched by torchrun). No torch here.
+
+Each rank measures its own windows and writes its own result; DDP's all-reduce keeps them in lock step.
+The trial's figures are global: images through all ranks per second of the slowest rank's wall time (and
+every other rate summed over the ranks), the largest rank's peak memory, the slowest rank's step times,
+costs and bound. The status rules hold across ranks: one rank's OOM makes the trial oom, one rank's
+exception error, a rank that died without a result crashed (or timeout). A rank killed by a signal (the
+OOM killer, a segfault) is the cause even when a peer reports first: the peer's error ("connection reset
+by peer" in its collective) is the consequence, so the trial is crashed.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from dinox.measure.result import TrialResult, one_line
+
+# Rates a rank measures of its own part of the trial: summed over the ranks, as images_per_s is, or the loader
+# alone would look N times too slow beside the trial's global throughput.
+_SUMMED = (
+    "images_per_s_compute_only",
+    "images_per_s_no_loader",
+    "images_per_s_compute_half",
+    "loader_images_per_s",
+    "copy_images_per_s",
+)
+# Figures shown per rank beside the global ones, as rank{r}_<name>.
+PER_RANK = ("images_per_s", "step_s_p50", "peak_mem_allocated_gb", "child_peak_rss_gb", "data_s")
+_MAX = (
+    "peak_mem_allocated_gb",
+    "peak_mem_reserved_gb",
+    "child_peak_rss_gb",
+    "window_spread",
+    "step_s_p50",
+    "step_s_p90",
+)
+
+
+def result_name(base: str, rank: int) -> str:
+    return f"{base}.rank{rank}"
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def exit_codes(torchrun_log: str) -> dict[int, int]:
+    """Each failed rank's exit code, from the failure report torchrun prints when a rank fails."""
+    return {int(rank): int(code) for rank, code in _FAILURE.findall(torchrun_log)}
+
+
+def merge(
+    results: dict[int, TrialResult | None],
+    world: int,
+    missing_status: str,
+    missing_why: str,
+    exits: dict[int, int] | None = None,
+) -> TrialResult:
+    """The trial's result from each rank's (None: the rank left none); `exits`: torchrun's exit codes."""
+    present = {r: res for r, res in results.items() if res is not None}
+    # Killed by a signal other than torchrun's own SIGTERM (with which it stops the survivors).
+    died = {r: -code for r, code in (exits or {}).items() if r not in present and code < 0 and -code != signal.SIGTERM}
+    if died and missing_status != "timeout":
+        r = min(died)
+        peers = [f"rank {q}: {res.error}" for q, res in sorted(present.items()) if res.error]
+        return TrialResult("crashed", error=one_line("; ".join([f"rank {r} killed by {_signame(died[r])}", *peers])))
+    for status in ("oom", "error"):
+        failed = sorted(r for r, res in present.items() if res.status == status)
+        if failed:
+            first = present[failed[0]]
+            others = [r for r in range(world) if r not in present]
+            tail = f"; rank(s) {', '.join(map(str, others))} stopped by torchrun" if others else ""
+            return TrialResult(
+                status,
+                error=one_line(f"rank {failed[0]}: {first.error}{tail}"),
+                metrics=dict(first.metrics),
+                tags=dict(first.tags),
+                marks=dict(first.marks),
+            )
+    missing = [r for r in range(world) if r not in present]
+    if missing:
+        return TrialResult(
+            missing_status, error=one_line(f"rank(s) {', '.join(map(str, missing))} left no result: {missing_why}")
+        )
+    return _merge_ok(present, world)
+
+
+def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
+    # The slowest rank sets the pace: its split and step times describe the trial.
+    slowest = max(ranks.values(), key=lambda res: res.metrics["window_s"])
+    m = dict(slowest.metrics)
+    window = slowest.metrics["window_s"]
+    images = sum(res.metrics["images_per_s"] * res.metrics["window_s"] for res in ranks.values())
+    m["images_per_s"] = images / window
+    m["window_s"] = window
+    for key in ("images_per_s_min", "images_per_s_max", *_SUMMED):
+        if all(key in res.metrics for res in ranks.values()):
+            m[key] = sum(res.metrics[key] for res in ranks.values())
+    for key in _MAX:
+        values = [res.metrics[key] for res in ranks.values() if key in res.metrics]
+        if values:
+            m[key] = max(values)
+    for r, res in sorted(ranks.items()):
+        for key in PER_RANK:
+            if key in res.metrics:
+                m[f"rank{r}_{key}"] = res.metrics[key]
+    tags = dict(ranks[0].tags)
+    tags["dinox.world_size"] = str(world)
+    tags["dinox.unstable"] = str(any(res.tags.get("dinox.unstable") == "true" for res in ranks.values())).lower()
+    return TrialResult(
+        "ok", bound=slowest.bound, metrics=m, tags=tags, step_s=list(slowest.step_s), marks=dict(ranks[0].marks)
+    )
+
+
+def _signame(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

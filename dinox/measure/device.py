@@ -1,0 +1,262 @@
+"""The device a trial runs on: choosing it, capping its memory, precision flags, what it is called, its
+memory peaks, and joining torchrun's process group. Shared by the trial and the estimate children."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import resource
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+
+from dinox.plan.footprint import GIB
+from dinox.spec.sections import TrialSpec
+
+
+def resolve_device(kind: str) -> torch.device:
+    if kind == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("hardware.device: cuda was asked for but torch.cuda.is_available() is False")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("hardware.device: mps was asked for but torch.backends.mps.is_available() is False")
+    return torch.device(kind, torch.cuda.current_device()) if kind == "cuda" else torch.device(kind)
+
+
+def available_kinds() -> tuple[tuple[str, ...], str]:
+    """The device kinds torch can use here, and the same in words."""
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        return ("cpu", "cuda"), f"{n} CUDA device{'s' if n > 1 else ''} ({torch.cuda.get_device_name(0)})"
+    if torch.backends.mps.is_available():
+        return ("cpu", "mps"), "an Apple GPU (MPS) and no CUDA device"
+    return ("cpu",), "only a CPU (torch.cuda.is_available() and torch.backends.mps.is_available() are False)"
+
+
+def cuda_uuids() -> tuple[str, ...]:
+    """Each visible CUDA device's UUID as NVML and CUDA_VISIBLE_DEVICES write it (GPU-..., MIG-...): the one
+    name of a device that means the same to every process, whatever CUDA_DEVICE_ORDER says."""
+    out = []
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        uuid = str(torch.cuda.get_device_properties(i).uuid)
+        out.append(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    return tuple(out)
+
+
+def cuda_numa_nodes(sysfs: Path = Path("/sys/bus/pci/devices")) -> tuple[int, ...]:
+    """Each CUDA device's NUMA node from its PCI address in sysfs; -1 where the kernel does not say."""
+    nodes = []
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        p = torch.cuda.get_device_properties(i)
+        address = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+        try:
+            nodes.append(int((sysfs / address / "numa_node").read_text()))
+        except (OSError, ValueError):
+            nodes.append(-1)
+    return tuple(nodes)
+
+
+def device_total_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "mps":
+        return int(torch.mps.recommended_max_memory())
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
+def allocator_cap(limit: int, outside: int, total: int) -> float:
+    """The share of the device the caching allocator may reserve so that it and what this process holds outside
+    it (`outside`) stay within `limit` bytes."""
+    return max(0.0, min(1.0, (limit - outside) / total))
+
+
+def over_limit(peak_reserved: int, outside: int, limit: int) -> str:
+    """Why a trial that fitted the allocator's cap would not fit a card of `limit` bytes; "" when it would."""
+    if peak_reserved + outside <= limit:
+        return ""
+    return (
+        f"out of memory on a {limit / GIB:.1f} GiB card (hardware.memory_limit_gb): the allocator's peak "
+        f"{peak_reserved / GIB:.2f} GiB and {outside / GIB:.2f} GiB outside it (the CUDA context, loaded kernels, "
+        f"cuDNN and NCCL buffers) make {(peak_reserved + outside) / GIB:.2f} GiB"
+    )
+
+
+def outside_allocator_bytes(device: torch.device) -> int | None:
+    """This process's device memory that the caching allocator does not hold (the CUDA context, loaded kernels,
+    cuDNN and NCCL buffers), from NVML's account of this process; None where NVML cannot say (no NVML, a
+    container that hides host pids). Not free memory: other processes on a shared GPU are not this trial's."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(cuda_uuids()[device.index or 0])
+        used = next(
+            (p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()),
+            None,
+        )
+    except Exception:  # noqa: BLE001 - NVML missing, a MIG slice, no permission: nothing to correct for
+        return None
+    return None if used is None else max(0, int(used) - torch.cuda.memory_reserved(device))
+
+
+def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[str, str]) -> int:
+    """Cap what this trial may use; return the device memory it has (bytes). On CUDA the allocator's cap leaves
+    room for what this process holds outside it, so an emulated card admits what a real one of that size would."""
+    total = device_total_bytes(device)
+    if limit_gb is None:
+        return total
+    limit = int(limit_gb * GIB)
+    if device.type == "cuda":
+        outside = outside_allocator_bytes(device)
+        torch.cuda.set_per_process_memory_fraction(allocator_cap(limit, outside or 0, total), device)
+        tags["dinox.memory_limit"] = "cuda_memory_fraction" + ("" if outside is not None else " (outside unknown)")
+    elif device.type == "mps":
+        torch.mps.set_per_process_memory_fraction(min(2.0, limit / total))
+        tags["dinox.memory_limit"] = "mps_memory_fraction"
+    else:
+        # RLIMIT_DATA bounds this process's heap and anonymous mappings (where tensors live), while the
+        # shared libraries of torch's CUDA build (GBs of address space) do not count against it as they
+        # would with RLIMIT_AS. Loader workers inherit it, each with the same cap.
+        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        tags["dinox.memory_limit"] = "rlimit_data"
+    return min(limit, total)
+
+
+def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) -> tuple[Any, Any]:
+    """Set the backend flags for `precision`; return (autocast dtype or None, GradScaler or None)."""
+    if device.type == "cuda":
+        tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        # Input shapes never change within a trial, so cuDNN's autotuning pays for itself.
+        torch.backends.cudnn.benchmark = True
+    elif precision == "tf32":
+        tags["dinox.note"] = f"tf32 has no effect on {device.type}; measured as fp32"
+    if precision == "bf16-mixed":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise RuntimeError("precision: bf16-mixed is not supported by this GPU")
+        return torch.bfloat16, None
+    if precision == "fp16-mixed":
+        return torch.float16, torch.amp.GradScaler(device.type)
+    return None, None
+
+
+def environment_tags(device: torch.device) -> dict[str, str]:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    elif device.type == "mps":
+        name = f"Apple MPS ({platform.machine()})"
+    else:
+        name = _cpu_name()
+    return {
+        "dinox.device": str(device),
+        "dinox.device_name": name,
+        "dinox.torch_version": torch.__version__,
+        "dinox.cuda_version": str(torch.version.cuda or ""),
+        "dinox.hip_version": str(getattr(torch.version, "hip", None) or ""),
+        "dinox.timm_version": timm.__version__,
+        "dinox.python_version": platform.python_version(),
+        "dinox.host": platform.node(),
+        "dinox.torch_threads": str(torch.get_num_threads()),
+    }
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cpus)"
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cpus)"
+
+
+def own_peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
+
+
+def rank_of_world() -> tuple[int, int, int] | None:
+    """(rank, local rank, world size) when torchrun started this process as one of several ranks."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), world
+
+
+def pin_cores(tags: dict[str, str]) -> None:
+    """Run on the cores `dinox run --devices` gave this trial (a rank: its part of them), with at most one
+    torch thread per core (torch's own default where that is fewer: physical cores, not hyperthreads).
+    Loader workers fork from here and keep the same cores."""
+    from dinox.isolate.slots import child_cores, format_cores
+
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    cores = child_cores(os.environ, int(os.environ.get("LOCAL_RANK", "0")), local_world)
+    if not cores:
+        return
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(min(torch.get_num_threads(), len(cores)))
+    tags["dinox.cores"] = format_cores(sorted(os.sched_getaffinity(0)))  # what the kernel holds it to
+
+
+def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> torch.device:
+    """Join torchrun's process group: NCCL on CUDA (one GPU per local rank), gloo on the CPU."""
+    import torch.distributed as dist
+
+    rank, local_rank, world = rank_of_world()  # type: ignore[misc]
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # A rank that dies leaves the others in a collective: torchrun stops them, and this bounds the wait.
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=spec.measure.timeout_s))
+    tags.update({"dinox.rank": str(rank), "dinox.world_size": str(world), "dinox.dist_backend": backend})
+    return device
+
+
+def all_agree(device: torch.device) -> Callable[[bool], bool]:
+    """True for every rank once every rank says True (an all-reduce of one integer on the trial's device)."""
+    import torch.distributed as dist
+
+    def agree(mine: bool) -> bool:
+        flag = torch.tensor([int(mine)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    return agree
+
+
+def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    metrics["child_peak_rss_gb"] = own_peak_rss_bytes() / GIB
+    if device.type == "cuda":
+        metrics["peak_mem_allocated_gb"] = torch.cuda.max_memory_allocated(device) / GIB
+        metrics["peak_mem_reserved_gb"] = torch.cuda.max_memory_reserved(device) / GIB
+        tags["dinox.mem_source"] = "cuda_allocator"
+        outside = outside_allocator_bytes(device)
+        if outside is not None:
+            metrics["device_mem_outside_gb"] = outside / GIB
+    elif device.type == "mps":
+        metrics["peak_mem_allocated_gb"] = torch.mps.current_allocated_memory() / GIB
+        metrics["peak_mem_reserved_gb"] = torch.mps.driver_allocated_memory() / GIB
+        tags["dinox.mem_source"] = "mps_allocator_at_end"
+    else:
+        # On the CPU the "device" is host memory: the trial process's peak resident set.
+        metrics["peak_mem_allocated_gb"] = metrics["child_peak_rss_gb"]
+        metrics["peak_mem_reserved_gb"] = metrics["child_peak_rss_gb"]
+        tags["dinox.mem_source"] = "process_peak_rss"

@@ -1,0 +1,327 @@
+"""The timed step loop: warm-up, timed windows each followed by its ablation windows, a copies-alone window,
+the half-batch pair and a loader-only window.
+
+It knows nothing about specs or MLflow: it is handed a loader and three callables. One optimizer step is
+``accumulation`` micro-batches (fetch, copy, forward/backward) followed by the optimizer update. The clock is
+chosen once, at construction (as timm's benchmark does): on the CPU every call is synchronous and the
+markers are the host's clock; on an asynchronous device (CUDA, MPS) the markers are events on the device's
+own timeline (dinox.measure.timeline), the host never synchronises inside a window, only at its edges, and so runs
+ahead of the device as a real training loop does. A window's wall time between its two edge
+synchronisations gives images/s; the step times come from the marker clock.
+
+Every loader window starts from a steady pipeline (``Batches.settle``): batches the workers made ready while
+nothing consumed them (a long first step, the ablation windows) are taken untimed first, or the window would
+eat them at the step's pace and flatter a loader-bound trial.
+
+Each timed window is followed by two short ablation windows, one round: one reuses a batch already on the
+device (no loader, no copy: compute only), one reuses a host batch and copies it every micro-batch (no
+loader). A round's three windows run back to back, so a neighbour's burst or drift on a shared machine falls
+on them alike, and the rounds' spread says how far the costs they give can be trusted. After the rounds,
+the copies alone; on a device with a timeline of its own, the compute-only windows at the full and at half
+the batch (a step the device paces from one the host's kernel launches pace); last the loader alone, with
+the model idle and the workers warm: the rate the input pipeline can feed. Only the timed windows count in
+images_per_s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dinox.measure.ahead import CopyAhead
+from dinox.measure.batches import Batches
+from dinox.measure.timeline import HostEvent, Timeline, WindowRecorder
+from dinox.measure.windows import LoopStats, Repeats, Window
+
+
+def timeline_for(device: torch.device) -> tuple[Timeline, str]:
+    """The marker clock for a device, chosen once."""
+    if device.type == "cuda":
+        return Timeline(lambda: torch.cuda.Event(enable_timing=True), lambda: torch.cuda.synchronize(device)), (
+            "cuda_events"
+        )
+    if device.type == "mps":
+        mps_event = getattr(getattr(torch.mps, "event", None), "Event", None)
+        if mps_event is not None:
+            return Timeline(lambda: mps_event(enable_timing=True), torch.mps.synchronize), "mps_events"
+        return Timeline(HostEvent, torch.mps.synchronize, device_clock=False), "host"
+    return Timeline(HostEvent, lambda: None, device_clock=False), "host"
+
+
+class _NoMarkers:
+    """Untimed steps leave no marker."""
+
+    def fetched(self, start: float, end: float) -> None: ...
+    def before_copy(self) -> None: ...
+    def before_forward(self) -> None: ...
+    def after_backward(self) -> None: ...
+    def step_end(self) -> None: ...
+
+
+@dataclass
+class Loop:
+    """The steps of one trial; `run` returns its LoopStats."""
+
+    loader: Iterable
+    to_device: Callable[[Any], Any]
+    micro_step: Callable[[Any], None]
+    optimizer_step: Callable[[], None]
+    device: torch.device
+    accumulation: int
+    batch_size: int
+    timeline: Timeline | None = None  # None: the device's own (tests pass one with fake events)
+    clock: str = "host"
+    # A device batch cut to about half its size, and its images (None: no half-batch pair). Only where the
+    # device keeps a timeline of its own: it tells a forward paced by the device from one the host's launches pace.
+    halve: Callable[[Any], tuple[Any, int]] | None = None
+    on_phase: Callable[[str], None] | None = None  # told "warm-up", "window 2/3", ...: the live progress line
+    # Steps that exchange nothing between ranks (DDP's no_sync): the half-batch pair runs inside it, or a
+    # batch-independent all-reduce would count as the host's fixed cost.
+    local: Callable[[], AbstractContextManager] = contextlib.nullcontext
+    ahead: CopyAhead | None = None  # loader.device_prefetch: copies on a side stream, a micro-batch ahead
+    pending: tuple[Any, Any] | None = field(default=None, init=False)  # the copy issued for the next micro-batch
+    settle_s: float = field(default=0.0, init=False)  # untimed: steadying the pipeline before loader windows
+    last_host: Any = field(default=None, init=False)
+    last_device: Any = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.timeline is None:
+            self.timeline, self.clock = timeline_for(self.device)
+
+    # --- one step ---------------------------------------------------------------------------------------
+
+    def step(self, rec: WindowRecorder | _NoMarkers, source: str = "loader", reused: Any = None) -> None:
+        """source: loader (fetch, copy, compute), host (reuse a host batch: copy, compute), device (compute on
+        `reused`, a batch already on the device)."""
+        for _ in range(self.accumulation):
+            if source == "device":
+                rec.before_copy()
+                rec.before_forward()
+                self.micro_step(reused)
+            else:
+                self._copied_micro_step(rec, source)
+            rec.after_backward()
+        self.optimizer_step()
+        rec.step_end()
+
+    def _copied_micro_step(self, rec: WindowRecorder | _NoMarkers, source: str) -> None:
+        """A micro-batch fetched (from the loader) and copied just before it computes; with `ahead`, taken from
+        the side stream while the one after it is fetched and its copy issued (the copy span is then the
+        compute stream's wait for it)."""
+        if self.ahead is None:
+            if source == "loader":
+                self._fetch(rec)
+            rec.before_copy()
+            self.last_device = self.to_device(self.last_host)
+        else:
+            following = self._issue(rec, source)
+            if self.pending is None:  # the first micro-batch: one more ahead of it
+                self.pending, following = following, self._issue(rec, source)
+            rec.before_copy()
+            self.last_device, self.pending = self.ahead.take(self.pending), following
+        rec.before_forward()
+        self.micro_step(self.last_device)
+
+    def _fetch(self, rec: WindowRecorder | _NoMarkers) -> None:
+        perf = self.timeline.host_clock  # type: ignore[union-attr]
+        t = perf()
+        self.last_host = self.batches.next()
+        rec.fetched(t, perf())
+
+    def _issue(self, rec: WindowRecorder | _NoMarkers, source: str) -> tuple[Any, Any]:
+        """The next micro-batch on its way: fetched (from the loader) and its copy issued on the side stream."""
+        if source == "loader":
+            self._fetch(rec)
+        return self.ahead.issue(self.last_host)  # type: ignore[union-attr]
+
+    def window(self, steps: int, source: str = "loader", reused: Any = None, images: int | None = None) -> Window:
+        """`images`: per micro-batch, where it is not the batch size (the half batch)."""
+        rec = self.timeline.window()  # type: ignore[union-attr]
+        for _ in range(steps):
+            self.step(rec, source, reused)
+        rec.close()
+        return Window(rec.wall_s, steps * self.accumulation * (images or self.batch_size), rec.steps)
+
+    # --- the whole measurement ----------------------------------------------------------------------------
+
+    def run(
+        self,
+        warmup_steps: int,
+        bench_steps: int,
+        repeats: Repeats | int = 1,
+        ablation_steps: int = 0,
+        loader_batches: int = 0,
+        loader_buffered: int = 0,
+    ) -> LoopStats:
+        """Warm up; time windows of `bench_steps` steps until `repeats` says they settled (an int: that many),
+        each followed (with `ablation_steps`) by a round of ablation windows of half that many steps; then the
+        copies alone, the half-batch pair and a loader-only window of `loader_batches` batches.
+        `loader_buffered`: how many batches the loader's workers can hold ready."""
+        perf = self.timeline.host_clock  # type: ignore[union-attr]
+        t = perf()
+        self.batches = Batches(self.loader, perf, loader_buffered)
+        loader_start_s = perf() - t
+        self._phase("warm-up")
+        first_step_s, first_fetch_s, warmup_s = self._warm_up(warmup_steps)
+        per_round = math.ceil(ablation_steps / 2)
+        rounds = self._rounds(bench_steps, Repeats.fixed(repeats) if isinstance(repeats, int) else repeats, per_round)
+        windows, compute_only, no_loader, boundaries = rounds
+        t = perf()
+        copies = full = half = None
+        if ablation_steps:
+            self._phase("ablation windows")
+            copies = self._copies_alone(per_round)
+            full, half = self._half_batch(ablation_steps)
+        loader_ips = None
+        if loader_batches:
+            self._phase("loader alone")
+            loader_ips = self._loader_alone(loader_batches)
+        epoch_start_s = self.batches.epoch_start()
+        ablation_s = sum(w.wall_s for w in compute_only + no_loader) + (perf() - t)
+        return LoopStats(
+            windows=windows,
+            first_step_s=first_step_s,
+            warmup_s=warmup_s,
+            clock=self.clock,
+            loader_start_s=loader_start_s,
+            first_fetch_s=first_fetch_s,
+            compute_only=compute_only,
+            no_loader=no_loader,
+            copies_alone=copies,
+            loader_images_per_s=loader_ips,
+            ablation_s=ablation_s if (ablation_steps or loader_batches) else 0.0,
+            compute_full=full,
+            compute_half=half,
+            epoch_boundaries=boundaries,
+            settle_s=self.settle_s,
+            epoch_start_s=epoch_start_s,
+            loader_ready=self.batches.ready,
+        )
+
+    def _rounds(
+        self, steps: int, repeats: Repeats, per_round: int
+    ) -> tuple[list[Window], list[Window], list[Window], int]:
+        """Timed windows until they settle, each from a steady pipeline and followed by its ablation round."""
+        windows: list[Window] = []
+        compute_only: list[Window] = []
+        no_loader: list[Window] = []
+        boundaries = 0
+        while not windows or not repeats.settled([w.images_per_s for w in windows]):
+            self._phase(repeats.label(len(windows) + 1))
+            self._steady()
+            before = self.batches.epochs_ended
+            windows.append(self.window(steps))
+            boundaries += self.batches.epochs_ended - before
+            if per_round:
+                compute_only.append(self.window(per_round, "device", self.last_device))
+                no_loader.append(self.window(per_round, "host"))
+        return windows, compute_only, no_loader, boundaries
+
+    def _steady(self) -> None:
+        """Drain what the workers hold ready, then one untimed step on the batch that had to be waited for (or a
+        fresh one): a window starts at a step's end. Every rank takes that step, waited or not."""
+        if self.batches.ready:
+            t = self.timeline.host_clock()  # type: ignore[union-attr]
+            self.batches.settle()
+            self.step(_NoMarkers())
+            self.settle_s += self.timeline.host_clock() - t  # type: ignore[union-attr]
+
+    def _copies_alone(self, steps: int) -> Window:
+        """Only the copies (and the device-side preparation) of `steps` steps' micro-batches, nothing computed."""
+        rec = self.timeline.window()  # type: ignore[union-attr]
+        for _ in range(steps * self.accumulation):
+            self.last_device = self.to_device(self.last_host)
+        rec.close()
+        return Window(rec.wall_s, steps * self.accumulation * self.batch_size, [])
+
+    def _half_batch(self, steps: int) -> tuple[Window | None, Window | None]:
+        """Compute only at the full and at about half the batch, back to back, after an untimed step at the half
+        (a new shape compiles and autotunes there, not in the window)."""
+        if self.halve is None or not self.timeline.device_clock or self.batch_size < 4:  # type: ignore[union-attr]
+            return None, None
+        half, images = self.halve(self.last_device)
+        with self.local():
+            self.step(_NoMarkers(), "device", half)
+            full = self.window(steps, "device", self.last_device)
+            return full, self.window(steps, "device", half, images)
+
+    def _phase(self, text: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(text)
+
+    def _warm_up(self, steps: int) -> tuple[float, float, float]:
+        """(the first step, the first step's waits for its batches, all warm-up steps), seconds."""
+        perf, sync = self.timeline.host_clock, self.timeline.synchronize  # type: ignore[union-attr]
+        sync()
+        t = perf()
+        first = first_fetch = 0.0
+        for i in range(steps):
+            rec = _FetchTimes() if i == 0 else _NoMarkers()
+            self.step(rec)
+            if i == 0:
+                sync()  # the first step alone: compilation and autotuning live there
+                first, first_fetch = perf() - t, rec.waited
+        sync()
+        return first, first_fetch, perf() - t
+
+    def _loader_alone(self, batches: int) -> float:
+        """Images/s the loader delivers with nothing consuming them but this loop, from a steady pipeline."""
+        self.batches.settle()
+        self.batches.drop_held()
+        perf = self.timeline.host_clock  # type: ignore[union-attr]
+        t = perf()
+        for _ in range(batches):
+            self.batches.next()
+        return batches * self.batch_size / (perf() - t)
+
+
+class _FetchTimes(_NoMarkers):
+    """An untimed step that adds up its waits for batches."""
+
+    def __init__(self) -> None:
+        self.waited = 0.0
+
+    def fetched(self, start: float, end: float) -> None:
+        self.waited += end - start
+
+
+def run(
+    loader: Iterable,
+    *,
+    to_device: Callable[[Any], Any],
+    micro_step: Callable[[Any], None],
+    optimizer_step: Callable[[], None],
+    device: torch.device,
+    accumulation: int,
+    batch_size: int,
+    warmup_steps: int,
+    bench_steps: int,
+    repeats: Repeats | int = 1,
+    ablation_steps: int = 0,
+    loader_batches: int = 0,
+    loader_buffered: int = 0,
+    timeline: Timeline | None = None,
+    halve: Callable[[Any], tuple[Any, int]] | None = None,
+    ahead: CopyAhead | None = None,
+) -> LoopStats:
+    """Warm up, then time windows of `bench_steps` optimizer steps each as `repeats` says (see Loop.run)."""
+    loop = Loop(
+        loader,
+        to_device,
+        micro_step,
+        optimizer_step,
+        device,
+        accumulation,
+        batch_size,
+        timeline,
+        "host" if timeline is not None and not timeline.device_clock else "events",
+        halve,
+        ahead=ahead,
+    )
+    return loop.run(warmup_steps, bench_steps, repeats, ablation_steps, loader_batches, loader_buffered)

@@ -1,0 +1,166 @@
+"""Training objectives: what one micro-batch computes, and what follows each optimizer step.
+
+Both objectives take a batch ``(x, y)``: for classification ``x`` is an image tensor; for DINO it is the
+list of multi-crop views (global crops first), and ``y`` is ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from dinox.spec.sections import ClassificationObjective, DinoObjective
+
+
+class Classification:
+    """Supervised classification: cross-entropy on the model's logits; on soft targets (timm's
+    SoftTargetCrossEntropy) when Mixup / CutMix made them, as timm's train.py does."""
+
+    def __init__(self, model: nn.Module, spec: ClassificationObjective, soft_targets: bool = False):
+        self.model = model
+        if soft_targets:
+            from timm.loss import SoftTargetCrossEntropy
+
+            self.loss_fn: nn.Module = SoftTargetCrossEntropy()
+        else:
+            self.loss_fn = nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing)
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def compile(self, compile_fn) -> None:
+        self.model = compile_fn(self.model)
+
+    def distribute(self, wrap) -> nn.Module:
+        """Wrap what trains in DistributedDataParallel; returns the wrapper (for no_sync)."""
+        self.model = wrap(self.model)
+        return self.model
+
+    def loss(self, batch: Any) -> torch.Tensor:
+        images, labels = batch
+        return self.loss_fn(self.model(images), labels)
+
+    def after_optimizer_step(self) -> None:
+        """Nothing: classification pays for no work outside the optimizer step."""
+
+
+class DINOHead(nn.Module):
+    """DINO's projection head: MLP -> bottleneck -> L2 normalisation -> weight-normalised prototypes."""
+
+    def __init__(self, in_dim: int, out_dim: int, hidden_dim: int, bottleneck_dim: int, layers: int):
+        super().__init__()
+        dims = [in_dim] + [hidden_dim] * (layers - 1)
+        blocks: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:], strict=True):
+            blocks += [nn.Linear(a, b), nn.GELU()]
+        blocks.append(nn.Linear(dims[-1], bottleneck_dim))
+        self.mlp = nn.Sequential(*blocks)
+        self.last_layer = nn.utils.parametrizations.weight_norm(nn.Linear(bottleneck_dim, out_dim, bias=False))
+        # DINO's norm_last_layer: the norm is fixed at 1, only the direction trains.
+        g = self.last_layer.parametrizations.weight.original0
+        g.data.fill_(1.0)
+        g.requires_grad = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last_layer(F.normalize(self.mlp(x), dim=-1, p=2))
+
+
+class _Branch(nn.Module):
+    def __init__(self, backbone: nn.Module, head: nn.Module):
+        super().__init__()
+        self.backbone, self.head = backbone, head
+
+    def forward(self, views: list[torch.Tensor]) -> torch.Tensor:
+        # Views of one resolution go through the backbone together (DINO's MultiCropWrapper).
+        feats, start = [], 0
+        while start < len(views):
+            end = start
+            while end < len(views) and views[end].shape[-1] == views[start].shape[-1]:
+                end += 1
+            feats.append(self.backbone(torch.cat(views[start:end])))
+            start = end
+        return self.head(torch.cat(feats))
+
+
+class Dino:
+    """Student and EMA teacher on one timm backbone; the teacher sees global crops only."""
+
+    def __init__(self, backbone: nn.Module, spec: DinoObjective):
+        self.spec = spec
+        head = DINOHead(
+            backbone.num_features, spec.out_dim, spec.head_hidden_dim, spec.head_bottleneck_dim, spec.head_layers
+        )
+        device = next(backbone.parameters()).device
+        self.student = _Branch(backbone, head).to(device)
+        self.teacher = copy.deepcopy(self.student)
+        if hasattr(self.teacher.backbone, "set_grad_checkpointing"):
+            self.teacher.backbone.set_grad_checkpointing(False)  # no backward through the teacher
+        for p in self.teacher.parameters():
+            p.requires_grad = False
+        self.center = torch.zeros(1, spec.out_dim, device=device)
+        self._student_params = [p for p in self.student.parameters()]
+        self._teacher_params = [p for p in self.teacher.parameters()]
+        self.model = self.student
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.student.parameters() if p.requires_grad]
+
+    def compile(self, compile_fn) -> None:
+        """The backbones; under DDP the whole student, wrapper and all (compile(DDP(student)))."""
+        if isinstance(self.student, _Branch):
+            self.student.backbone = compile_fn(self.student.backbone)
+        else:
+            self.student = compile_fn(self.student)
+        self.teacher.backbone = compile_fn(self.teacher.backbone)
+
+    def distribute(self, wrap) -> nn.Module:
+        """The student (backbone and head) under DistributedDataParallel; the teacher needs no gradients,
+        and its EMA reads the same parameter tensors, which DDP does not copy."""
+        self.student = wrap(self.student)
+        return self.student
+
+    def loss(self, batch: Any) -> torch.Tensor:
+        views, _ = batch
+        g = self.spec.global_crops
+        with torch.no_grad():
+            teacher_out = self.teacher(views[:g]).float()
+        student_out = self.student(views).float()
+        s = self.spec
+        # Teacher: centred and sharpened; student: tempered. Cross-entropy between every teacher view and
+        # every student view but the same one, averaged (DINO's loss).
+        teacher_probs = F.softmax((teacher_out - self.center) / s.teacher_temp, dim=-1).chunk(g)
+        student_logp = F.log_softmax(student_out / s.student_temp, dim=-1).chunk(len(views))
+        total, terms = student_out.new_zeros(()), 0
+        for i, q in enumerate(teacher_probs):
+            for v, logp in enumerate(student_logp):
+                if v != i:
+                    total = total + torch.sum(-q * logp, dim=-1).mean()
+                    terms += 1
+        with torch.no_grad():
+            batch_center = teacher_out.mean(dim=0, keepdim=True)
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                # The centre is the mean over every rank's teacher outputs, as DINO's update_center takes it:
+                # one more all-reduce per micro-batch, which a distributed DINO step pays.
+                dist.all_reduce(batch_center)
+                batch_center /= dist.get_world_size()
+            self.center.mul_(s.center_momentum).add_(batch_center, alpha=1 - s.center_momentum)
+        return total / terms
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        m = self.spec.teacher_momentum
+        torch._foreach_mul_(self._teacher_params, m)
+        torch._foreach_add_(self._teacher_params, self._student_params, alpha=1 - m)
+
+
+def build(
+    model: nn.Module, spec: ClassificationObjective | DinoObjective, soft_targets: bool = False
+) -> Classification | Dino:
+    if isinstance(spec, DinoObjective):
+        return Dino(model, spec)
+    return Classification(model, spec, soft_targets)

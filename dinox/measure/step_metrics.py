@@ -1,0 +1,159 @@
+"""The loop's measurements as the trial's record: throughput, step times, the time split, the device's idle
+accounting, the ablation costs with the intervals the label read, the stage-alone rates, and the bound label
+with the rule that gave it and its evidence in words.
+
+A metrics processor in torchtitan's sense: the loop (dinox.measure.loop) only measures; this turns its LoopStats
+into the MLflow record's names. Every figure is per optimizer step unless its name says otherwise. The
+recorded figures keep the README's relations exactly: loader_cost = 1 - images_per_s / images_per_s_no_loader
+and transfer_cost = 1 - images_per_s_no_loader / images_per_s_compute_only, each rate pooled over its windows.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from dinox.measure.bound import Evidence, Stage, classify, explain, fixed_share
+from dinox.measure.windows import LoopStats, Window, pooled
+from dinox.spec.sections import MeasureSpec
+
+
+@dataclass
+class Summary:
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    bound: str = ""
+    step_s: list[float] = field(default_factory=list)
+
+
+def _idle_share(windows: list[Window]) -> float | None:
+    steps = [s for w in windows for s in w.steps]
+    period = sum(s.period for s in steps)
+    return sum(s.idle for s in steps) / period if steps and period > 0 else None
+
+
+def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
+    out = Summary(step_s=stats.periods)
+    p50 = stats.quantile(0.5)
+    out.metrics.update(
+        {
+            "images_per_s": stats.images_per_s,
+            "step_s_p50": p50,
+            "step_s_p90": stats.quantile(0.9),
+            "data_s": stats.mean("data"),
+            "h2d_s": stats.mean("copy"),
+            "compute_s": stats.mean("compute"),
+            "window_s": stats.window_s,
+            "images_per_s_min": min(stats.window_images_per_s),
+            "images_per_s_max": max(stats.window_images_per_s),
+            "window_spread": stats.spread,
+            "windows": len(stats.windows),
+            "warmup_s": stats.warmup_s,
+            "loader_start_s": stats.loader_start_s,
+            "first_step_s": stats.first_step_s,
+            "first_fetch_s": stats.first_fetch_s,
+            "settle_s": stats.settle_s,
+            "epoch_boundaries": stats.epoch_boundaries,
+            "epoch_start_s": stats.epoch_start_s,
+        }
+    )
+    if compiled:
+        # The first step less its waits for the workers' first batches and less a steady step: compilation
+        # (and the autotuning of the compiled kernels), not the loader's start-up.
+        out.metrics["compile_s"] = max(0.0, stats.first_step_s - stats.first_fetch_s - p50)
+    device_timeline = stats.clock != "host"
+    if device_timeline and stats.steps:
+        out.metrics.update(_device_split(stats))
+    loader, copies = _stages(stats, out.metrics, m.bound_threshold)
+    # One window cannot disagree with itself: only repeated windows can call a trial unstable.
+    out.tags["dinox.unstable"] = str(len(stats.windows) > 1 and stats.spread > m.unstable_threshold).lower()
+    out.tags["dinox.step_clock"] = stats.clock
+    timed = device_timeline and bool(stats.steps)
+    evidence = Evidence(
+        period=statistics.fmean(stats.periods),
+        data=stats.mean("data"),
+        copy=stats.mean("copy"),
+        idle=stats.mean("idle") if timed else None,
+        idle_loading=stats.mean("idle_loading") if timed else None,
+        loader=loader,
+        copies=copies,
+        compute_only_idle_share=_idle_share(stats.compute_only) if device_timeline else None,
+        fixed_share=out.metrics.get("fixed_share"),
+        host_ahead=_host_ahead(stats.compute_full),
+    )
+    out.bound, out.tags["dinox.bound_rule"] = classify(evidence, m.bound_threshold)
+    if why := explain(out.metrics, m.bound_threshold):
+        out.tags["dinox.bound_evidence"] = why
+    if loader is not None and loader.ceiling(m.bound_threshold) is None and loader.alone:
+        out.tags["dinox.bound_note"] = (
+            f"the trial ran faster ({stats.images_per_s:.1f} img/s) than its loader alone "
+            f"({loader.alone:.1f} img/s): the loader-alone window was slowed, and is not evidence"
+        )
+    return out
+
+
+def _device_split(stats: LoopStats) -> dict[str, float]:
+    """The device's own account of the timed steps: busy, idle, how much of the idle was the loader's, and how
+    far the device trailed the host."""
+    busy, idle = stats.mean("busy"), stats.mean("idle")
+    idle_total = sum(s.idle for s in stats.steps)
+    return {
+        "device_busy_s": busy,
+        "device_idle_s": idle,
+        "device_idle_share": idle / (busy + idle),
+        "idle_loader_share": sum(s.idle_loading for s in stats.steps) / idle_total if idle_total else 0.0,
+        "device_lag_s": stats.mean("lag"),
+    }
+
+
+def _host_ahead(window: Window | None) -> float | None:
+    """How many steps the host ran ahead of the device, on average, in a compute-only window."""
+    if window is None or not window.steps:
+        return None
+    return statistics.fmean(s.lag for s in window.steps) / statistics.fmean(s.period for s in window.steps)
+
+
+def _span(window: Window) -> float:
+    return statistics.fmean(s.forward_backward for s in window.steps)
+
+
+def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tuple[Stage | None, Stage | None]:
+    """The loader and the copies as the ablation measured them (None, None without ablation windows), their
+    figures recorded: the pooled rates and costs, and the interval the label reads."""
+    compute, no_loader = pooled(stats.compute_only), pooled(stats.no_loader)
+    if stats.loader_images_per_s is not None:
+        metrics["loader_images_per_s"] = stats.loader_images_per_s
+    if stats.ablation_s:
+        metrics["ablation_s"] = stats.ablation_s
+    half, full = stats.compute_half, stats.compute_full
+    if half is not None and full is not None and half.steps and full.steps:
+        metrics["images_per_s_compute_half"] = half.images_per_s
+        metrics["fixed_share"] = fixed_share(_span(full), _span(half), half.images_per_step / full.images_per_step)
+    if compute is None or no_loader is None:
+        return None, None
+    copies_alone = pooled([stats.copies_alone]) if stats.copies_alone is not None else None
+    metrics["images_per_s_compute_only"], metrics["images_per_s_no_loader"] = compute, no_loader
+    if copies_alone is not None:
+        metrics["copy_images_per_s"] = copies_alone
+    rounds = list(zip(stats.windows, stats.no_loader, stats.compute_only, strict=False))
+    period = statistics.fmean(stats.periods)
+    held = (stats.mean("idle_loading") / period, stats.mean("copy") / period) if stats.steps else (None, None)
+    loader = Stage(
+        stats.images_per_s,
+        no_loader,
+        tuple(1.0 - t.images_per_s / h.images_per_s for t, h, _ in rounds),
+        stats.loader_images_per_s,
+        held[0],
+        serial=stats.loader_ready == 0,
+    )
+    copies = Stage(
+        no_loader,
+        compute,
+        tuple(1.0 - h.images_per_s / c.images_per_s for _, h, c in rounds),
+        copies_alone,
+        held[1],
+    )
+    for name, stage in (("loader_cost", loader), ("transfer_cost", copies)):
+        interval = stage.interval(threshold)
+        metrics[name], metrics[f"{name}_low"], metrics[f"{name}_high"] = stage.cost, interval.low, interval.high
+    return loader, copies

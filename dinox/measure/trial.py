@@ -1,0 +1,368 @@
+"""The child process: build model, data and step from one trial, measure, write a TrialResult.
+
+Run as ``python -m dinox.measure.trial TRIAL_JSON RESULT_JSON``. It logs nowhere but its result file (and its own
+stdout/stderr, which the parent keeps as the trial's log); MLflow is never imported here. An exception
+becomes a result with status oom or error; a death (signal, abort, hang) leaves no result, and the parent
+records it as crashed or timeout.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import time
+
+_T_START = time.time()
+# A segfault or abort in native code (a kernel, a driver, an import) then leaves a Python stack in the
+# trial's log, which the parent records with the crash.
+faulthandler.enable()
+
+import contextlib  # noqa: E402  (the marks above must come before the heavy imports)
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import timm  # noqa: E402, F401  (imported here so start-up time, not setup time, carries its ~1 s)
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
+
+from dinox.data import build_dataset  # noqa: E402
+from dinox.data.device_prep import DevicePrep  # noqa: E402
+from dinox.data.views import view_plan  # noqa: E402
+from dinox.isolate import lifeline, ranks  # noqa: E402
+from dinox.measure import device, models, objectives  # noqa: E402
+from dinox.measure import loop as bench  # noqa: E402
+from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
+from dinox.measure.result import PHASE_FILE, TrialResult, describe_exception, is_oom  # noqa: E402
+from dinox.measure.step_metrics import summarize  # noqa: E402
+from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
+from dinox.plan.footprint import GIB  # noqa: E402
+from dinox.spec.sections import TrialSpec  # noqa: E402
+
+
+def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device, tags: dict[str, str]):
+    o = spec.optimizer
+    # Fused kernels by default where they are the norm in real training (CUDA); elsewhere torch's default.
+    fused = o.fused if o.fused is not None else dev.type == "cuda"
+    tags["dinox.optimizer_fused"] = str(fused)
+    extra = {"fused": True} if fused else {}
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **extra)
+    return torch.optim.SGD(
+        params, lr=o.lr, weight_decay=o.weight_decay, momentum=0.9 if o.momentum is None else o.momentum, **extra
+    )
+
+
+class TrialRun:
+    """One trial in the child, as named steps: the device, the loader, the model and optimizer, the step
+    functions, the loop, and its summary (dinox.measure.step_metrics)."""
+
+    def __init__(
+        self,
+        spec: TrialSpec,
+        marks: dict[str, float],
+        metrics: dict[str, float],
+        tags: dict[str, str],
+        on_phase: Callable[[str], None] | None = None,
+    ):
+        self.spec, self.marks, self.metrics, self.tags = spec, marks, metrics, tags
+        self.on_phase = on_phase
+        self.accumulation = spec.accumulation
+        self.distributed = device.rank_of_world()
+        self.world = self.distributed[2] if self.distributed else 1
+        self.micro_count = 0
+        self.last_loss: torch.Tensor | None = None
+        self.ddp: Any = None
+
+    def measure(self) -> TrialResult:
+        if self.on_phase is not None:
+            self.on_phase("setup")
+        self._setup_device()
+        self._setup_loader()
+        self._setup_model()
+        if self.dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.dev)
+        self.marks["setup_done"] = time.time()
+        stats = self._loop()
+        self.marks["measured"] = time.time()
+        summary = summarize(stats, self.spec.measure, self.spec.model.compile is not False)
+        self.metrics.update(summary.metrics)
+        self.tags.update(summary.tags)
+        loss = self.last_loss
+        self.metrics["loss"] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
+        device.record_memory(self.dev, self.metrics, self.tags)
+        del self.loader  # shut the workers down before the process reports
+        if why := self._over_limit():
+            return TrialResult("oom", error=why, metrics=self.metrics, tags=self.tags)
+        return TrialResult("ok", bound=summary.bound, metrics=self.metrics, tags=self.tags, step_s=summary.step_s)
+
+    def _over_limit(self) -> str:
+        """A trial within the allocator's cap that a real card of hardware.memory_limit_gb would not hold."""
+        limit, m = self.spec.hardware.memory_limit_gb, self.metrics
+        if limit is None or self.dev.type != "cuda" or "device_mem_outside_gb" not in m:
+            return ""
+        return device.over_limit(
+            int(m["peak_mem_reserved_gb"] * GIB), int(m["device_mem_outside_gb"] * GIB), int(limit * GIB)
+        )
+
+    # --- setup --------------------------------------------------------------------------------------
+
+    def _setup_device(self) -> None:
+        spec, tags = self.spec, self.tags
+        self.dev = device.resolve_device(spec.hardware.device)
+        if self.distributed is not None:
+            self.dev = device.join_world(spec, self.dev, tags)
+        tags.update(device.environment_tags(self.dev))
+        total_bytes = device.apply_memory_limit(self.dev, spec.hardware.memory_limit_gb, tags)
+        self.metrics["device_mem_total_gb"] = total_bytes / GIB
+        self.autocast_dtype, self.scaler = device.apply_precision(self.dev, spec.precision, tags)
+        # DINO trains a headless backbone; classification labels come from the objective's class count.
+        self.num_classes = 0 if spec.objective.kind == "dino" else spec.objective.num_classes  # type: ignore[union-attr]
+        self.plan = view_plan(spec)
+
+    def _samples_needed(self) -> int:
+        """What the loop can draw from the loader at most: warm-up, the timed windows each after a drain of twice
+        the batches the workers hold and an untimed step, and the loader-only window after one more drain; so
+        no epoch edge falls inside the measurement (synthetic data is this long, a smaller set repeated)."""
+        m, lo = self.spec.measure, self.spec.loader
+        windows = m.window_bounds[1]
+        steps = m.warmup_steps + (m.bench_steps + 1) * windows
+        drained = 2 * lo.num_workers * (lo.prefetch_factor or 2) * (windows + 1)
+        micro = steps * self.accumulation + drained + self._ablation_steps() * self.accumulation
+        return micro * self.spec.size * self.world
+
+    def _ablation_steps(self) -> int:
+        m = self.spec.measure
+        return (m.ablation_steps or m.bench_steps) if m.ablation else 0
+
+    def _setup_loader(self) -> None:
+        spec, lo = self.spec, self.spec.loader
+        t = time.time()
+        pipeline = build_dataset(
+            spec, models.in_chans(spec.model), max(self.num_classes, 1), self._samples_needed(), self.plan
+        )
+        dataset = pipeline.dataset
+        if pipeline.repeats > 1:
+            self.tags["dinox.data_repeats"] = str(pipeline.repeats)
+            self.metrics["data_samples"] = float(pipeline.samples or 0)
+        if getattr(dataset, "urls", None):
+            from dinox.data.files import shard_layout
+
+            self.tags["dinox.shard_layout"] = shard_layout(dataset.urls[0]) or "unknown"
+        self.prep = DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes) if pipeline.images else None
+        self.pin = lo.pin_memory and self.dev.type == "cuda"
+        self.tags["dinox.pin_memory_applied"] = str(self.pin)
+        iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
+        seed = getattr(spec.data, "seed", 0)
+        sampler = None
+        if self.distributed is not None and not iterable:
+            from torch.utils.data.distributed import DistributedSampler
+
+            # Each rank its own shard of the data (webdataset splits its shards by rank itself).
+            sampler = DistributedSampler(
+                dataset, num_replicas=self.world, rank=self.distributed[0], shuffle=True, seed=seed, drop_last=True
+            )
+        self.loader = DataLoader(
+            dataset,
+            batch_size=spec.size,
+            shuffle=not iterable and sampler is None,
+            sampler=sampler,
+            generator=None if iterable or sampler is not None else torch.Generator().manual_seed(seed),
+            num_workers=lo.num_workers,
+            pin_memory=self.pin,
+            prefetch_factor=lo.prefetch_factor,
+            persistent_workers=lo.persistent_workers,
+            collate_fn=pipeline.collate_fn,
+            drop_last=True,  # every step sees the same shapes: no recompilation, no ragged last batch
+            worker_init_fn=lifeline.worker_init,  # a worker dies with its trial, even a hung one
+        )
+        self.metrics["data_setup_s"] = time.time() - t  # workers start lazily, inside the first warm-up step
+
+    def _setup_model(self) -> None:
+        spec = self.spec
+        t = time.time()
+        model = models.build(spec.model, self.num_classes, self.plan.sizes)
+        # The backbone's size is "the model's size" (what decide compares); a DINO head comes on top.
+        self.metrics["params_m"] = models.count_params_m(model)
+        memory_format = torch.channels_last if spec.model.channels_last else torch.contiguous_format
+        model = model.to(device=self.dev, memory_format=memory_format)
+        model.train()
+        mixup = self.prep is not None and self.prep.mixup is not None
+        self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
+        self.metrics["trainable_params_m"] = sum(p.numel() for p in self.objective.parameters()) / 1e6
+        self.optimizer = _build_optimizer(spec, self.objective.parameters(), self.dev, self.tags)
+        if self.distributed is not None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.dev.index] if self.dev.type == "cuda" else None
+            self.ddp = self.objective.distribute(lambda mod: DistributedDataParallel(mod, device_ids=ids))
+        if spec.model.compile is not False:
+            # torch.compile is lazy: the graph is built in the first warm-up step, timed apart as compile_s.
+            # compile(DDP(model)), as torch's DDP docs ask: dynamo then splits the graph at DDP's buckets, so
+            # the all-reduce overlaps the backward; DDP(compile(model)) would give that up (pytorch#89096).
+            self.objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
+        self.metrics["build_s"] = time.time() - t
+
+    # --- the step functions the loop calls -------------------------------------------------------------
+
+    def _move(self, x: torch.Tensor) -> torch.Tensor:
+        # Asynchronous copies only from pinned memory; otherwise they are synchronous anyway.
+        return self._layout(x.to(self.dev, non_blocking=self.pin))
+
+    def _layout(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.spec.model.channels_last and x.dim() == 4 else x
+
+    def to_device(self, batch: Any) -> Any:
+        images, labels = batch
+        prep = self.prep
+        if prep is not None and prep.decode_on_device:
+            # Encoded bytes stay on the host, where the device's decoder reads them from.
+            images = self._layout(prep.images(images))
+        else:
+            images = [self._move(v) for v in images] if isinstance(images, (list, tuple)) else self._move(images)
+            images = prep.images(images) if prep is not None else images
+        return images, labels.to(self.dev, non_blocking=self.pin)
+
+    def halve(self, batch: Any) -> tuple[Any, int]:
+        """The first half of a device batch (each of DINO's views, and the labels), and its size: even where
+        Mixup runs (timm's Mixup pairs the batch with its flip and refuses an odd one)."""
+        images, labels = batch
+        n = labels.shape[0] // 2
+        if self.prep is not None and self.prep.mixup is not None:
+            n -= n % 2
+        views = [v[:n] for v in images] if isinstance(images, (list, tuple)) else [images[:n]]
+        if self.spec.model.compile is not False:
+            # A second batch size would make dynamo recompile with a dynamic batch dimension (automatic dynamic
+            # shapes): the half would run another kind of graph than the full. Static, as the full one is.
+            for v in views:
+                torch._dynamo.mark_static(v, 0)
+        return (views if isinstance(images, (list, tuple)) else views[0], labels[:n]), n
+
+    def micro_step(self, batch: Any) -> None:
+        self.micro_count += 1
+        # Under DDP, gradients are all-reduced on the last micro-batch of a step only, as Lightning does.
+        last = self.micro_count % self.accumulation == 0
+        sync = self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext()
+        dtype = self.autocast_dtype
+        if self.prep is not None and self.prep.mixup is not None:
+            batch = self.prep.mixup(*batch)  # on the device batch, inside the step, as timm's train.py does
+        with sync:
+            with torch.autocast(self.dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                loss = self.objective.loss(batch) / self.accumulation
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        self.last_loss = loss.detach()  # no .item(): that would synchronise inside the step
+
+    def optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.objective.after_optimizer_step()
+
+    def _copy_ahead(self) -> CopyAhead | None:
+        """loader.device_prefetch: copies on a side CUDA stream, a micro-batch ahead. Elsewhere nothing runs
+        beside the step (the CPU has no streams), and the tag says the copies ran in series."""
+        wanted = self.spec.loader.device_prefetch
+        applied = wanted and self.dev.type == "cuda"
+        self.tags["dinox.device_prefetch"] = "side_stream" if applied else "in_series"
+        return CopyAhead(self.to_device, cuda_streams(self.dev)) if applied else None
+
+    def _loop(self) -> LoopStats:
+        m, lo = self.spec.measure, self.spec.loader
+        ablation = self._ablation_steps()
+        loop = bench.Loop(
+            self.loader,
+            self.to_device,
+            self.micro_step,
+            self.optimizer_step,
+            self.dev,
+            self.accumulation,
+            self.spec.size,
+            halve=self.halve,
+            on_phase=self.on_phase,
+            local=self.ddp.no_sync if self.ddp is not None else contextlib.nullcontext,
+            ahead=self._copy_ahead(),
+        )
+        agree = device.all_agree(self.dev) if self.world > 1 else None
+        return loop.run(
+            m.warmup_steps,
+            m.bench_steps,
+            Repeats(*m.window_bounds, m.unstable_threshold, agree),
+            ablation_steps=ablation,
+            loader_batches=ablation * self.accumulation,
+            loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),
+        )
+
+
+def measure(
+    spec: TrialSpec,
+    marks: dict[str, float],
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    on_phase: Callable[[str], None] | None = None,
+) -> TrialResult:
+    return TrialRun(spec, marks, metrics, tags, on_phase).measure()
+
+
+def phase_writer(path: Path) -> Callable[[str], None]:
+    """Tells the parent which phase the trial is in (its live progress line), through a small file replaced
+    whole: a few writes per trial, never inside a timed window."""
+
+    def write(text: str) -> None:
+        with contextlib.suppress(OSError):
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+
+    return write
+
+
+def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
+    """Measure, write the result; 0, or under torchrun 1 for a failed rank, so torchrun stops the others."""
+    distributed = device.rank_of_world()
+    on_phase = phase_writer(Path(result_json).with_name(PHASE_FILE)) if not distributed or distributed[0] == 0 else None
+    if distributed is not None:
+        result_json = ranks.result_name(result_json, distributed[0])
+    # Forked from the fork server, the imports were paid once, before the fork: this trial starts now.
+    now = time.time()
+    marks = {"start": now if forked else _T_START, "imports_done": now}
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    spec = TrialSpec.model_validate_json(open(trial_json).read())
+    try:
+        device.pin_cores(tags)  # before any torch op starts its thread pool
+        result = measure(spec, marks, metrics, tags, on_phase)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
+        traceback.print_exc()
+        message = describe_exception(exc)
+        with contextlib.suppress(Exception):
+            if "dinox.device" in tags:
+                device.record_memory(torch.device(tags["dinox.device"]), metrics, tags)
+        share = (
+            metrics.get("peak_mem_reserved_gb", 0.0) / metrics["device_mem_total_gb"]
+            if metrics.get("device_mem_total_gb")
+            else None
+        )
+        status = "oom" if is_oom(exc, share) else "error"
+        result = TrialResult(status, error=message, metrics=metrics, tags=tags)
+    result.marks = marks
+    result.marks["result_written"] = time.time()
+    result.write_atomic(result_json)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 1 if distributed is not None and result.status != "ok" else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m dinox.measure.trial TRIAL_JSON RESULT_JSON")
+    # Dies with the sweep that started it (or, as a rank, with torchrun), even if that one is SIGKILLed.
+    lifeline.die_with_parent(lifeline.env_parent())
+    code = run_child(sys.argv[1], sys.argv[2])
+    # The result is on disk and the output flushed: skip interpreter teardown (~0.8 s of unloading torch
+    # here). The parent ends whatever is left of the process group (loader workers) right after.
+    os._exit(code)

@@ -1,0 +1,9 @@
+"""The plan: a spec expanded into trials and what each will cost, before anything runs. No torch here.
+
+- ``grid``: the sweep expanded into trials with stable ids (and ``--shard`` slices of them).
+- ``preflight``: checks that need more than the spec (the model exists, the data is there and big enough).
+- ``machine``: is the device a spec asks for on this machine.
+- ``footprint``: FLOPs per image, device memory and loader RAM per trial (the model figures come from
+  ``dinox.measure.estimate``, run in a child); ``peaks``: peak TFLOPs per accelerator, for MFU.
+- ``model_names``: timm's architectures without importing timm; ``table``: ``dinox plan``'s table.
+"""

@@ -1,0 +1,149 @@
+"""Expand a spec document into trials: a pure function with stable trial ids.
+
+Order is deterministic: cases (outer, in file order) crossed with the grid (inner, keys in file order,
+values in file order), so `plan` shows exactly what `run` will do, in the order it will do it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from dinox.spec.file import Problem, SpecDocument, SpecError
+from dinox.spec.rules import check_trial
+from dinox.spec.sections import ROLES, TrialSpec
+
+
+@dataclass(frozen=True)
+class Trial:
+    index: int  # 0-based position in the sweep
+    total: int
+    overrides: dict[str, Any]  # the sweep values of this point, by dotted path
+    spec: TrialSpec
+    trial_id: str
+    # Where each override is written in the spec file, so later checks can point at its line.
+    locations: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        if not self.overrides:
+            return "base"
+        return " ".join(f"{_short(k)}={_fmt(v)}" for k, v in self.overrides.items())
+
+
+def _short(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _fmt(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else str(value)
+
+
+def trial_id(spec: TrialSpec) -> str:
+    """A hash of the params that identify a trial (dinox.spec.roles): a sweep resumed after raising its timeout or
+    editing its budget or thresholds still recognises the trials already measured."""
+    params = {k: v for k, v in spec.flat_params().items() if ROLES.identifies(k, v)}
+    blob = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def points(doc: SpecDocument) -> list[tuple[dict[str, Any], dict[str, tuple[str, ...]]]]:
+    """Every sweep point as (overrides, where each override is written in the file)."""
+    grid = doc.sweep.grid
+    keys = list(grid)
+    cases = doc.sweep.cases or [{}]
+    out = []
+    for ci, case in enumerate(cases):
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            overrides = dict(case)
+            where = {k: ("sweep", "cases", str(ci), k) for k in case}
+            for k, v in zip(keys, combo, strict=True):
+                overrides[k] = v
+                where[k] = ("sweep", "grid", k)
+            out.append((overrides, where))
+    return out
+
+
+def set_path(mapping: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = mapping
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def count(doc: SpecDocument) -> int:
+    """How many trials the sweep expands to, without expanding it."""
+    n = max(1, len(doc.sweep.cases))
+    for values in doc.sweep.grid.values():
+        n *= len(values)
+    return n
+
+
+def expand(doc: SpecDocument, max_trials: int | None = None) -> list[Trial]:
+    """All trials of a spec, each validated as a full single-valued spec. Raises SpecError."""
+    n = count(doc)
+    if max_trials is not None and n > max_trials:
+        message = f"expands to {n} trials, more than the limit of {max_trials} (raise it with --max-trials)"
+        raise SpecError(doc.path, [Problem("sweep", message, doc.line_of(("sweep",)))])
+    pts = points(doc)
+    trials: list[Trial] = []
+    # (path, message) -> (line, indices of trials it occurs in, overrides of the first)
+    seen: dict[tuple[str, str], tuple[int | None, list[int], dict[str, Any]]] = {}
+    for index, (overrides, where) in enumerate(pts):
+        raw = copy.deepcopy(doc.base)
+        for dotted, value in overrides.items():
+            set_path(raw, dotted, value)
+        checked = check_trial(raw)
+        if isinstance(checked, TrialSpec):
+            trials.append(Trial(index, len(pts), overrides, checked, trial_id(checked), where))
+            continue
+        for fp in checked:
+            key = (".".join(fp.loc), fp.message)
+            if key not in seen:
+                seen[key] = (_line_for(doc, fp.loc, where), [], overrides)
+            seen[key][1].append(index)
+    if seen:
+        problems = []
+        for (path, message), (line, indices, first) in seen.items():
+            context = None
+            if len(indices) < len(pts):
+                shown = ", ".join(f"{k}={_fmt(v)}" for k, v in first.items())
+                context = f"in {len(indices)} of {len(pts)} trials, e.g. {shown}"
+            problems.append(Problem(path, message, line, context))
+        raise SpecError(doc.path, problems)
+    return trials
+
+
+def shard(trials: list[Trial], spec: str) -> list[Trial]:
+    """The i-th of N disjoint slices of a sweep ("i/N", 1 <= i <= N): every N-th trial from the i-th, so heavy
+    and light grid points spread over the hosts. Trials keep their index and total. Raises ValueError."""
+    try:
+        i, n = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"{spec!r} is not i/N (e.g. 1/4)") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"{spec!r}: i must be 1..N, the shards of N hosts are 1/N ... N/N")
+    return [t for t in trials if t.index % n == i - 1]
+
+
+def locate(doc: SpecDocument, found: list[tuple[Trial, str, str]]) -> list[Problem]:
+    """Problems found in trials, as (trial, field path, message), at their lines in the spec file."""
+    return [Problem(path, message, _line_for(doc, tuple(path.split(".")), t.locations)) for t, path, message in found]
+
+
+def _line_for(doc: SpecDocument, loc: tuple[str, ...], where: dict[str, tuple[str, ...]]) -> int | None:
+    """The line a problem at `loc` points at: a swept path's sweep entry, else the key in the base."""
+    path = ".".join(loc)
+    for dotted, location in where.items():
+        if path == dotted or path.startswith(dotted + ".") or dotted.startswith(path + "."):
+            return doc.line_of(location)
+    return doc.line_of(loc)

@@ -1,0 +1,150 @@
+"""Checks that need more than the spec itself, made before anything runs or is recorded: the timm model
+exists, and the data files a trial reads are there and readable. The model names come from a cached list
+of timm's architectures (dinox.plan.model_names), so this imports neither timm nor torch once that list exists."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from dinox.data.files import (
+    REQUIRED_COLUMNS,
+    DataError,
+    count_images,
+    count_rows,
+    first_sample,
+    read_index,
+    shard_urls,
+)
+from dinox.plan.grid import Trial
+from dinox.spec.data_sources import CtPngData, ImageFolderData, WebDatasetData
+
+
+def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
+    """(trial, field path, message) for each problem, the first trial it occurs in; `grid.locate` finds
+    their lines in the spec file."""
+    problems: dict[tuple[str, str], tuple[Trial, str, str]] = {}
+
+    def add(trial: Trial, path: str, message: str) -> None:
+        problems.setdefault((path, message), (trial, path, message))
+
+    names = {t.spec.model.name for t in trials}
+    unknown = _unknown_models(names)
+    for t in trials:
+        if t.spec.model.name in unknown:
+            add(t, "model.name", unknown[t.spec.model.name])
+        data = t.spec.data
+        if isinstance(data, CtPngData):
+            for message in _index_problems(data.index_csv):
+                add(t, "data.index_csv", message)
+            if data.root is not None and not Path(data.root).is_dir():
+                add(t, "data.root", f"{data.root}: no such directory")
+        elif isinstance(data, ImageFolderData):
+            for message in _image_folder_problems(data.root):
+                add(t, "data.root", message)
+        policy = (
+            data.augment.auto_augment if isinstance(data, (ImageFolderData, WebDatasetData)) and data.augment else None
+        )
+        if policy and (why := _auto_augment_problem(policy)):
+            add(t, "data.augment.auto_augment", why)
+        elif isinstance(data, WebDatasetData):
+            try:
+                shard_urls(data.shards)
+            except DataError as e:
+                add(t, e.field or "data.shards", e.message)
+        if not problems and (no_batch := _no_batch(t)):
+            add(t, *no_batch)
+    return list(problems.values())
+
+
+def _no_batch(t: Trial) -> tuple[str, str] | None:
+    """(field, why) when the trial's loader could yield no batch: every batch is full (drop_last), and each
+    rank reads its own part of the set; a stream needs a shard per rank and a sample in its shards."""
+    data, ranks = t.spec.data, t.spec.hardware.gpus
+    size = t.spec.batch.auto_min if t.spec.batch.auto else t.spec.size  # auto: the smallest it may choose
+    per = f" for {ranks} ranks is {{each}} each" if ranks > 1 else ""
+    if isinstance(data, WebDatasetData):
+        urls = shard_urls(data.shards)
+        if len(urls) < ranks:
+            return "data.shards", f"{len(urls)} shard(s) for {ranks} ranks: a rank without a shard yields no batch"
+        return None if first_sample(urls) else ("data.shards", f"{data.shards}: the shards hold no sample")
+    if isinstance(data, CtPngData):
+        rows = count_rows(data.index_csv)
+        n, what = min(rows, data.subset_size or rows) * data.inflation, "slices"
+        source = f"index rows {rows}" + (f", subset_size {data.subset_size}" if data.subset_size else "")
+        source += f" x inflation {data.inflation}"
+        field = "data.index_csv"
+    elif isinstance(data, ImageFolderData):
+        n, what, source, field = count_images(data.root, size * ranks), "images", data.root, "data.root"
+    elif data.num_samples is not None:
+        n, what, source, field = data.num_samples, "samples", "data.num_samples", "data.num_samples"
+    else:
+        return None
+    if n // ranks >= size:
+        return None
+    return field, (
+        f"the loader can yield no batch: {n} {what} ({source}){per.format(each=n // ranks)}, fewer than "
+        f"batch.size {size}, and every batch is a full one; lower batch.size or point at more data"
+    )
+
+
+def _unknown_models(names: set[str]) -> dict[str, str]:
+    from dinox.plan.model_names import architectures, unknown_model
+
+    known = architectures()  # a cached list: timm (and torch) are imported only to make it
+    return {name: problem for name in sorted(names) if (problem := unknown_model(name, known))}
+
+
+def _auto_augment_problem(policy: str) -> str:
+    """A policy this machine's timm and Pillow cannot run: timm 1.0's increasing posterize (the ``inc1`` of
+    rand-m9-mstd0.5-inc1) keeps 0 bits at full magnitude, which Pillow 13 refuses, so a run crashes in a
+    loader worker now and then (whenever a sampled magnitude reaches 10). Imports timm: asked only for such a
+    policy."""
+    if "inc1" not in policy.split("-"):
+        return ""
+    from importlib.metadata import version
+
+    from PIL import Image
+    from timm.data.auto_augment import AugmentOp
+
+    try:  # timm clamps a sampled magnitude to 10: the op at 10 is what a run meets now and then
+        AugmentOp("PosterizeIncreasing", prob=1.0, magnitude=10)(Image.new("RGB", (1, 1)))
+    except ValueError as e:
+        return (
+            f"{policy}: timm {version('timm')}'s increasing posterize at full magnitude fails with Pillow "
+            f"{version('pillow')} ({e}): a run with this policy crashes in a loader worker now and then. Use it "
+            "without -inc1 (rand-m9-mstd0.5), or a Pillow before 13"
+        )
+    return ""
+
+
+def _image_folder_problems(root: str) -> list[str]:
+    """A look at the top of the tree only: listing every file of an ImageNet on a network file system takes
+    minutes, and the trial lists it anyway (an empty class folder fails the trial, naming it)."""
+    path = Path(root)
+    if not path.is_dir():
+        return [f"{root}: no such directory (python scripts/make_demo_images.py {root} writes a small one)"]
+    if not any(p.is_dir() for p in path.iterdir()):
+        return [f"{root}: no class folders (an image folder is root/<class>/<image>)"]
+    return []
+
+
+def _index_problems(index_csv: str) -> list[str]:
+    path = Path(index_csv)
+    if not path.exists():
+        return [f"{index_csv}: no such file (write it with dinox preprocess)"]
+    if not path.is_file():
+        return [f"{index_csv}: not a file"]
+    try:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        return [f"{index_csv}: unreadable ({getattr(e, 'strerror', None) or type(e).__name__})"]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        return [f"{index_csv}: not a dinox index.csv (missing columns {', '.join(missing)})"]
+    try:
+        read_index(index_csv)  # every row, as the trial will read them: a bad one named by its line here
+    except DataError as e:
+        return [e.message]
+    return []

@@ -1,0 +1,143 @@
+"""The decision as programs read it: decision.json, and the decision run's params and metrics.
+
+decision.json's shape is a contract (users' scripts read it); pydantic serialises the decision's dataclasses
+into it, non-finite numbers as null.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from dinox.decide.loader_findings import LoaderFindings
+from dinox.decide.verdict import Decision, ModelVerdict
+
+_JSON = TypeAdapter(dict[str, Any])
+
+
+def to_json(d: Decision) -> dict[str, Any]:
+    return json.loads(_JSON.dump_json(_payload(d)))
+
+
+def dumps(d: Decision) -> str:
+    return _JSON.dump_json(_payload(d), indent=2).decode() + "\n"
+
+
+def _payload(d: Decision) -> dict[str, Any]:
+    """The file's shape, holding the decision's own dataclasses; pydantic turns them into JSON."""
+    return {
+        "verdict": d.verdict,
+        "unstable": d.unstable or None,
+        "reason": d.reason,
+        "recommended": _recommended(d.recommended),
+        "models": [_model(mv) for mv in d.models],
+        "budget": {
+            **asdict(d.budget),
+            "images_needed": d.budget.images_needed,
+            "needed_images_per_s_p90": d.needed_ips,
+        },
+        "policy": d.policy,
+        "loader": _loader(d.loader),
+        "sources": d.sources,
+        "notes": d.notes,
+        "memory_predictions": [asdict(c) | {"ratio": c.ratio} for c in d.memory],
+        "scaling": [asdict(row) | {"efficiency": row.efficiency} for row in d.scaling],
+        "left_out": [{"run": run, "why": why} for run, why in d.left_out],
+        "devices": [_device(d, name) for name in d.device_names],
+        "cheapest": _recommended(d.cheapest),
+        "what_if": [asdict(w) | {"images": d.budget.images_needed * w.factor} for w in d.what_if],
+        "needs": [
+            {
+                "model": n.model,
+                "device": n.device,
+                "images_per_s_p90": n.has_ips,
+                "needs_images_per_s_p90": n.needs_ips,
+                "factor": n.factor,
+            }
+            for n in d.needs
+        ],
+        "projections": [asdict(p) | {"images_per_s": p.ips} for p in d.projections],
+    }
+
+
+def _device(d: Decision, device: str) -> dict[str, Any]:
+    """One device's verdict: its largest GO model, as `recommended` for the whole decision."""
+    best = d.largest_go_on(device)
+    return {"device": device, "verdict": "GO" if best else "NO-GO", "recommended": _recommended(best)}
+
+
+def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
+    if rec is None or rec.best is None:
+        return None
+    return {
+        "run_id": rec.best.run_id,
+        "model": rec.name,
+        "model_kwargs": rec.kwargs,
+        "params_m": rec.params_m,
+        "configuration": rec.best.configuration,
+        "images_per_s_p90": rec.best.conservative_ips,
+        "images_per_s_p50": rec.best.median_ips,
+        "mfu": rec.best.mfu,
+        "days": rec.best.days,
+        "device": rec.device,
+        "cost": rec.cost,
+    }
+
+
+def _model(mv: ModelVerdict) -> dict[str, Any]:
+    return {
+        "model": mv.name,
+        "model_kwargs": mv.kwargs,
+        "key": mv.key,
+        "params_m": mv.params_m,
+        "trials": mv.trials,
+        "statuses": mv.statuses,
+        "verdict": "GO" if mv.go else "NO-GO",
+        "best": mv.best,
+        "days": mv.best.days if mv.best else None,
+        "device": mv.device,
+        "device_name": mv.device_name,
+        "devices": mv.devices,
+        "cost": mv.cost,
+        "over_cost": mv.over_cost or None,
+        "margin_days": mv.margin_days,
+        "epochs_in_budget": mv.epochs_in_budget,
+        "images_in_budget": mv.images_in_budget,
+        "excluded": [
+            {"run_id": c.run_id, "run_name": c.run_name, "why": c.excluded} for c in mv.candidates if c.excluded
+        ],
+        "oom_boundary": mv.oom,
+    }
+
+
+def _loader(f: LoaderFindings) -> dict[str, Any]:
+    return {
+        "knees": f.knees,
+        "pin_memory": [asdict(p) | {"ratio": p.ratio} for p in f.pin],
+        "pin_memory_summary": f.pin_summary,
+        "encodings": f.encodings,
+        "io_bound": [
+            {"run": n, "model": m, "images_per_s": ips, "bound_evidence": why} for n, m, ips, why in f.io_bound
+        ],
+        "host_bound": [{"run": n, "model": m, "images_per_s": ips} for n, m, ips in f.host_bound],
+        "io_bound_beside_others": f.io_bound_beside,
+    }
+
+
+def log_params(d: Decision) -> dict[str, str]:
+    """The decision's inputs, as MLflow params of the decision run."""
+    out = {f"budget.{k}": str(v) for k, v in asdict(d.budget).items()}
+    out.update({f"policy.{k}": str(v) for k, v in asdict(d.policy).items()})
+    out["sources"] = "; ".join(d.sources)[:500]
+    return out
+
+
+def log_metrics(d: Decision) -> dict[str, float]:
+    out = {"needed_images_per_s": d.needed_ips, "models": float(len(d.models))}
+    if d.recommended is not None and d.recommended.best is not None:
+        out["recommended_days"] = d.recommended.best.days
+        out["recommended_images_per_s"] = d.recommended.best.conservative_ips
+    return out

@@ -1,0 +1,199 @@
+"""The decision's PNG plots: throughput against physical batch (OOM marked), days against the budget, and
+throughput against loader workers. Pure rendering of a Decision and its records; no MLflow."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")  # files only: no display on a GPU box or in CI
+# Names from the store are plain text: a "$" in a model or device name would start mathtext (and "m$^{$"
+# crashed the decision).
+matplotlib.rcParams["text.parse_math"] = False
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dinox.decide.budget import fmt_cost, fmt_days  # noqa: E402
+from dinox.decide.grouping import device_label, device_of, model_key, only_device  # noqa: E402
+from dinox.decide.verdict import Candidate, Decision, ModelVerdict  # noqa: E402
+from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, TrialRecord  # noqa: E402
+
+
+def write_plots(d: Decision, records: list[TrialRecord], out: Path) -> list[Path]:
+    paths = [_throughput_vs_batch(d, records, out / "throughput_vs_batch.png"), _days(d, out / "days_vs_budget.png")]
+    if d.loader.knees:
+        paths.append(_workers(d, out / "throughput_vs_workers.png"))
+    return paths
+
+
+def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    failed = _failed_batches(records)
+    values: list[float] = []
+    for mv in d.models:
+        (line,) = ax.plot([], [])
+        color = line.get_color()
+        values += _model_points(ax, mv.candidates, color, _name(d, mv, 60))
+        for status, marker, y in (("oom", "x", 0.05), ("skipped", "|", 0.05)):
+            sizes = failed[status].get((mv.key, mv.device), [])
+            if sizes:  # at the foot of the axes whatever the scale: no throughput to draw
+                ax.scatter(
+                    sizes, [y] * len(sizes), marker=marker, s=70, color=color, transform=ax.get_xaxis_transform()
+                )
+        if not mv.candidates and (failed["oom"].get((mv.key, mv.device)) or failed["skipped"].get((mv.key, mv.device))):
+            ax.plot([], [], marker="o", color=color, label=_name(d, mv, 60))
+    if any(failed["oom"].values()):
+        ax.scatter([], [], marker="x", color="black", label="out of memory (at the foot)")
+    if any(failed["skipped"].values()):
+        ax.scatter([], [], marker="|", color="black", label="skipped: pruned after an OOM (at the foot)")
+    _needed_line(ax, d.needed_ips, values)
+    sizes = sorted(
+        {int(c.configuration.get("batch.size", 0)) for mv in d.models for c in mv.candidates}
+        | {b for by in failed.values() for bs in by.values() for b in bs} - {0}
+    )
+    if sizes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(sizes[0] / 1.3, sizes[-1] * 1.3)
+        # Ticks at the batch sizes measured, written as numbers (48, 64, 96), not powers of two.
+        ax.set_xticks(sizes, [str(b) for b in sizes])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    if not values:  # nothing ran ok: the axis shows the target from zero, the marks say why
+        ax.set_ylim(0, d.needed_ips * 1.3)
+        what = "no configuration fit in memory" if sizes else "no trial to draw"
+        ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="grey")
+    ax.set_xlabel("physical batch size")
+    ax.set_ylabel(f"{IPS_P90} (bar: timed windows' min-max {IPS_WINDOWS})")
+    ax.set_title("Throughput against physical batch")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, path)
+
+
+def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[tuple[str, str], list[int]]]:
+    """Batch sizes that ran out of memory or were pruned, per model key and device (as ModelVerdict.device)."""
+    out: dict[str, dict[tuple[str, str], list[int]]] = {"oom": defaultdict(list), "skipped": defaultdict(list)}
+    default = only_device(records)
+    for r in records:
+        if r.status in out and r.batch_size is not None:
+            out[r.status][(model_key(r)[0], device_label(*device_of(r, default)))].append(r.batch_size)
+    return out
+
+
+def _name(d: Decision, mv: ModelVerdict, limit: int) -> str:
+    """A series' name: the model, cut to fit, and its device where the trials came from several."""
+    return f"{_short(mv.label, limit - 30)} on {_short(mv.device, 27)}" if d.per_device else _short(mv.label, limit)
+
+
+def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> list[float]:
+    """Every trial faint with its windows' min-max as a bar, the best per batch joined; its values."""
+    pts = sorted(
+        ((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.conservative_ips > 0),
+        key=lambda p: (p[0], p[1].conservative_ips),
+    )
+    if not pts:
+        return []
+    best: dict[int, float] = {}
+    for b, c in pts:
+        best[b] = max(best.get(b, 0.0), c.conservative_ips)
+        if c.window_min_ips is not None and c.window_max_ips is not None:
+            ax.vlines(b, c.window_min_ips, c.window_max_ips, color=color, alpha=0.5, linewidth=2)
+    ax.scatter([b for b, _ in pts], [c.conservative_ips for _, c in pts], color=color, alpha=0.4, s=18)
+    ax.plot(list(best), list(best.values()), marker="o", color=color, label=label)
+    bars = [v for _, c in pts for v in (c.window_min_ips, c.window_max_ips) if v]
+    return [c.conservative_ips for _, c in pts] + bars
+
+
+def _needed_line(ax, needed: float, values: list[float]) -> None:
+    """The throughput the schedule needs: a line when it sits near the data, else an arrow at the edge, so a
+    far-off target does not squash the measured points against one side."""
+    label = f"needed: {needed:.1f} {IPS_P90}"
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > 20:
+        ax.set_yscale("log")  # models decades apart: each stays readable
+    if not positive:
+        ax.axhline(needed, color="grey", linestyle="--", label=label)
+        return
+    lo, hi = min(positive), max(positive)
+    far_above, far_below = needed > 3 * hi, needed < lo / 3
+    if not (far_above or far_below):
+        ax.axhline(needed, color="grey", linestyle="--", label=label)
+        return
+    y, va, arrow = (0.97, "top", "\u2191") if far_above else (0.03, "bottom", "\u2193")
+    ax.text(
+        0.99,
+        y,
+        f"{arrow} {label} ({needed / hi:.0f}x the fastest)" if far_above else f"{arrow} {label}",
+        transform=ax.transAxes,
+        ha="right",
+        va=va,
+        fontsize=8,
+        color="dimgrey",
+    )
+
+
+def _short(label: str, limit: int = 60) -> str:
+    return label if len(label) <= limit else label[: limit - 3] + "..."
+
+
+def _days(d: Decision, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(12 if d.per_device else 10, max(2.8, 0.6 * len(d.models) + 1.6)))
+    labels = [_name(d, mv, 60 if d.per_device else 45) for mv in d.models]
+    days = [mv.best.days if mv.best else 0.0 for mv in d.models]
+    colors = ["tab:green" if mv.go else "tab:red" for mv in d.models]
+    ax.barh(labels, days, color=colors)
+    for i, mv in enumerate(d.models):
+        cost = f", cost {fmt_cost(mv.cost)}" if mv.cost is not None else ""
+        text = f" {fmt_days(days[i])} days ({'GO' if mv.go else 'NO-GO'}){cost}" if mv.best else " no qualifying trial"
+        ax.text(days[i], i, text, va="center", fontsize=8)
+    unit = "day" if d.budget.days == 1 else "days"
+    ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget: {d.budget.days:g} {unit}")
+    priced = any(mv.cost is not None for mv in d.models)
+    ax.set_xlim(0, max([*days, d.budget.days]) * (1.5 if priced else 1.25))  # room for the annotations
+    ax.set_xlabel(f"days for the schedule (best qualifying trial, {IPS_P90})")
+    ax.set_title(f"{d.verdict}: {d.budget.describe()}", fontsize=10)
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def _workers(d: Decision, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for k in d.loader.knees[:12]:  # more lines than that is unreadable; the report's table has them all
+        label = ", ".join(f"{key.rsplit('.', 1)[-1]}={v}" for key, v in k.settings.items()) or "all trials"
+        (line,) = ax.plot([w for w, _ in k.points], [ips for _, ips in k.points], marker="o", label=_short(label))
+        if k.loader_points:  # what the loader alone delivers: where the step's curve meets it, the loader paces
+            ax.plot(
+                [w for w, _ in k.loader_points],
+                [ips for _, ips in k.loader_points],
+                linestyle="--",
+                marker=".",
+                color=line.get_color(),
+                alpha=0.7,
+            )
+        knee_ips = dict(k.points)[k.knee_workers]
+        ax.scatter([k.knee_workers], [knee_ips], s=160, facecolors="none", edgecolors=line.get_color())
+    shown = d.loader.knees[:12]
+    if any(k.loader_points for k in shown):
+        ax.plot([], [], linestyle="--", marker=".", color="grey", label="the loader alone (loader_images_per_s)")
+        values = [ips for k in shown for _, ips in (*k.points, *k.loader_points)]
+        if max(values) / max(min(values), 1e-9) > 20:
+            ax.set_yscale("log")  # a loader 100x faster than the step: both curves stay readable
+    workers = sorted({w for k in shown for w, _ in (*k.points, *k.loader_points)})
+    ax.set_xticks(workers, [str(w) for w in workers])  # the worker counts measured: whole numbers only
+    ax.set_xlabel("DataLoader workers")
+    ax.set_ylabel(IPS_WINDOWS)
+    ax.set_title("Throughput against workers (circle: the knee; dashed: the loader alone)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,316 @@
+"""The decision as people read it: the terminal summary and report.md (``report_json`` is what programs read).
+Pure rendering of a Decision; no MLflow, no policy."""
+
+from __future__ import annotations
+
+from dinox.decide.budget import SECONDS_PER_DAY, Budget, fmt_cost, fmt_days
+from dinox.decide.checks import MemoryCheck
+from dinox.decide.loader_findings import LoaderFindings
+from dinox.decide.verdict import Decision, ModelVerdict
+from dinox.report import money
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS
+
+
+def _fmt_config(config: dict[str, str]) -> str:
+    short = {
+        "batch.size": "batch",
+        "batch.accumulation": "accum",
+        "batch.effective": "effective",
+        "model.grad_checkpointing": "ckpt",
+        "loader.num_workers": "workers",
+        "loader.pin_memory": "pin",
+    }
+    return ", ".join(f"{short.get(k, k)}={v}" for k, v in config.items() if v not in ("None",))
+
+
+def _fmt_settings(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "all trials"
+
+
+def render_terminal(d: Decision) -> str:
+    flag = " (on an UNSTABLE measurement)" if d.unstable else ""
+    lines = [f"{d.verdict}{flag}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else []) + [""]
+    width = max(5, *(len(d.where(mv)) for mv in d.models))
+    priced = any(mv.cost is not None for mv in d.models)
+    header = (
+        f"{'model':<{width}} {'params M':>9} {'p90 step':>10} {'p50 step':>9} {'MFU':>6} {'days':>7}  "
+        + (f"{'cost':>9}  " if priced else "")
+        + f"{'verdict':<6} trials   (img/s from the p90 and p50 step times)"
+    )
+    lines.append(header)
+    for mv in d.models:
+        b = mv.best
+        statuses = " ".join(f"{k}={v}" for k, v in sorted(mv.statuses.items()))
+        mfu = f"{b.mfu:>6.1%}" if b is not None and b.mfu is not None else f"{'-':>6}"
+        cost = f"{fmt_cost(mv.cost) if mv.cost is not None else '-':>9}  " if priced else ""
+        lines.append(
+            f"{d.where(mv):<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
+            f"{_num(b and b.median_ips, 9, 1)} {mfu} {_num(b and b.days, 7, 1)}  {cost}"
+            f"{'GO' if mv.go else 'NO-GO':<6} {statuses}"
+        )
+    lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}")
+    if d.cheapest is not None and d.cheapest.cost is not None and (d.cheapest is not d.recommended or d.per_device):
+        c = d.cheapest
+        lines.append(f"cheapest in time: {d.where(c)}, {fmt_days(c.best.days)} days for {fmt_cost(c.cost)}")  # type: ignore[union-attr]
+    if beside := d.loader.io_bound_beside:
+        lines.append(
+            f"WARNING: io_bound trial(s) measured beside others (--devices), their loaders shared the disk and "
+            f"page cache: {', '.join(beside[:3])}{', ...' if len(beside) > 3 else ''}; measure them alone"
+        )
+    if d.left_out:
+        lines.append(
+            f"left out {len(d.left_out)} record(s) that cannot be trusted: "
+            + "; ".join(f"{run}: {why}" for run, why in d.left_out[:3])
+            + ("; ..." if len(d.left_out) > 3 else "")
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
+
+
+def render_markdown(d: Decision, plots: list[str]) -> str:
+    b = d.budget
+    out = [f"# Throughput decision: {d.verdict}", ""]
+    out += ["## Summary", "", f"**{d.verdict}.** {d.reason}.", ""]
+    if d.unstable:
+        out += [
+            f"> **Warning:** {d.unstable}. `dinox.unstable` marks such trials; `dinox decide "
+            "--exclude-unstable` decides without them.",
+            "",
+        ]
+    out += [
+        f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} {IPS_P90}** "
+        f"(the slow end of the step-time distribution).",
+        f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
+        f"device; the verdict's throughput, {IPS_P90}, is images per optimizer step / p90 step time ({IPS_P50}: "
+        f"the same at the median step; {IPS_WINDOWS}: images over the timed windows' wall time, as the sweep "
+        f"prints it)"
+        + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "")
+        + ".",
+    ]
+    if d.sources:
+        out.append(f"- Trials from: {', '.join(d.sources)}.")
+    out.append("")
+    out += _decision_section(d)
+    out += money.sections(d)
+    out += ["## Models", ""]
+    for mv in d.models:
+        out += _model_section(mv, b, d.where(mv))
+    out += _loader_section(d.loader, d.policy.knee_tolerance)
+    out += _memory_section(d.memory)
+    if d.scaling:
+        out += [
+            "## Scaling",
+            "",
+            "Global images/s of each multi-device trial against N x the same configuration on one device.",
+            "",
+            "| trial | model | devices | img/s | one device | efficiency |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
+            f"{row.efficiency:.0%} |"
+            for row in d.scaling
+        ]
+        out.append("")
+    if plots:
+        out += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    if d.left_out:
+        out += [
+            "## Records left out",
+            "",
+            "These runs carry figures no real trial has (not finite, not positive, "
+            "or physically impossible), so the decision does not use them:",
+            "",
+        ]
+        out += [f"- `{run}`: {why}" for run, why in d.left_out] + [""]
+    if d.notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
+    return "\n".join(out)
+
+
+def _decision_section(d: Decision) -> list[str]:
+    """What to do: the recommended configuration, or what would make a model fit."""
+    b = d.budget
+    out: list[str] = []
+    if d.recommended is not None and d.recommended.best is not None:
+        rec = d.recommended
+        out += ["## Decision", "", f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
+        out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
+        out += [
+            f"- Throughput: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} {IPS_P50}, "
+            f"{rec.best.measured_ips:.1f} {IPS_WINDOWS}"
+            + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
+            f"- Schedule: {fmt_days(rec.best.days)} days of the {b.days:g}-day budget "
+            f"({fmt_days(rec.margin_days or 0.0)} days to spare); about "
+            f"{rec.best.conservative_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
+            *([f"- Device: {rec.device}"] if rec.device_name else []),
+            *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
+            f"- MLflow run: `{rec.best.run_id}`",
+            "",
+        ]
+    else:
+        out += ["## Decision", "", "No model fits the budget. To make it fit, one of:", ""]
+        out.append(f"- reach {d.needed_ips:.1f} {IPS_P90} for the schedule as it is;")
+        fastest = [mv for mv in d.models if mv.best is not None]
+        if fastest:
+            f = max(fastest, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
+            out.append(f"- or grant {fmt_days(f.best.days)} days for the fastest model, {f.label};")  # type: ignore[union-attr]
+            if f.epochs_in_budget is not None:
+                out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
+        out.append("")
+    return out
+
+
+def _params(params_m: float | None) -> str:
+    return f"{params_m:.1f} M parameters" if params_m is not None else "parameter count not recorded"
+
+
+def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
+    statuses = ", ".join(f"{v} {k}" for k, v in sorted(mv.statuses.items()))
+    out = [
+        f"### {title}: {'GO' if mv.go else 'NO-GO'}",
+        "",
+        f"{_params(mv.params_m)}; {mv.trials} trials ({statuses}).",
+        "",
+    ]
+    if mv.best is not None:
+        best = mv.best
+        line = f"Best qualifying trial: {best.conservative_ips:.1f} {IPS_P90} -> **{fmt_days(best.days)} days**"
+        if best.days <= b.days:
+            line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget."
+        else:
+            line += f", {-mv.margin_days:.1f} days over the budget"  # type: ignore[operator]
+            line += (
+                f"; the budget buys {mv.epochs_in_budget:.1f} epochs."
+                if mv.epochs_in_budget is not None
+                else f"; the budget buys {mv.images_in_budget:,.0f} images."
+            )
+        if mv.cost is not None:
+            line += f" The schedule costs {fmt_cost(mv.cost)} on {mv.device}."
+        if mv.over_cost:
+            line += f" NO-GO on cost: {mv.over_cost}."
+        out += [line, ""]
+    elif mv.candidates:
+        out += ["No trial qualifies under the policy.", ""]
+    else:
+        out += ["No trial finished ok.", ""]
+    out += _candidates_table(mv)
+    for ob in mv.oom:
+        fit = f"largest batch that fit: {ob.largest_ok}" if ob.largest_ok is not None else "no batch fit"
+        out.append(f"- OOM boundary ({_fmt_settings(ob.settings)}): {fit}; smallest that did not: {ob.smallest_oom}")
+    if mv.oom:
+        out.append("")
+    return out
+
+
+def _candidates_table(mv: ModelVerdict) -> list[str]:
+    """One row per ok trial; columns only for what differs between them, what they share said once."""
+    if not mv.candidates:
+        return []
+    keys = list(dict.fromkeys(k for c in mv.candidates for k in c.configuration))
+    varying = [k for k in keys if len({c.configuration.get(k) for c in mv.candidates}) > 1]
+    common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in varying}
+    out = []
+    if common:
+        out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
+    columns = [*varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound (its evidence)", "note"]
+    out += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for c in mv.candidates:
+        notes = [c.excluded or ("**best**" if c is mv.best else "")]
+        if c.unstable and not c.excluded:
+            notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
+        cells = [c.configuration.get(k, "") for k in varying]
+        cells += [
+            f"{c.conservative_ips:.2f}",
+            f"{c.median_ips:.2f}",
+            f"{c.measured_ips:.2f}",
+            f"{c.mfu:.1%}" if c.mfu is not None else "-",
+            fmt_days(c.days),
+            f"{c.memory_share:.0%}" if c.memory_share is not None else "-",
+            f"{c.bound} ({c.bound_evidence})" if c.bound_evidence else c.bound,
+            "; ".join(n for n in notes if n),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
+def _memory_section(checks: list[MemoryCheck]) -> list[str]:
+    if not checks:
+        return []
+    out = ["## Memory: predicted before the sweep, measured in it", ""]
+    out += [
+        "Predicted device memory (`dinox plan`: weights, gradients, optimizer state, saved activations, the "
+        "batch; on the CPU the process too) beside the measured peak (CUDA: peak allocated; CPU: the trial "
+        "process's peak resident set).",
+        "",
+    ]
+    out += [
+        "| trial | model | batch | predicted GiB | measured GiB | measured / predicted | status | predicted OOM |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        measured = f"{c.measured_gb:.2f}" if c.measured_gb is not None else "-"
+        ratio = f"{c.ratio:.2f}" if c.ratio is not None else "-"
+        out.append(
+            f"| {c.run} | {c.model} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
+            f"{measured} | {ratio} | {c.status} | {'yes' if c.predicted_oom else 'no'} |"
+        )
+    hits = sum(c.predicted_oom == (c.status == "oom") for c in checks)
+    out += ["", f"The OOM prediction matched the outcome in {hits} of {len(checks)} trials.", ""]
+    return out
+
+
+def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
+    if not (f.knees or f.pin or f.io_bound or f.host_bound or f.encodings):
+        return []
+    out = ["## Input pipeline", ""]
+    if f.knees:
+        out += [
+            f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal). "
+            '"Loader alone" is what the input pipeline delivers with the model idle (`loader_images_per_s`): '
+            "where it is close to the step's rate, the loader sets the pace.",
+            "",
+        ]
+        out += [
+            "| settings | knee | best | best img/s | img/s by workers | loader alone by workers |",
+            "|---|---|---|---|---|---|",
+        ]
+        for k in f.knees:
+            curve = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.points)
+            ceiling = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.loader_points) or "-"
+            out.append(
+                f"| {_fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
+                f"{curve} | {ceiling} |"
+            )
+        out.append("")
+    if f.pin:
+        out += [f"{f.pin_summary[0].upper()}{f.pin_summary[1:]}.", ""]
+    for e in f.encodings:
+        rates = ", ".join(
+            f"{layout} {ips:.1f} img/s"
+            + (f" (loader alone {alone:.0f})" if (alone := e.loader_images_per_s.get(layout)) else "")
+            for layout, ips in sorted(e.images_per_s.items())
+        )
+        out += [f"Shard encodings ({_fmt_settings(e.settings)}): {rates}.", ""]
+    if f.io_bound:
+        shown = ", ".join(f"{n} ({ips:.0f} img/s" + (f", {why}" if why else "") + ")" for n, _m, ips, why in f.io_bound)
+        out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
+    if f.io_bound_beside:
+        out += [
+            f"> **Warning:** {len(f.io_bound_beside)} io_bound trial(s) were measured beside other trials "
+            f"(`dinox run --devices`): {', '.join(f.io_bound_beside)}. Each had cores of its own, but the disk, "
+            "the page cache and memory bandwidth were shared: measure them alone before trusting their loader "
+            "figures.",
+            "",
+        ]
+    if f.host_bound:
+        shown = ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound)
+        out += [
+            f"host_bound trials ({len(f.host_bound)}): {shown}. The device waits on Python and kernel launches, "
+            "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.",
+            "",
+        ]
+    return out

@@ -1,0 +1,129 @@
+"""What the MLflow UI shows of a sweep without a click: each trial's one-line description, the parent run's
+Markdown description (the trials ranked by throughput), its summary metrics and a throughput plot.
+
+MLflow shows a run's `mlflow.note.content` tag as its Description; summary metrics sort and compare in the
+runs table like any other metric. Pure functions of the sweep's rows (results.csv's rows); no MLflow here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from dinox.store.trial_record import IPS_WINDOWS
+
+NOTE_TAG = "mlflow.note.content"
+UNSETTLED_WHY = "their timed windows disagreed beyond measure.unstable_threshold, so their figures may move"
+
+
+def unsettled(metrics: dict[str, float], unstable: bool) -> str:
+    """ "" for a trial whose timed windows agreed, else what they spanned: its figure is not settled."""
+    m = metrics
+    if not unstable or "images_per_s_min" not in m:
+        return ""
+    return f"unsettled: windows {m['images_per_s_min']:.1f}-{m['images_per_s_max']:.1f} img/s"
+
+
+def trial_body(
+    status: str, bound: str, metrics: dict[str, float], error: str, tags: dict[str, str] | None = None
+) -> str:
+    """A trial's result in one line: what the sweep prints after its index, and the run's description. The
+    bound comes with the costs it was read from (dinox.bound_evidence), and an unsettled figure says so."""
+    m, tags = metrics, tags or {}
+    if status != "ok" or "images_per_s" not in m:
+        return error[:200] or status
+    doubt = unsettled(m, tags.get("dinox.unstable") == "true")
+    why = tags.get("dinox.bound_evidence", "")
+    return (
+        f"{m['images_per_s']:.1f} {IPS_WINDOWS}{f' ({doubt})' if doubt else ''}, step p50 {m['step_s_p50']:.3f}s "
+        f"p90 {m['step_s_p90']:.3f}s, {bound}{f' ({why})' if why else ''}, "
+        f"peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, trial {m.get('trial_wall_s', 0):.1f}s"
+    )
+
+
+def trial_note(
+    label: str, status: str, bound: str, metrics: dict[str, float], error: str, tags: dict[str, str] | None = None
+) -> str:
+    return f"**{status}** {label}: {trial_body(status, bound, metrics, error, tags)}"
+
+
+def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """best_images_per_s over the ok trials, and trials_<status> counts."""
+    out = {f"trials_{k}": float(v) for k, v in Counter(str(r["status"]) for r in rows).items()}
+    ips = [float(r["images_per_s"]) for r in rows if r["status"] == "ok" and "images_per_s" in r]
+    if ips:
+        out["best_images_per_s"] = max(ips)
+    return out
+
+
+def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
+    """The parent run's description: counts, then every trial ranked by throughput (failures last)."""
+    counted = Counter(str(r["status"]) for r in rows)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
+    shaky = sum(1 for r in rows if r["status"] == "ok" and str(r.get("unstable")) == "true")
+    lines = [
+        f"**{name}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
+        + (f", {resumed} already recorded" if resumed else "")
+        + ".",
+        "",
+    ]
+    if shaky:
+        lines[0] += f" {shaky} ok trial{'s are' if shaky > 1 else ' is'} unsettled: {UNSETTLED_WHY}."
+    ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -float(r.get("images_per_s") or 0.0)))
+    lines += [
+        f"| # | trial | status | {IPS_WINDOWS} | step p90 s | bound | peak GiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(ranked, 1):
+        ok = r["status"] == "ok" and "images_per_s" in r
+        ips = f"{float(r['images_per_s']):.1f}" if ok else "-"
+        if ok and str(r.get("unstable")) == "true" and "window_spread" in r:
+            ips += f" (unsettled: windows {float(r['window_spread']):.0%} apart)"
+        p90 = f"{float(r['step_s_p90']):.3f}" if ok and "step_s_p90" in r else "-"
+        peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if "peak_mem_reserved_gb" in r else "-"
+        status = r["status"] if ok else f"{r['status']}: {str(r.get('error') or '')[:80]}"
+        bound = str(r.get("bound") or "-") + (f" ({r['bound_evidence']})" if ok and r.get("bound_evidence") else "")
+        lines.append(f"| {i} | {r['label']} | {status} | {ips} | {p90} | {bound} | {peak} |")
+    return "\n".join(lines)
+
+
+def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """img/s (windows) against physical batch, one line per model, the windows' min-max as bars; None when
+    fewer than two batch sizes ran ok."""
+    ok = [r for r in rows if r["status"] == "ok" and "images_per_s" in r and r.get("batch.size")]
+    if len({int(r["batch.size"]) for r in ok}) < 2:
+        return None  # one batch size is no curve (and matplotlib costs a second of every short sweep)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for model in sorted({str(r.get("model.name")) for r in ok}):
+        pts = sorted(((int(r["batch.size"]), r) for r in ok if str(r.get("model.name")) == model), key=lambda p: p[0])
+        xs, ys = [b for b, _ in pts], [float(r["images_per_s"]) for _, r in pts]
+        (line,) = ax.plot(xs, ys, marker="o", linestyle="none" if len(set(xs)) < len(xs) else "-", label=model)
+        for b, r in pts:
+            if "images_per_s_min" in r and "images_per_s_max" in r:
+                ax.vlines(
+                    b,
+                    float(r["images_per_s_min"]),
+                    float(r["images_per_s_max"]),
+                    color=line.get_color(),
+                    alpha=0.5,
+                    linewidth=2,
+                )
+    sizes = sorted({int(r["batch.size"]) for r in ok})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("physical batch size")
+    ax.set_ylabel(f"{IPS_WINDOWS} (bar: windows' min-max)")
+    ax.set_title("This sweep: throughput against physical batch")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,159 @@
+"""What ``dinox decide`` reads from the tracking store (every trial of a sweep, however many runs and hosts it
+took) and the decision run it writes back.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from dinox.store.backend import (
+    TrackingError,
+    check_reachable,
+    now_ms,
+    search_all,
+    sqlite_path,
+    store_error,
+    store_problem,
+)
+from dinox.store.descriptions import NOTE_TAG
+from dinox.store.trial_record import TrialRecord, store_text
+
+
+def record_of(run) -> TrialRecord:
+    """A run as a trial record, its text made printable (records.store_text): from here on it is data."""
+
+    def text(mapping: dict[str, str]) -> dict[str, str]:
+        return {store_text(k): store_text(str(v)) for k, v in mapping.items()}
+
+    return TrialRecord(
+        store_text(run.info.run_id),
+        store_text(run.info.experiment_id),
+        store_text(run.info.run_name or ""),
+        text(run.data.params),
+        dict(run.data.metrics),
+        text(run.data.tags),
+    )
+
+
+def fetch_trials(
+    tracking_uri: str, experiments: list[str], run_ids: list[str]
+) -> tuple[list[TrialRecord], list[str], str]:
+    """Trial records of the named experiments and/or sweep parent runs, read as one sweep however many
+    parents (shards, hosts, resumed runs) they came from: a trial measured more than once (the same
+    dinox.trial_id) counts once, by its latest run. Also the sources read and the experiment id a decision
+    run should go to. Raises TrackingError for what does not exist."""
+    if why := store_problem(tracking_uri):
+        raise TrackingError(f"tracking store {tracking_uri}: {why}")
+    check_reachable(tracking_uri)
+    path = sqlite_path(tracking_uri)
+    if path is not None and not path.exists():  # reading never creates a store
+        raise TrackingError(
+            f"no tracking store at {path}: `dinox run SPEC` records the trials there first "
+            "(or pass --tracking-uri / set MLFLOW_TRACKING_URI to where they are)"
+        )
+    found: dict[str, tuple[int, TrialRecord]] = {}
+    sources: list[str] = []
+    home = ""
+    try:
+        client = MlflowClient(tracking_uri=tracking_uri)
+        for name in experiments:
+            exp = client.get_experiment_by_name(name)
+            if exp is None or exp.lifecycle_stage == "deleted":
+                raise TrackingError(
+                    f"experiment {name!r} not found in {tracking_uri}: `dinox run SPEC` records a "
+                    "spec's trials in the experiment named by its `name`"
+                )
+            home = home or exp.experiment_id
+            sources.append(f"experiment {name}")
+            for run in search_all(client, [exp.experiment_id]):
+                _keep(run, found)
+        for run_id in run_ids:
+            try:
+                parent = client.get_run(run_id)
+            except MlflowException:
+                raise TrackingError(f"run {run_id!r} not found in {tracking_uri}") from None
+            home = home or parent.info.experiment_id
+            sources.append(f"sweep run {run_id}")
+            children = search_all(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+            for run in children:
+                _keep(run, found)
+    except (MlflowException, OSError, ValueError, ImportError) as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+    latest = latest_per_device(list(found.values()))
+    superseded = len(found) - len(latest)
+    if superseded:
+        sources.append(f"{superseded} earlier measurement(s) of the same trials superseded by their latest run")
+    return latest, sources, home
+
+
+def latest_per_device(found: list[tuple[int, TrialRecord]]) -> list[TrialRecord]:
+    """A trial measured more than once counts once per device it was measured on (dinox.device_name and its
+    count, hardware.gpus), by its latest run there: the same spec on an H100 and on an A100 (two experiments,
+    a second host's shard) are two trials. A record that never reached a device (skipped, crashed at start)
+    is superseded by any later run of its trial."""
+
+    def device(r: TrialRecord) -> tuple[str, str]:
+        return r.tags.get("dinox.device_name", ""), r.params.get("hardware.gpus", "1")
+
+    latest: dict[tuple[str, tuple[str, str]], tuple[int, TrialRecord]] = {}
+    for start, record in found:
+        key = (record.tags.get("dinox.trial_id") or record.run_id, device(record))
+        if key not in latest or start > latest[key][0]:
+            latest[key] = (start, record)
+    newest = {}
+    for (trial, _device), (start, _record) in latest.items():
+        newest[trial] = max(newest.get(trial, start), start)
+    return [
+        record
+        for (trial, dev), (start, record) in latest.items()
+        if dev[0] or start >= newest[trial]  # deviceless: kept only as its trial's latest run
+    ]
+
+
+def _keep(run, found: dict[str, tuple[int, TrialRecord]]) -> None:
+    tags = run.data.tags
+    # The record's own key: a trial is a run with a dinox.status, whoever logged it; sweeps and decisions
+    # carry a dinox.role of their own and no status; batch-search probes are two-step runs, not measurements.
+    if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision", "probe"):
+        return
+    found[run.info.run_id] = (run.info.start_time or 0, record_of(run))
+
+
+def log_decision(
+    tracking_uri: str,
+    experiment_id: str,
+    verdict: str,
+    params: dict[str, str],
+    metrics: dict[str, float],
+    files: list[Path],
+    note: str = "",
+) -> str:
+    """Record a decision as a run of its own (dinox.role = decision) with the report files as artifacts.
+    Under `mlflow run`, the run MLflow started is that run."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        run_id = os.environ.get("MLFLOW_RUN_ID")
+        if not run_id:
+            run_id = client.create_run(
+                experiment_id, run_name=f"decision {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            ).info.run_id
+        ts = now_ms()
+        client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
+            tags=[RunTag("dinox.role", "decision"), RunTag("dinox.verdict", verdict)]
+            + ([RunTag(NOTE_TAG, note)] if note else []),
+        )
+        for path in files:
+            client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id, "FINISHED")
+    except MlflowException as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+    return run_id

@@ -1,0 +1,138 @@
+"""``dinox sync``: complete in the tracking store what a sweep kept locally, and close sweeps that died.
+
+Reads a sweep's journal and, for each result not marked logged, finds its one run (by the
+``dinox.result_id`` tag set when it was opened, else the run id the journal recorded) or opens one, then
+writes the whole result on it: params, metrics, tags, status. A run that already carries its
+``dinox.status`` is only checked, so running sync twice, or after a sweep that logged half of a result,
+never writes a result twice or opens a second run for it.
+
+A sweep whose process is gone without ending (SIGKILL, the OOM killer, a closed session) is closed here:
+its results are logged, its runs still RUNNING are marked KILLED with the reason, and so is its parent.
+``dinox run`` of the same experiment does the same for such sweeps before it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow.exceptions import MlflowException
+
+from dinox.isolate.lifeline import ProcessRef
+from dinox.store.backend import TrackingError, describe_store_error
+from dinox.store.recorder import RUN_STATUS, SweepRecorder, result_summary
+from dinox.sweep.journal import JOURNAL, Journal, JournalState
+
+GONE = (
+    "the sweep process ({where}) is gone without closing its runs (SIGKILL, the OOM killer or a closed "
+    "session); closed by a later dinox command"
+)
+
+
+class SyncError(Exception):
+    """A local problem with a sweep's folder (no journal): never the store's fault."""
+
+
+@dataclass
+class SyncReport:
+    sweep_dir: Path
+    logged: int = 0  # results written now
+    already: int = 0  # results the store held already
+    closed_sweep: str = ""  # the status the parent run was closed with now, or ""
+    bad_lines: int = 0
+
+
+def _gone(state: JournalState) -> ProcessRef | None:
+    """The sweep's process, when it is known to be gone while the journal shows no end."""
+    if state.end_status is not None:
+        return None
+    ref = ProcessRef.from_tags(state.sweep.get("process") or {})
+    return ref if ref is not None and ref.gone() else None
+
+
+def pending_sweeps(workdir: Path) -> list[Path]:
+    """Sweep folders under workdir with something not yet in the store: results, a sweep end, or a sweep
+    whose process died without ending."""
+    out = []
+    for path in sorted((workdir / "sweeps").glob(f"*/*/{JOURNAL}")):
+        state = Journal(path.parent).read()
+        if state.pending or (state.end_status and not state.closed) or (state.sweep and _gone(state)):
+            out.append(path.parent)
+    return out
+
+
+def sync_sweep(sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[[str], None] = print) -> SyncReport:
+    """Raises SyncError for a local problem, TrackingError when the store fails."""
+    journal = Journal(sweep_dir)
+    state = journal.read()
+    if not state.sweep:
+        why = f"; {len(state.bad_lines)} unreadable line(s)" if state.bad_lines else ""
+        raise SyncError(f"{sweep_dir}: no sweep journal ({JOURNAL}) here{why}")
+    report = SyncReport(sweep_dir, bad_lines=len(state.bad_lines))
+    for bad in state.bad_lines[:5]:
+        echo(f"warning: {journal.path}: {bad}; skipped")
+    try:
+        recorder = SweepRecorder(tracking_uri or state.sweep["tracking_uri"])
+        recorder.attach(state.sweep["experiment_id"], state.sweep["parent_run_id"])
+        _log_pending(recorder, journal, state, report)
+        _close_parent(recorder, journal, state, report)
+    except MlflowException as e:
+        raise TrackingError(describe_store_error(e)) from None
+    echo(
+        f"sync {sweep_dir}: {report.logged} result(s) logged, {report.already} already in the store"
+        + (f", sweep closed as {report.closed_sweep}" if report.closed_sweep else "")
+    )
+    return report
+
+
+def _log_pending(recorder: SweepRecorder, journal: Journal, state: JournalState, report: SyncReport) -> None:
+    for p in state.pending:
+        run_id = recorder.run_for(p.trial, p.result_id, p.run_id)
+        run = recorder.client.get_run(run_id)
+        if run.data.tags.get("dinox.status"):  # written last: the run holds the whole result
+            if run.info.status == "RUNNING":
+                recorder.client.set_terminated(run_id, RUN_STATUS[p.result.status])
+            journal.logged(p.result_id, run_id)
+            report.already += 1
+            continue
+        recorder.close_trial(run_id, p.trial, p.result, p.log_path or None)
+        journal.logged(p.result_id, run_id)
+        report.logged += 1
+
+
+def _close_parent(recorder: SweepRecorder, journal: Journal, state: JournalState, report: SyncReport) -> None:
+    sweep_dir = journal.path.parent
+    results = [r.result for r in state.results.values()]
+    if state.end_status and not state.closed:
+        artifacts = [sweep_dir / "results.csv", sweep_dir / "spec.yaml", sweep_dir / "spec.normalized.yaml"]
+        recorder.close_sweep(state.end_status, result_summary(results), artifacts)
+        journal.sweep_closed()
+        report.closed_sweep = state.end_status
+    elif (ref := _gone(state)) is not None:
+        reason = GONE.format(where=f"{ref.host} pid {ref.pid}")
+        recorder.kill_sweep(recorder.parent_run_id, reason)
+        journal.sweep_end("KILLED")
+        journal.sweep_closed()
+        report.closed_sweep = "KILLED"
+
+
+def close_orphans(recorder: SweepRecorder) -> list[str]:
+    """Sweeps of the recorder's experiment left RUNNING by a process that is gone: synced from their journal
+    when it is on this host, else their RUNNING runs and themselves marked KILLED. One note per sweep."""
+    notes = []
+    for run_id, ref, sweep_dir in recorder.orphans():
+        where = f"{ref.host} pid {ref.pid}"
+        try:
+            if sweep_dir and (Path(sweep_dir) / JOURNAL).exists():
+                report = sync_sweep(Path(sweep_dir), recorder.uri, echo=lambda _line: None)
+                notes.append(
+                    f"closed sweep run {run_id} as {report.closed_sweep or 'it was'}: its process "
+                    f"({where}) is gone; {report.logged} result(s) from its journal logged"
+                )
+            else:
+                n = recorder.kill_sweep(run_id, GONE.format(where=where))
+                notes.append(f"closed sweep run {run_id} and {n} of its runs as KILLED: its process ({where}) is gone")
+        except (SyncError, TrackingError, MlflowException) as e:  # an old sweep never stops a new one
+            notes.append(f"could not close sweep run {run_id} left by {where}: {e}; `dinox sync` may later")
+    return notes

@@ -1,0 +1,68 @@
+"""How a sweep ends: finished (the parent run closed with its summary, plot and note), or aborted by an
+interrupt or a full workdir (every run still open marked KILLED, the parent KILLED or FAILED)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from dinox.measure.result import one_line
+from dinox.store import descriptions
+from dinox.store.recorder import result_summary
+from dinox.sweep.best_effort import BestEffortStore
+from dinox.sweep.interrupts import signals_ignored
+from dinox.sweep.journal import WorkdirError
+
+if TYPE_CHECKING:
+    from dinox.sweep.run import Sweep
+
+
+def finish(sweep: Sweep) -> None:
+    """The sweep ran to its end: the journal says so, the parent run gets the CSV, spec, plot, note and summary."""
+    _quietly(lambda: sweep.journal.sweep_end("FINISHED"))
+    d = sweep.report.sweep_dir
+    artifacts = [sweep.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
+    try:
+        plot = descriptions.throughput_plot(sweep.report.rows, d / "throughput_vs_batch.png")
+    except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record
+        plot = None
+        sweep.echo(f"warning: no throughput plot for the parent run ({one_line(str(e), 200)})")
+    rows, summary = sweep.report.rows, result_summary(sweep.report.results)
+    note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed))
+    extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
+    if sweep.store.call(
+        sweep.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra
+    )[0]:
+        sweep.journal.sweep_closed()
+    sweep.report.wall_s = time.time() - sweep.t0
+
+
+def abort(sweep: Sweep, status: str, reason: str) -> int:
+    """Close what is open, so nothing stays RUNNING; how many trials in flight were marked KILLED. Further
+    signals wait until that is done: a second Ctrl-C must not leave runs RUNNING."""
+    killed = 0
+    with signals_ignored():
+        journal = getattr(sweep, "journal", None)
+        store = getattr(sweep, "store", None) or BestEffortStore(sweep.recorder, journal, sweep.echo, sweep.report)
+        if journal is not None:
+            _quietly(lambda: journal.sweep_end(status))
+        for flight in sweep.flights:
+            flight.stop_monitor()
+            if flight.run_id and not flight.closed:
+                store.call(sweep.recorder.kill_trial, flight.run_id, reason)
+                killed += 1
+        summary = result_summary(sweep.report.results)
+        sweep_dir = sweep.report.sweep_dir
+        artifacts = [sweep_dir / "results.csv", sweep_dir / "spec.yaml"] if journal is not None else []
+        if store.call(sweep.recorder.close_sweep, status, summary, artifacts, reason)[0] and journal is not None:
+            _quietly(journal.sweep_closed)
+    return killed
+
+
+def _quietly(write: Callable[[], None]) -> None:
+    # At the end of a sweep (or after the workdir failed) a journal line that cannot be written only
+    # means `dinox sync` closes the parent run later.
+    with contextlib.suppress(WorkdirError):
+        write()

@@ -1,0 +1,210 @@
+"""The sweep's local journal: every result, the moment it is known, whatever the tracking store does.
+
+``results.jsonl`` in the sweep's folder is append-only, one JSON event per line:
+
+- ``sweep``: the sweep's identity (tracking URI, experiment, parent run, name);
+- ``opened``: a trial's run exists (its id), before the trial runs;
+- ``result``: one trial's result with everything needed to log it later (the trial, the result, the run
+  id if one was opened), under a unique ``result_id``;
+- ``logged``: that result reached the tracking store (its run carries tag ``dinox.result_id``);
+- ``sweep_end`` / ``sweep_closed``: the sweep ended with a status / the parent run was told so.
+
+``dinox sync`` replays what is not marked logged. Because a result's run is found again by its
+``dinox.result_id`` tag, a result is never logged twice, however often sync runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dinox.measure.result import TrialResult
+from dinox.plan.grid import Trial
+from dinox.spec.sections import TrialSpec
+
+JOURNAL = "results.jsonl"
+
+
+def new_result_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class PendingResult:
+    result_id: str
+    trial: Trial
+    result: TrialResult
+    run_id: str | None
+    log_path: str
+
+
+@dataclass
+class JournalState:
+    sweep: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, PendingResult] = field(default_factory=dict)  # in journal order
+    logged: set[str] = field(default_factory=set)
+    end_status: str | None = None
+    closed: bool = False
+    bad_lines: list[str] = field(default_factory=list)  # "line N: why", for lines that were skipped
+
+    @property
+    def pending(self) -> list[PendingResult]:
+        return [r for rid, r in self.results.items() if rid not in self.logged]
+
+
+class WorkdirError(OSError):
+    """The sweep's folder cannot be written (a full or read-only disk): results cannot be kept locally, and
+    trials, which write theirs there, cannot run."""
+
+
+class Journal:
+    def __init__(self, sweep_dir: Path):
+        self.path = Path(sweep_dir) / JOURNAL
+
+    def _append(self, event: dict[str, Any]) -> None:
+        # One write per line and an fsync: a crash of the parent right after keeps the result.
+        line = json.dumps(event, sort_keys=True) + "\n"
+        try:
+            with open(self.path, "a") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise WorkdirError(e.errno, f"cannot write {self.path}: {e.strerror or e}") from e
+
+    def sweep(
+        self,
+        tracking_uri: str,
+        experiment_id: str,
+        parent_run_id: str,
+        name: str,
+        process: dict[str, str] | None = None,
+    ) -> None:
+        self._append(
+            {
+                "event": "sweep",
+                "tracking_uri": tracking_uri,
+                "experiment_id": experiment_id,
+                "parent_run_id": parent_run_id,
+                "name": name,
+                "process": process or {},
+            }
+        )
+
+    def opened(self, result_id: str, run_id: str) -> None:
+        """The run that will carry a result exists: sync completes it rather than opening another."""
+        self._append({"event": "opened", "result_id": result_id, "run_id": run_id})
+
+    def result(self, result_id: str, trial: Trial, result: TrialResult, run_id: str | None, log_path: str) -> None:
+        self._append(
+            {
+                "event": "result",
+                "result_id": result_id,
+                "run_id": run_id,
+                "log_path": log_path,
+                "trial": {
+                    "index": trial.index,
+                    "total": trial.total,
+                    "trial_id": trial.trial_id,
+                    "overrides": trial.overrides,
+                    "spec": trial.spec.model_dump(mode="json"),
+                },
+                "result": json.loads(result.to_json()),
+            }
+        )
+
+    def logged(self, result_id: str, run_id: str) -> None:
+        self._append({"event": "logged", "result_id": result_id, "run_id": run_id})
+
+    def sweep_end(self, status: str) -> None:
+        self._append({"event": "sweep_end", "status": status})
+
+    def sweep_closed(self) -> None:
+        self._append({"event": "sweep_closed"})
+
+    def read(self) -> JournalState:
+        """Every event that can be read. A line that cannot (cut short by a crash, edited, not UTF-8, not an
+        event) is skipped and listed in bad_lines: it never hides the lines around it."""
+        state = JournalState()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return state
+        opened: dict[str, str] = {}
+        for number, data in enumerate(raw.splitlines(), start=1):
+            if not data.strip():
+                continue
+            why = _apply(data, state, opened)
+            if why:
+                state.bad_lines.append(f"line {number}: {why}")
+        for result_id, run_id in opened.items():
+            pending = state.results.get(result_id)
+            if pending is not None and pending.run_id is None:
+                pending.run_id = run_id
+        return state
+
+
+def _apply(data: bytes, state: JournalState, opened: dict[str, str]) -> str:
+    """Apply one journal line to the state; why it could not be, or ""."""
+    try:
+        e = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except ValueError:
+        return "not JSON (a line cut short by a crash?)"
+    if not isinstance(e, dict) or not isinstance(e.get("event"), str):
+        return f"not a journal event ({type(e).__name__})"
+    try:
+        _EVENTS[e["event"]](e, state, opened)
+    except KeyError as missing:
+        return f"{e['event']} event without {missing}" if e["event"] in _EVENTS else f"unknown event {e['event']!r}"
+    except (TypeError, ValueError, AttributeError) as err:
+        return f"{e['event']} event that cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:120]})"
+    return ""
+
+
+def _on_sweep(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
+    state.sweep = {k: e[k] for k in ("tracking_uri", "experiment_id", "parent_run_id", "name")}
+    state.sweep["process"] = e.get("process") or {}
+
+
+def _on_result(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
+    t = e["trial"]
+    trial = Trial(t["index"], t["total"], t["overrides"], TrialSpec.model_validate(t["spec"]), t["trial_id"])
+    result_id = str(e["result_id"])
+    state.results[result_id] = PendingResult(
+        result_id, trial, TrialResult(**e["result"]), e.get("run_id"), e.get("log_path", "")
+    )
+
+
+def _on_opened(e: dict, _state: JournalState, opened: dict[str, str]) -> None:
+    opened[str(e["result_id"])] = str(e["run_id"])
+
+
+def _on_logged(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
+    result_id = str(e["result_id"])
+    state.logged.add(result_id)
+    if result_id in state.results:
+        state.results[result_id].run_id = str(e["run_id"])
+
+
+def _on_sweep_end(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
+    state.end_status = str(e["status"])
+
+
+def _on_sweep_closed(_e: dict, state: JournalState, _opened: dict[str, str]) -> None:
+    state.closed = True
+
+
+_EVENTS = {
+    "sweep": _on_sweep,
+    "result": _on_result,
+    "opened": _on_opened,
+    "logged": _on_logged,
+    "sweep_end": _on_sweep_end,
+    "sweep_closed": _on_sweep_closed,
+}

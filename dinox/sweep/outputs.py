@@ -1,0 +1,151 @@
+"""What a sweep leaves behind locally and says as it goes: results.csv (one row per trial, the figures first,
+then the params), the one-line account of each trial, and the SweepReport the command prints at the end."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from dinox.measure.result import TrialResult
+from dinox.plan.grid import Trial
+from dinox.store import descriptions
+from dinox.sweep.journal import WorkdirError
+
+FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
+CSV_LEAD = [
+    "index",
+    "trial_id",
+    "run_id",
+    "label",
+    "status",
+    "bound",
+    "bound_evidence",
+    "unstable",
+    "images_per_s",
+    "step_s_p50",
+    "step_s_p90",
+    "data_s",
+    "h2d_s",
+    "compute_s",
+    "loader_cost",
+    "transfer_cost",
+    "loader_images_per_s",
+    "device_idle_share",
+    "peak_mem_allocated_gb",
+    "peak_mem_reserved_gb",
+    "device_mem_total_gb",
+    "host_peak_rss_gb",
+    "params_m",
+    "error",
+]
+
+
+@dataclass
+class SweepReport:
+    parent_run_id: str
+    experiment_id: str
+    sweep_dir: Path
+    rows: list[dict[str, object]] = field(default_factory=list)
+    results: list[TrialResult] = field(default_factory=list)
+    resumed: list[tuple[Trial, str]] = field(default_factory=list)  # (trial, its recorded status)
+    resumed_unsettled: int = 0  # of those, ok ones whose timed windows disagreed
+    store_failures: int = 0
+    # Parent-side seconds per measured trial, from opening its run to closing it.
+    trial_loop_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def timeline(self) -> dict[str, float]:
+        """Mean seconds per trial by phase; `overhead_s` is what is neither data setup, model build nor steps."""
+        measured = [r for r in self.results if "trial_wall_s" in r.metrics]
+        n = len(measured)
+        if not n:
+            return {}
+        mean = {
+            k: sum(r.metrics.get(k, 0.0) for r in measured) / n
+            for k in ("startup_s", "setup_s", "data_setup_s", "build_s", "measure_s", "teardown_s", "trial_wall_s")
+        }
+        loop = sum(self.trial_loop_s) / len(self.trial_loop_s) if self.trial_loop_s else mean["trial_wall_s"]
+        mean["recording_s"] = loop - mean["trial_wall_s"]
+        mean["per_trial_s"] = loop
+        mean["overhead_s"] = loop - mean["data_setup_s"] - mean["build_s"] - mean["measure_s"]
+        return mean
+
+    def summary(self, uri: str) -> list[tuple[str, bool]]:
+        """What `dinox run` says at the end, as (line, to stderr)."""
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.status for r in self.results).items()))
+        shaky = sum(r.status == "ok" and r.tags.get("dinox.unstable") == "true" for r in self.results)
+        if shaky:
+            counts += f" ({shaky} of them unsettled: their timed windows disagreed)"
+        resumed = f"; {len(self.resumed)} already recorded" if self.resumed else ""
+        if self.resumed_unsettled:
+            resumed += f" ({self.resumed_unsettled} unsettled, kept: --remeasure-unsettled measures them again)"
+        done = f"dinox: sweep done in {self.wall_s:.1f}s: {counts or 'nothing run'}{resumed}."
+        lines = [(f"{done} Results: {self.sweep_dir / 'results.csv'}", False)]
+        t = self.timeline()
+        if t:
+            per_trial = (
+                f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
+                f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, recording {t['recording_s']:.1f}s"
+            )
+            lines.append((per_trial, False))
+        if self.store_failures:
+            failed = f"warning: {self.store_failures} tracking store call(s) failed; run `dinox sync {self.sweep_dir}`"
+            lines.append((f"{failed} once the store is back", True))
+        if uri.startswith("sqlite:///"):
+            lines.append(
+                (f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)", False)
+            )
+        return lines
+
+
+def row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
+    row: dict[str, object] = {
+        "index": trial.index,
+        "trial_id": trial.trial_id,
+        "run_id": run_id,
+        "label": trial.label,
+        "status": r.status,
+        "bound": r.bound,
+        "bound_evidence": r.tags.get("dinox.bound_evidence", ""),
+        "unstable": r.tags.get("dinox.unstable", ""),
+        "error": r.error,
+    }
+    row.update({k: round(v, 6) for k, v in r.metrics.items()})
+    row.update(trial.spec.flat_params())
+    return row
+
+
+def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
+    extra = sorted({k for row in rows for k in row} - set(CSV_LEAD))
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_LEAD + extra)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+def describe(trial: Trial, r: TrialResult) -> str:
+    m = r.metrics
+    head = f"[{trial.index + 1:>{len(str(trial.total))}}/{trial.total}] {r.status:<8} {trial.label}"
+    if "batch_auto_fit" in m and not trial.spec.batch.auto:
+        head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
+    return f"{head} | {descriptions.trial_body(r.status, r.bound, m, r.error, r.tags)}"
+
+
+def write_sweep_files(sweep_dir: Path, spec_text: str, trials: list[Trial]) -> None:
+    """The spec as written, and every trial as validated (what each child is given). Raises WorkdirError."""
+    normalized = [
+        {"index": t.index, "trial_id": t.trial_id, "sweep_values": t.overrides, "spec": t.spec.model_dump(mode="json")}
+        for t in trials
+    ]
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        (sweep_dir / "spec.yaml").write_text(spec_text)
+        (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
+    except OSError as e:
+        raise WorkdirError(e.errno, f"cannot write {sweep_dir}: {e.strerror or e}") from e
