@@ -205,7 +205,7 @@ def test_dinox_and_mlflow_agree_on_which_param_names_mlflow_takes(name):
     from mlflow.exceptions import MlflowException
     from mlflow.utils.validation import _validate_param
 
-    from dinox.store.trial_record import param_problem
+    from dinox.record import param_problem
 
     try:
         _validate_param(name, "v")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dinox import record as rec
 from dinox.decide.grouping import model_key
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord
@@ -46,10 +47,10 @@ class MemoryCheck:
 def memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
     out = []
     for r in records:
-        predicted = r.metrics.get("predicted_device_mem_gb")
+        predicted = r.metrics.get(rec.PREDICTED_DEVICE_MEM_GB)
         if predicted is None or r.status not in ("ok", "oom"):
             continue
-        measured = r.metrics.get("peak_mem_allocated_gb") if r.status == "ok" else None
+        measured = r.metrics.get(rec.PEAK_MEM_ALLOCATED_GB) if r.status == "ok" else None
         out.append(
             MemoryCheck(
                 r.run_name or r.run_id,
@@ -58,7 +59,7 @@ def memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
                 predicted,
                 measured,
                 r.status,
-                "dinox.predicted_oom" in r.tags,
+                rec.PREDICTED_OOM in r.tags,
             )
         )
     return sorted(out, key=lambda c: (c.model, c.batch or 0, c.run))
@@ -71,13 +72,13 @@ def scaling(records: list[TrialRecord]) -> list[ScalingRow]:
     single: dict[tuple, float] = {}
     multi: list[tuple[tuple, TrialRecord, int]] = []
     for r in records:
-        if r.status != "ok" or "images_per_s" not in r.metrics:
+        if r.status != "ok" or rec.IMAGES_PER_S not in r.metrics:
             continue
         key = tuple(sorted((k, v) for k, v in r.params.items() if k not in free and ROLES.describes(k)))
-        key += (("dinox.device_name", r.tags.get("dinox.device_name", "")),)  # never one kind against another
+        key += ((rec.DEVICE_NAME, r.tags.get(rec.DEVICE_NAME, "")),)  # never one kind against another
         gpus = r.param_int("hardware.gpus") or 1
         if gpus == 1:
-            single[key] = max(single.get(key, 0.0), r.metrics["images_per_s"])
+            single[key] = max(single.get(key, 0.0), r.metrics[rec.IMAGES_PER_S])
         else:
             multi.append((key, r, gpus))
     return [
@@ -85,9 +86,9 @@ def scaling(records: list[TrialRecord]) -> list[ScalingRow]:
             r.run_name or r.run_id,
             model_key(r)[0],
             gpus,
-            r.metrics["images_per_s"],
+            r.metrics[rec.IMAGES_PER_S],
             single[key],
-            r.tags.get("dinox.device_name", ""),
+            r.tags.get(rec.DEVICE_NAME, ""),
         )
         for key, r, gpus in multi
         if key in single

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from dinox import record as rec
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord
 
@@ -52,13 +53,13 @@ def device_of(r: TrialRecord, default: str = "") -> tuple[str, int]:
     """The device that measured a trial (its `dinox.device_name`; `default` for one that never reached a
     device: skipped, or crashed before it said) and how many of them (`hardware.gpus`): trials measured on
     different hardware are decided apart."""
-    return r.tags.get("dinox.device_name") or default, r.param_int("hardware.gpus") or 1
+    return r.tags.get(rec.DEVICE_NAME) or default, r.param_int("hardware.gpus") or 1
 
 
 def only_device(records: list[TrialRecord]) -> str:
     """The one device name the records carry, where they carry one: what a trial that never reached a device
     (skipped after a predicted OOM, crashed at start) was meant for. "" when they name none or several."""
-    names = {name for r in records if (name := r.tags.get("dinox.device_name"))}
+    names = {name for r in records if (name := r.tags.get(rec.DEVICE_NAME))}
     return names.pop() if len(names) == 1 else ""
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from dinox import record as rec
 from dinox.decide.grouping import groups_without, telling
 from dinox.store.trial_record import TrialRecord
 
@@ -69,27 +70,27 @@ class LoaderFindings:
 
 
 def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindings:
-    ok = [r for r in records if r.status == "ok" and "images_per_s" in r.metrics]
+    ok = [r for r in records if r.status == "ok" and rec.IMAGES_PER_S in r.metrics]
     findings = LoaderFindings(knees=_knees(ok, tolerance), pin=_pins(ok), encodings=_encodings(ok))
     findings.io_bound = [
         (
             r.run_name or r.run_id,
             r.params.get("model.name", "?"),
-            r.metrics["images_per_s"],
+            r.metrics[rec.IMAGES_PER_S],
             r.bound_evidence,
         )
         for r in ok
-        if r.tags.get("dinox.bound") == "io_bound"
+        if r.tags.get(rec.BOUND) == "io_bound"
     ]
     findings.io_bound_beside = [
         r.run_name or r.run_id
         for r in ok
-        if r.tags.get("dinox.bound") == "io_bound" and int(r.tags.get("dinox.concurrent_trials", "1")) > 1
+        if r.tags.get(rec.BOUND) == "io_bound" and int(r.tags.get(rec.CONCURRENT_TRIALS, "1")) > 1
     ]
     findings.host_bound = [
-        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics["images_per_s"])
+        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics[rec.IMAGES_PER_S])
         for r in ok
-        if r.tags.get("dinox.bound") == "host_bound"
+        if r.tags.get(rec.BOUND) == "host_bound"
     ]
     return findings
 
@@ -103,9 +104,9 @@ def _knees(ok: list[TrialRecord], tolerance: float) -> list[KneeRow]:
         for r in rs:
             w = r.param_int("loader.num_workers")
             if w is not None:
-                by_workers[w] = max(by_workers.get(w, 0.0), r.metrics["images_per_s"])
-                if "loader_images_per_s" in r.metrics:
-                    ceiling[w] = max(ceiling.get(w, 0.0), r.metrics["loader_images_per_s"])
+                by_workers[w] = max(by_workers.get(w, 0.0), r.metrics[rec.IMAGES_PER_S])
+                if rec.LOADER_IMAGES_PER_S in r.metrics:
+                    ceiling[w] = max(ceiling.get(w, 0.0), r.metrics[rec.LOADER_IMAGES_PER_S])
         if len(by_workers) >= 2:
             knees.append((key, sorted(by_workers.items()), sorted(ceiling.items())))
     rows = []
@@ -120,8 +121,8 @@ def _pins(ok: list[TrialRecord]) -> list[PinRow]:
     """Pinned memory: pairs equal in everything but loader.pin_memory."""
     pairs: list[tuple[tuple, float, float]] = []
     for key, rs in groups_without(ok, "loader.pin_memory"):
-        pinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory")]
-        unpinned = [r.metrics["images_per_s"] for r in rs if r.param_bool("loader.pin_memory") is False]
+        pinned = [r.metrics[rec.IMAGES_PER_S] for r in rs if r.param_bool("loader.pin_memory")]
+        unpinned = [r.metrics[rec.IMAGES_PER_S] for r in rs if r.param_bool("loader.pin_memory") is False]
         if pinned and unpinned:
             pairs.append((key, max(pinned), max(unpinned)))
     labels = telling([k for k, _, _ in pairs])
@@ -132,18 +133,18 @@ def _encodings(ok: list[TrialRecord]) -> list[EncodingRow]:
     """PNG against raw CT shards: trials equal but for data.shards, whose shards' layouts differ."""
     groups = []
     for key, rs in groups_without(ok, "data.shards"):
-        layouts = {r.tags.get("dinox.shard_layout") for r in rs} & {"png16", "raw16"}
+        layouts = {r.tags.get(rec.SHARD_LAYOUT) for r in rs} & {"png16", "raw16"}
         if len(layouts) == 2:
             groups.append((key, rs))
     rows = []
     for settings, (_key, rs) in zip(telling([k for k, _ in groups]), groups, strict=True):
         row = EncodingRow(settings, {}, {})
         for r in rs:
-            layout = r.tags.get("dinox.shard_layout", "")
+            layout = r.tags.get(rec.SHARD_LAYOUT, "")
             if layout in ("png16", "raw16"):
-                row.images_per_s[layout] = max(row.images_per_s.get(layout, 0.0), r.metrics["images_per_s"])
-                if "loader_images_per_s" in r.metrics:
-                    best = max(row.loader_images_per_s.get(layout, 0.0), r.metrics["loader_images_per_s"])
+                row.images_per_s[layout] = max(row.images_per_s.get(layout, 0.0), r.metrics[rec.IMAGES_PER_S])
+                if rec.LOADER_IMAGES_PER_S in r.metrics:
+                    best = max(row.loader_images_per_s.get(layout, 0.0), r.metrics[rec.LOADER_IMAGES_PER_S])
                     row.loader_images_per_s[layout] = best
         rows.append(row)
     return rows

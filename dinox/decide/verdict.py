@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dinox import record as rec
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
 from dinox.decide.grouping import device_label, device_of, memory_groups, model_key, only_device, telling
@@ -175,21 +176,21 @@ def _varying(records: list[TrialRecord]) -> set[str]:
 def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]) -> Candidate | None:
     m = r.metrics
     effective = r.effective_batch
-    measured = m.get("images_per_s")
+    measured = m.get(rec.IMAGES_PER_S)
     if effective is None or measured is None or measured <= 0:
         return None
-    p90, p50 = m.get("step_s_p90"), m.get("step_s_p50")
+    p90, p50 = m.get(rec.STEP_S_P90), m.get(rec.STEP_S_P50)
     conservative = effective / p90 if p90 else measured
     median = effective / p50 if p50 else measured
-    total, reserved = m.get("device_mem_total_gb"), m.get("peak_mem_reserved_gb")
+    total, reserved = m.get(rec.DEVICE_MEM_TOTAL_GB), m.get(rec.PEAK_MEM_RESERVED_GB)
     share = reserved / total if total and reserved is not None else None
     excluded = ""
     if policy.effective_batch is not None and effective != policy.effective_batch:
         excluded = f"effective batch {effective} != {policy.effective_batch}"
     elif share is not None and share > policy.max_memory_share:
         excluded = f"peak reserved memory {share:.0%} of the device > {policy.max_memory_share:.0%}"
-    unstable = r.tags.get("dinox.unstable") == "true"
-    spread = m.get("window_spread")
+    unstable = r.tags.get(rec.UNSTABLE) == "true"
+    spread = m.get(rec.WINDOW_SPREAD)
     if not excluded and unstable and policy.exclude_unstable:
         excluded = f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
     return Candidate(
@@ -201,17 +202,17 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         median_ips=median,
         measured_ips=measured,
         memory_share=share,
-        bound=r.tags.get("dinox.bound", ""),
-        days=budget.days_for(conservative, m.get("epoch_start_s", 0.0)),
+        bound=r.tags.get(rec.BOUND, ""),
+        days=budget.days_for(conservative, m.get(rec.EPOCH_START_S, 0.0)),
         excluded=excluded,
-        mfu=m.get("mfu"),
-        tflops=m.get("tflops"),
+        mfu=m.get(rec.MFU),
+        tflops=m.get(rec.TFLOPS),
         spread=spread,
         unstable=unstable,
-        loader_cost=m.get("loader_cost"),
+        loader_cost=m.get(rec.LOADER_COST),
         bound_evidence=r.bound_evidence,
-        window_min_ips=m.get("images_per_s_min"),
-        window_max_ips=m.get("images_per_s_max"),
+        window_min_ips=m.get(rec.IMAGES_PER_S_MIN),
+        window_max_ips=m.get(rec.IMAGES_PER_S_MAX),
     )
 
 
@@ -238,7 +239,7 @@ def _model_verdict(
     statuses: dict[str, int] = defaultdict(int)
     for r in records:
         statuses[r.status or "unknown"] += 1
-    params_m = next((r.metrics["params_m"] for r in records if "params_m" in r.metrics), None)
+    params_m = next((r.metrics[rec.PARAMS_M] for r in records if rec.PARAMS_M in r.metrics), None)
     varying = _varying(records)
     candidates = [c for r in records if r.status == "ok" if (c := _candidate(r, budget, policy, varying))]
     candidates.sort(key=lambda c: -c.conservative_ips)
@@ -330,7 +331,7 @@ def status_summary(records: list[TrialRecord]) -> str:
 def _check_something_measured(records: list[TrialRecord]) -> None:
     if any(r.status == "ok" for r in records) or all(r.status in _NO_FIT for r in records):
         return
-    errors = Counter(one_line(r.tags.get("dinox.error", ""), 200) for r in records if r.status not in _NO_FIT)
+    errors = Counter(one_line(r.tags.get(rec.ERROR, ""), 200) for r in records if r.status not in _NO_FIT)
     error, n = errors.most_common(1)[0]
     commonest = f"; the commonest error ({n}x): {error}" if error else ""
     raise DecisionError(f"nothing was measured ({status_summary(records)}){commonest}")

@@ -18,6 +18,8 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from dinox import record as rec
+
 PARENT_ENV = "DINOX_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
 
@@ -72,12 +74,12 @@ class ProcessRef:
         return cls(socket.gethostname(), os.getpid(), psutil.Process().create_time())
 
     def tags(self) -> dict[str, str]:
-        return {"dinox.host": self.host, "dinox.pid": str(self.pid), "dinox.pid_started": f"{self.started:.3f}"}
+        return {rec.HOST: self.host, rec.PID: str(self.pid), rec.PID_STARTED: f"{self.started:.3f}"}
 
     @classmethod
     def from_tags(cls, tags: dict[str, str]) -> ProcessRef | None:
         with contextlib.suppress(KeyError, ValueError):
-            return cls(tags["dinox.host"], int(tags["dinox.pid"]), float(tags["dinox.pid_started"]))
+            return cls(tags[rec.HOST], int(tags[rec.PID]), float(tags[rec.PID_STARTED]))
         return None
 
     def gone(self) -> bool | None:

@@ -14,26 +14,33 @@ from __future__ import annotations
 import re
 import signal
 
+from dinox import record as rec
 from dinox.measure.result import TrialResult, one_line
 
 # Rates a rank measures of its own part of the trial: summed over the ranks, as images_per_s is, or the loader
 # alone would look N times too slow beside the trial's global throughput.
 _SUMMED = (
-    "images_per_s_compute_only",
-    "images_per_s_no_loader",
-    "images_per_s_compute_half",
-    "loader_images_per_s",
-    "copy_images_per_s",
+    rec.IMAGES_PER_S_COMPUTE_ONLY,
+    rec.IMAGES_PER_S_NO_LOADER,
+    rec.IMAGES_PER_S_COMPUTE_HALF,
+    rec.LOADER_IMAGES_PER_S,
+    rec.COPY_IMAGES_PER_S,
 )
 # Figures shown per rank beside the global ones, as rank{r}_<name>.
-PER_RANK = ("images_per_s", "step_s_p50", "peak_mem_allocated_gb", "child_peak_rss_gb", "data_s")
+PER_RANK = (
+    rec.IMAGES_PER_S,
+    rec.STEP_S_P50,
+    rec.PEAK_MEM_ALLOCATED_GB,
+    rec.CHILD_PEAK_RSS_GB,
+    rec.DATA_S,
+)
 _MAX = (
-    "peak_mem_allocated_gb",
-    "peak_mem_reserved_gb",
-    "child_peak_rss_gb",
-    "window_spread",
-    "step_s_p50",
-    "step_s_p90",
+    rec.PEAK_MEM_ALLOCATED_GB,
+    rec.PEAK_MEM_RESERVED_GB,
+    rec.CHILD_PEAK_RSS_GB,
+    rec.WINDOW_SPREAD,
+    rec.STEP_S_P50,
+    rec.STEP_S_P90,
 )
 
 
@@ -87,13 +94,13 @@ def merge(
 
 def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
     # The slowest rank sets the pace: its split and step times describe the trial.
-    slowest = max(ranks.values(), key=lambda res: res.metrics["window_s"])
+    slowest = max(ranks.values(), key=lambda res: res.metrics[rec.WINDOW_S])
     m = dict(slowest.metrics)
-    window = slowest.metrics["window_s"]
-    images = sum(res.metrics["images_per_s"] * res.metrics["window_s"] for res in ranks.values())
-    m["images_per_s"] = images / window
-    m["window_s"] = window
-    for key in ("images_per_s_min", "images_per_s_max", *_SUMMED):
+    window = slowest.metrics[rec.WINDOW_S]
+    images = sum(res.metrics[rec.IMAGES_PER_S] * res.metrics[rec.WINDOW_S] for res in ranks.values())
+    m[rec.IMAGES_PER_S] = images / window
+    m[rec.WINDOW_S] = window
+    for key in (rec.IMAGES_PER_S_MIN, rec.IMAGES_PER_S_MAX, *_SUMMED):
         if all(key in res.metrics for res in ranks.values()):
             m[key] = sum(res.metrics[key] for res in ranks.values())
     for key in _MAX:
@@ -105,8 +112,8 @@ def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
             if key in res.metrics:
                 m[f"rank{r}_{key}"] = res.metrics[key]
     tags = dict(ranks[0].tags)
-    tags["dinox.world_size"] = str(world)
-    tags["dinox.unstable"] = str(any(res.tags.get("dinox.unstable") == "true" for res in ranks.values())).lower()
+    tags[rec.WORLD_SIZE] = str(world)
+    tags[rec.UNSTABLE] = str(any(res.tags.get(rec.UNSTABLE) == "true" for res in ranks.values())).lower()
     return TrialResult(
         "ok", bound=slowest.bound, metrics=m, tags=tags, step_s=list(slowest.step_s), marks=dict(ranks[0].marks)
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dinox import record as rec
 from dinox.isolate import lifeline, ranks
 from dinox.isolate.forkserver import ForkedChild, ForkServer
 from dinox.isolate.process_tree import TreeMemory, kill_group
@@ -185,9 +186,9 @@ def run_trial(
         ended_at = time.time()
 
     result = _result(trial_dir, result_path, rank_paths, log_path, timed_out, timeout, proc.returncode or 0)
-    result.tags["dinox.isolation"] = isolation
+    result.tags[rec.ISOLATION] = isolation
     sampled = memory.peak_bytes / GIB
-    result.metrics["host_peak_rss_gb"] = max(sampled, result.metrics.get("child_peak_rss_gb", 0.0))
+    result.metrics[rec.HOST_PEAK_RSS_GB] = max(sampled, result.metrics.get(rec.CHILD_PEAK_RSS_GB, 0.0))
     _add_timeline(result, spawned_at, ended_at)
     return ChildOutcome(result, log_path)
 
@@ -310,12 +311,12 @@ def _read_result(path: Path) -> TrialResult | None:
 def _add_timeline(result: TrialResult, spawned_at: float, ended_at: float) -> None:
     """Split the child's life: start-up (interpreter + imports), setup, measurement, teardown."""
     m, marks = result.metrics, result.marks
-    m["trial_wall_s"] = ended_at - spawned_at
+    m[rec.TRIAL_WALL_S] = ended_at - spawned_at
     if "imports_done" in marks:
-        m["startup_s"] = marks["imports_done"] - spawned_at
+        m[rec.STARTUP_S] = marks["imports_done"] - spawned_at
     if "setup_done" in marks and "imports_done" in marks:
-        m["setup_s"] = marks["setup_done"] - marks["imports_done"]
+        m[rec.SETUP_S] = marks["setup_done"] - marks["imports_done"]
     if "measured" in marks and "setup_done" in marks:
-        m["measure_s"] = marks["measured"] - marks["setup_done"]
+        m[rec.MEASURE_S] = marks["measured"] - marks["setup_done"]
     if "result_written" in marks:
-        m["teardown_s"] = ended_at - marks["result_written"]
+        m[rec.TEARDOWN_S] = ended_at - marks["result_written"]

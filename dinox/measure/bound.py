@@ -38,6 +38,8 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
+from dinox import record as rec
+
 Bound = Literal["compute_bound", "io_bound", "transfer_bound", "host_bound", "inconclusive"]
 Rule = Literal["ablation", "device_events", "host_timers"]
 BOUNDS: tuple[Bound, ...] = typing.get_args(Bound)
@@ -198,8 +200,8 @@ def span(low: float, high: float, threshold: float) -> str:
 def explain(metrics: dict[str, float], threshold: float) -> str:
     """The ablation's costs as the label read them ("loader 72-80%, copies ≤1%"); "" without ablation windows."""
     m = metrics
-    if "loader_cost_low" not in m or "transfer_cost_low" not in m:
+    if rec.LOADER_COST_LOW not in m or rec.TRANSFER_COST_LOW not in m:
         return ""
-    loader = span(m["loader_cost_low"], m["loader_cost_high"], threshold)
-    copies = span(m["transfer_cost_low"], m["transfer_cost_high"], threshold)
+    loader = span(m[rec.LOADER_COST_LOW], m[rec.LOADER_COST_HIGH], threshold)
+    copies = span(m[rec.TRANSFER_COST_LOW], m[rec.TRANSFER_COST_HIGH], threshold)
     return f"loader {loader}, copies {copies}"

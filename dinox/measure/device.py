@@ -16,6 +16,7 @@ from typing import Any
 import timm
 import torch
 
+from dinox import record as rec
 from dinox.plan.footprint import GIB
 from dinox.spec.sections import TrialSpec
 
@@ -122,10 +123,10 @@ def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[
     if device.type == "cuda":
         outside = outside_allocator_bytes(device)
         torch.cuda.set_per_process_memory_fraction(allocator_cap(limit, outside or 0, total), device)
-        tags["dinox.memory_limit"] = "cuda_memory_fraction" + ("" if outside is not None else " (outside unknown)")
+        tags[rec.MEMORY_LIMIT] = "cuda_memory_fraction" + ("" if outside is not None else " (outside unknown)")
     elif device.type == "mps":
         torch.mps.set_per_process_memory_fraction(min(2.0, limit / total))
-        tags["dinox.memory_limit"] = "mps_memory_fraction"
+        tags[rec.MEMORY_LIMIT] = "mps_memory_fraction"
     else:
         # RLIMIT_DATA bounds this process's heap and anonymous mappings (where tensors live), while the
         # shared libraries of torch's CUDA build (GBs of address space) do not count against it as they
@@ -134,7 +135,7 @@ def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[
         if hard != resource.RLIM_INFINITY:
             limit = min(limit, hard)
         resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
-        tags["dinox.memory_limit"] = "rlimit_data"
+        tags[rec.MEMORY_LIMIT] = "rlimit_data"
     return min(limit, total)
 
 
@@ -148,7 +149,7 @@ def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) 
         # Input shapes never change within a trial, so cuDNN's autotuning pays for itself.
         torch.backends.cudnn.benchmark = True
     elif precision == "tf32":
-        tags["dinox.note"] = f"tf32 has no effect on {device.type}; measured as fp32"
+        tags[rec.NOTE] = f"tf32 has no effect on {device.type}; measured as fp32"
     if precision == "bf16-mixed":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise RuntimeError("precision: bf16-mixed is not supported by this GPU")
@@ -166,15 +167,15 @@ def environment_tags(device: torch.device) -> dict[str, str]:
     else:
         name = _cpu_name()
     return {
-        "dinox.device": str(device),
-        "dinox.device_name": name,
-        "dinox.torch_version": torch.__version__,
-        "dinox.cuda_version": str(torch.version.cuda or ""),
-        "dinox.hip_version": str(getattr(torch.version, "hip", None) or ""),
-        "dinox.timm_version": timm.__version__,
-        "dinox.python_version": platform.python_version(),
-        "dinox.host": platform.node(),
-        "dinox.torch_threads": str(torch.get_num_threads()),
+        rec.DEVICE: str(device),
+        rec.DEVICE_NAME: name,
+        rec.TORCH_VERSION: torch.__version__,
+        rec.CUDA_VERSION: str(torch.version.cuda or ""),
+        rec.HIP_VERSION: str(getattr(torch.version, "hip", None) or ""),
+        rec.TIMM_VERSION: timm.__version__,
+        rec.PYTHON_VERSION: platform.python_version(),
+        rec.HOST: platform.node(),
+        rec.TORCH_THREADS: str(torch.get_num_threads()),
     }
 
 
@@ -212,7 +213,7 @@ def pin_cores(tags: dict[str, str]) -> None:
         return
     os.sched_setaffinity(0, cores)
     torch.set_num_threads(min(torch.get_num_threads(), len(cores)))
-    tags["dinox.cores"] = format_cores(sorted(os.sched_getaffinity(0)))  # what the kernel holds it to
+    tags[rec.CORES] = format_cores(sorted(os.sched_getaffinity(0)))  # what the kernel holds it to
 
 
 def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> torch.device:
@@ -226,7 +227,7 @@ def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> t
     backend = "nccl" if device.type == "cuda" else "gloo"
     # A rank that dies leaves the others in a collective: torchrun stops them, and this bounds the wait.
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=spec.measure.timeout_s))
-    tags.update({"dinox.rank": str(rank), "dinox.world_size": str(world), "dinox.dist_backend": backend})
+    tags.update({rec.RANK: str(rank), rec.WORLD_SIZE: str(world), rec.DIST_BACKEND: backend})
     return device
 
 
@@ -243,20 +244,20 @@ def all_agree(device: torch.device) -> Callable[[bool], bool]:
 
 
 def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[str, str]) -> None:
-    metrics["child_peak_rss_gb"] = own_peak_rss_bytes() / GIB
+    metrics[rec.CHILD_PEAK_RSS_GB] = own_peak_rss_bytes() / GIB
     if device.type == "cuda":
-        metrics["peak_mem_allocated_gb"] = torch.cuda.max_memory_allocated(device) / GIB
-        metrics["peak_mem_reserved_gb"] = torch.cuda.max_memory_reserved(device) / GIB
-        tags["dinox.mem_source"] = "cuda_allocator"
+        metrics[rec.PEAK_MEM_ALLOCATED_GB] = torch.cuda.max_memory_allocated(device) / GIB
+        metrics[rec.PEAK_MEM_RESERVED_GB] = torch.cuda.max_memory_reserved(device) / GIB
+        tags[rec.MEM_SOURCE] = "cuda_allocator"
         outside = outside_allocator_bytes(device)
         if outside is not None:
-            metrics["device_mem_outside_gb"] = outside / GIB
+            metrics[rec.DEVICE_MEM_OUTSIDE_GB] = outside / GIB
     elif device.type == "mps":
-        metrics["peak_mem_allocated_gb"] = torch.mps.current_allocated_memory() / GIB
-        metrics["peak_mem_reserved_gb"] = torch.mps.driver_allocated_memory() / GIB
-        tags["dinox.mem_source"] = "mps_allocator_at_end"
+        metrics[rec.PEAK_MEM_ALLOCATED_GB] = torch.mps.current_allocated_memory() / GIB
+        metrics[rec.PEAK_MEM_RESERVED_GB] = torch.mps.driver_allocated_memory() / GIB
+        tags[rec.MEM_SOURCE] = "mps_allocator_at_end"
     else:
         # On the CPU the "device" is host memory: the trial process's peak resident set.
-        metrics["peak_mem_allocated_gb"] = metrics["child_peak_rss_gb"]
-        metrics["peak_mem_reserved_gb"] = metrics["child_peak_rss_gb"]
-        tags["dinox.mem_source"] = "process_peak_rss"
+        metrics[rec.PEAK_MEM_ALLOCATED_GB] = metrics[rec.CHILD_PEAK_RSS_GB]
+        metrics[rec.PEAK_MEM_RESERVED_GB] = metrics[rec.CHILD_PEAK_RSS_GB]
+        tags[rec.MEM_SOURCE] = "process_peak_rss"

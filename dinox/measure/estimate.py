@@ -28,6 +28,7 @@ import torch
 import torch.utils.checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
+from dinox import record as rec
 from dinox.data.views import view_plan
 from dinox.isolate import lifeline
 from dinox.measure import models, objectives
@@ -164,7 +165,7 @@ def machine(device_kind: str) -> Machine:
         # Planning here for another box (a laptop for a GPU node): no device size, but hardware.memory_limit_gb
         # and host RAM still give a plan.
         return Machine(device_kind, "(not on this machine)", None, host, runtime, kinds, has, **gpus)
-    name = environment_tags(device)["dinox.device_name"]
+    name = environment_tags(device)[rec.DEVICE_NAME]
     total: float | None = None
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory / GIB

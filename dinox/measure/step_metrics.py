@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from dinox import record as rec
 from dinox.measure.bound import Evidence, Stage, classify, explain, fixed_share
 from dinox.measure.windows import LoopStats, Window, pooled
 from dinox.spec.sections import MeasureSpec
@@ -37,37 +38,37 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
     p50 = stats.quantile(0.5)
     out.metrics.update(
         {
-            "images_per_s": stats.images_per_s,
-            "step_s_p50": p50,
-            "step_s_p90": stats.quantile(0.9),
-            "data_s": stats.mean("data"),
-            "h2d_s": stats.mean("copy"),
-            "compute_s": stats.mean("compute"),
-            "window_s": stats.window_s,
-            "images_per_s_min": min(stats.window_images_per_s),
-            "images_per_s_max": max(stats.window_images_per_s),
-            "window_spread": stats.spread,
+            rec.IMAGES_PER_S: stats.images_per_s,
+            rec.STEP_S_P50: p50,
+            rec.STEP_S_P90: stats.quantile(0.9),
+            rec.DATA_S: stats.mean("data"),
+            rec.H2D_S: stats.mean("copy"),
+            rec.COMPUTE_S: stats.mean("compute"),
+            rec.WINDOW_S: stats.window_s,
+            rec.IMAGES_PER_S_MIN: min(stats.window_images_per_s),
+            rec.IMAGES_PER_S_MAX: max(stats.window_images_per_s),
+            rec.WINDOW_SPREAD: stats.spread,
             "windows": len(stats.windows),
-            "warmup_s": stats.warmup_s,
-            "loader_start_s": stats.loader_start_s,
-            "first_step_s": stats.first_step_s,
-            "first_fetch_s": stats.first_fetch_s,
-            "settle_s": stats.settle_s,
-            "epoch_boundaries": stats.epoch_boundaries,
-            "epoch_start_s": stats.epoch_start_s,
+            rec.WARMUP_S: stats.warmup_s,
+            rec.LOADER_START_S: stats.loader_start_s,
+            rec.FIRST_STEP_S: stats.first_step_s,
+            rec.FIRST_FETCH_S: stats.first_fetch_s,
+            rec.SETTLE_S: stats.settle_s,
+            rec.EPOCH_BOUNDARIES: stats.epoch_boundaries,
+            rec.EPOCH_START_S: stats.epoch_start_s,
         }
     )
     if compiled:
         # The first step less its waits for the workers' first batches and less a steady step: compilation
         # (and the autotuning of the compiled kernels), not the loader's start-up.
-        out.metrics["compile_s"] = max(0.0, stats.first_step_s - stats.first_fetch_s - p50)
+        out.metrics[rec.COMPILE_S] = max(0.0, stats.first_step_s - stats.first_fetch_s - p50)
     device_timeline = stats.clock != "host"
     if device_timeline and stats.steps:
         out.metrics.update(_device_split(stats))
     loader, copies = _stages(stats, out.metrics, m.bound_threshold)
     # One window cannot disagree with itself: only repeated windows can call a trial unstable.
-    out.tags["dinox.unstable"] = str(len(stats.windows) > 1 and stats.spread > m.unstable_threshold).lower()
-    out.tags["dinox.step_clock"] = stats.clock
+    out.tags[rec.UNSTABLE] = str(len(stats.windows) > 1 and stats.spread > m.unstable_threshold).lower()
+    out.tags[rec.STEP_CLOCK] = stats.clock
     timed = device_timeline and bool(stats.steps)
     evidence = Evidence(
         period=statistics.fmean(stats.periods),
@@ -78,14 +79,14 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
         loader=loader,
         copies=copies,
         compute_only_idle_share=_idle_share(stats.compute_only) if device_timeline else None,
-        fixed_share=out.metrics.get("fixed_share"),
+        fixed_share=out.metrics.get(rec.FIXED_SHARE),
         host_ahead=_host_ahead(stats.compute_full),
     )
-    out.bound, out.tags["dinox.bound_rule"] = classify(evidence, m.bound_threshold)
+    out.bound, out.tags[rec.BOUND_RULE] = classify(evidence, m.bound_threshold)
     if why := explain(out.metrics, m.bound_threshold):
-        out.tags["dinox.bound_evidence"] = why
+        out.tags[rec.BOUND_EVIDENCE] = why
     if loader is not None and loader.ceiling(m.bound_threshold) is None and loader.alone:
-        out.tags["dinox.bound_note"] = (
+        out.tags[rec.BOUND_NOTE] = (
             f"the trial ran faster ({stats.images_per_s:.1f} img/s) than its loader alone "
             f"({loader.alone:.1f} img/s): the loader-alone window was slowed, and is not evidence"
         )
@@ -98,11 +99,11 @@ def _device_split(stats: LoopStats) -> dict[str, float]:
     busy, idle = stats.mean("busy"), stats.mean("idle")
     idle_total = sum(s.idle for s in stats.steps)
     return {
-        "device_busy_s": busy,
-        "device_idle_s": idle,
-        "device_idle_share": idle / (busy + idle),
-        "idle_loader_share": sum(s.idle_loading for s in stats.steps) / idle_total if idle_total else 0.0,
-        "device_lag_s": stats.mean("lag"),
+        rec.DEVICE_BUSY_S: busy,
+        rec.DEVICE_IDLE_S: idle,
+        rec.DEVICE_IDLE_SHARE: idle / (busy + idle),
+        rec.IDLE_LOADER_SHARE: sum(s.idle_loading for s in stats.steps) / idle_total if idle_total else 0.0,
+        rec.DEVICE_LAG_S: stats.mean("lag"),
     }
 
 
@@ -122,19 +123,19 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
     figures recorded: the pooled rates and costs, and the interval the label reads."""
     compute, no_loader = pooled(stats.compute_only), pooled(stats.no_loader)
     if stats.loader_images_per_s is not None:
-        metrics["loader_images_per_s"] = stats.loader_images_per_s
+        metrics[rec.LOADER_IMAGES_PER_S] = stats.loader_images_per_s
     if stats.ablation_s:
-        metrics["ablation_s"] = stats.ablation_s
+        metrics[rec.ABLATION_S] = stats.ablation_s
     half, full = stats.compute_half, stats.compute_full
     if half is not None and full is not None and half.steps and full.steps:
-        metrics["images_per_s_compute_half"] = half.images_per_s
-        metrics["fixed_share"] = fixed_share(_span(full), _span(half), half.images_per_step / full.images_per_step)
+        metrics[rec.IMAGES_PER_S_COMPUTE_HALF] = half.images_per_s
+        metrics[rec.FIXED_SHARE] = fixed_share(_span(full), _span(half), half.images_per_step / full.images_per_step)
     if compute is None or no_loader is None:
         return None, None
     copies_alone = pooled([stats.copies_alone]) if stats.copies_alone is not None else None
-    metrics["images_per_s_compute_only"], metrics["images_per_s_no_loader"] = compute, no_loader
+    metrics[rec.IMAGES_PER_S_COMPUTE_ONLY], metrics[rec.IMAGES_PER_S_NO_LOADER] = compute, no_loader
     if copies_alone is not None:
-        metrics["copy_images_per_s"] = copies_alone
+        metrics[rec.COPY_IMAGES_PER_S] = copies_alone
     rounds = list(zip(stats.windows, stats.no_loader, stats.compute_only, strict=False))
     period = statistics.fmean(stats.periods)
     held = (stats.mean("idle_loading") / period, stats.mean("copy") / period) if stats.steps else (None, None)
@@ -153,7 +154,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         copies_alone,
         held[1],
     )
-    for name, stage in (("loader_cost", loader), ("transfer_cost", copies)):
+    for name, stage in ((rec.LOADER_COST, loader), (rec.TRANSFER_COST, copies)):
         interval = stage.interval(threshold)
         metrics[name], metrics[f"{name}_low"], metrics[f"{name}_high"] = stage.cost, interval.low, interval.high
     return loader, copies

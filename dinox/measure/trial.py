@@ -28,6 +28,7 @@ import timm  # noqa: E402, F401  (imported here so start-up time, not setup time
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
+from dinox import record as rec  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
 from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
@@ -46,7 +47,7 @@ def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device, tags: dic
     o = spec.optimizer
     # Fused kernels by default where they are the norm in real training (CUDA); elsewhere torch's default.
     fused = o.fused if o.fused is not None else dev.type == "cuda"
-    tags["dinox.optimizer_fused"] = str(fused)
+    tags[rec.OPTIMIZER_FUSED] = str(fused)
     extra = {"fused": True} if fused else {}
     if o.name == "adamw":
         return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **extra)
@@ -91,7 +92,7 @@ class TrialRun:
         self.metrics.update(summary.metrics)
         self.tags.update(summary.tags)
         loss = self.last_loss
-        self.metrics["loss"] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
+        self.metrics[rec.LOSS] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
         device.record_memory(self.dev, self.metrics, self.tags)
         del self.loader  # shut the workers down before the process reports
         if why := self._over_limit():
@@ -101,10 +102,10 @@ class TrialRun:
     def _over_limit(self) -> str:
         """A trial within the allocator's cap that a real card of hardware.memory_limit_gb would not hold."""
         limit, m = self.spec.hardware.memory_limit_gb, self.metrics
-        if limit is None or self.dev.type != "cuda" or "device_mem_outside_gb" not in m:
+        if limit is None or self.dev.type != "cuda" or rec.DEVICE_MEM_OUTSIDE_GB not in m:
             return ""
         return device.over_limit(
-            int(m["peak_mem_reserved_gb"] * GIB), int(m["device_mem_outside_gb"] * GIB), int(limit * GIB)
+            int(m[rec.PEAK_MEM_RESERVED_GB] * GIB), int(m[rec.DEVICE_MEM_OUTSIDE_GB] * GIB), int(limit * GIB)
         )
 
     # --- setup --------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ class TrialRun:
             self.dev = device.join_world(spec, self.dev, tags)
         tags.update(device.environment_tags(self.dev))
         total_bytes = device.apply_memory_limit(self.dev, spec.hardware.memory_limit_gb, tags)
-        self.metrics["device_mem_total_gb"] = total_bytes / GIB
+        self.metrics[rec.DEVICE_MEM_TOTAL_GB] = total_bytes / GIB
         self.autocast_dtype, self.scaler = device.apply_precision(self.dev, spec.precision, tags)
         # DINO trains a headless backbone; classification labels come from the objective's class count.
         self.num_classes = 0 if spec.objective.kind == "dino" else spec.objective.num_classes  # type: ignore[union-attr]
@@ -145,15 +146,15 @@ class TrialRun:
         )
         dataset = pipeline.dataset
         if pipeline.repeats > 1:
-            self.tags["dinox.data_repeats"] = str(pipeline.repeats)
-            self.metrics["data_samples"] = float(pipeline.samples or 0)
+            self.tags[rec.DATA_REPEATS] = str(pipeline.repeats)
+            self.metrics[rec.DATA_SAMPLES] = float(pipeline.samples or 0)
         if getattr(dataset, "urls", None):
             from dinox.data.files import shard_layout
 
-            self.tags["dinox.shard_layout"] = shard_layout(dataset.urls[0]) or "unknown"
+            self.tags[rec.SHARD_LAYOUT] = shard_layout(dataset.urls[0]) or "unknown"
         self.prep = DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes) if pipeline.images else None
         self.pin = lo.pin_memory and self.dev.type == "cuda"
-        self.tags["dinox.pin_memory_applied"] = str(self.pin)
+        self.tags[rec.PIN_MEMORY_APPLIED] = str(self.pin)
         iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
         seed = getattr(spec.data, "seed", 0)
         sampler = None
@@ -178,20 +179,20 @@ class TrialRun:
             drop_last=True,  # every step sees the same shapes: no recompilation, no ragged last batch
             worker_init_fn=lifeline.worker_init,  # a worker dies with its trial, even a hung one
         )
-        self.metrics["data_setup_s"] = time.time() - t  # workers start lazily, inside the first warm-up step
+        self.metrics[rec.DATA_SETUP_S] = time.time() - t  # workers start lazily, inside the first warm-up step
 
     def _setup_model(self) -> None:
         spec = self.spec
         t = time.time()
         model = models.build(spec.model, self.num_classes, self.plan.sizes)
         # The backbone's size is "the model's size" (what decide compares); a DINO head comes on top.
-        self.metrics["params_m"] = models.count_params_m(model)
+        self.metrics[rec.PARAMS_M] = models.count_params_m(model)
         memory_format = torch.channels_last if spec.model.channels_last else torch.contiguous_format
         model = model.to(device=self.dev, memory_format=memory_format)
         model.train()
         mixup = self.prep is not None and self.prep.mixup is not None
         self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
-        self.metrics["trainable_params_m"] = sum(p.numel() for p in self.objective.parameters()) / 1e6
+        self.metrics[rec.TRAINABLE_PARAMS_M] = sum(p.numel() for p in self.objective.parameters()) / 1e6
         self.optimizer = _build_optimizer(spec, self.objective.parameters(), self.dev, self.tags)
         if self.distributed is not None:
             from torch.nn.parallel import DistributedDataParallel
@@ -203,7 +204,7 @@ class TrialRun:
             # compile(DDP(model)), as torch's DDP docs ask: dynamo then splits the graph at DDP's buckets, so
             # the all-reduce overlaps the backward; DDP(compile(model)) would give that up (pytorch#89096).
             self.objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
-        self.metrics["build_s"] = time.time() - t
+        self.metrics[rec.BUILD_S] = time.time() - t
 
     # --- the step functions the loop calls -------------------------------------------------------------
 
@@ -268,7 +269,7 @@ class TrialRun:
         beside the step (the CPU has no streams), and the tag says the copies ran in series."""
         wanted = self.spec.loader.device_prefetch
         applied = wanted and self.dev.type == "cuda"
-        self.tags["dinox.device_prefetch"] = "side_stream" if applied else "in_series"
+        self.tags[rec.DEVICE_PREFETCH] = "side_stream" if applied else "in_series"
         return CopyAhead(self.to_device, cuda_streams(self.dev)) if applied else None
 
     def _loop(self) -> LoopStats:
@@ -340,11 +341,11 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
         traceback.print_exc()
         message = describe_exception(exc)
         with contextlib.suppress(Exception):
-            if "dinox.device" in tags:
-                device.record_memory(torch.device(tags["dinox.device"]), metrics, tags)
+            if rec.DEVICE in tags:
+                device.record_memory(torch.device(tags[rec.DEVICE]), metrics, tags)
         share = (
-            metrics.get("peak_mem_reserved_gb", 0.0) / metrics["device_mem_total_gb"]
-            if metrics.get("device_mem_total_gb")
+            metrics.get(rec.PEAK_MEM_RESERVED_GB, 0.0) / metrics[rec.DEVICE_MEM_TOTAL_GB]
+            if metrics.get(rec.DEVICE_MEM_TOTAL_GB)
             else None
         )
         status = "oom" if is_oom(exc, share) else "error"

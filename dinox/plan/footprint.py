@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from dinox import record as rec
 from dinox.measure.result import TrialResult
 from dinox.plan import peaks
 from dinox.spec.sections import ROLES, TrialSpec
@@ -82,9 +83,9 @@ class MemoryPlan:
 
     def metrics(self) -> dict[str, float]:
         return {
-            "predicted_device_mem_gb": self.device_gb,
-            "predicted_activations_gb": self.activations_gb,
-            "predicted_loader_host_gb": self.loader_host_gb,
+            rec.PREDICTED_DEVICE_MEM_GB: self.device_gb,
+            rec.PREDICTED_ACTIVATIONS_GB: self.activations_gb,
+            rec.PREDICTED_LOADER_HOST_GB: self.loader_host_gb,
         }
 
 
@@ -143,13 +144,13 @@ def compute_metrics(
     """TFLOPs achieved and MFU against the devices' peak (metrics), and where the peak came from (tags).
     With several devices, images_per_s is the global throughput and the peak is per device x devices."""
     achieved = cost.flops_per_image * images_per_s / 1e12
-    metrics = {"flops_per_image": cost.flops_per_image, "tflops": achieved}
+    metrics = {rec.FLOPS_PER_IMAGE: cost.flops_per_image, rec.TFLOPS: achieved}
     tags: dict[str, str] = {}
     peak = peaks.peak_for(device_name, precision, override)
     if peak is not None:
-        metrics["peak_tflops"] = peak[0]
-        metrics["mfu"] = achieved / (peak[0] * devices)
-        tags["dinox.peak_source"] = peak[1]
+        metrics[rec.PEAK_TFLOPS] = peak[0]
+        metrics[rec.MFU] = achieved / (peak[0] * devices)
+        tags[rec.PEAK_SOURCE] = peak[1]
     return metrics, tags
 
 
@@ -215,13 +216,13 @@ def annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: M
     if plan is not None:
         result.metrics.update(plan.metrics())
         if plan.over:
-            result.tags["dinox.predicted_oom"] = plan.over
+            result.tags[rec.PREDICTED_OOM] = plan.over
     cost = estimates.cost(spec)
-    if cost is not None and result.status == "ok" and "images_per_s" in result.metrics:
+    if cost is not None and result.status == "ok" and rec.IMAGES_PER_S in result.metrics:
         metrics, tags = compute_metrics(
             cost,
-            result.metrics["images_per_s"],
-            result.tags.get("dinox.device_name", ""),
+            result.metrics[rec.IMAGES_PER_S],
+            result.tags.get(rec.DEVICE_NAME, ""),
             spec.precision,
             spec.hardware.peak_tflops,
             spec.hardware.gpus,

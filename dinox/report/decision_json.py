@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from dinox import record as rec
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.verdict import Decision, ModelVerdict
 
@@ -129,15 +130,15 @@ def _loader(f: LoaderFindings) -> dict[str, Any]:
 
 def log_params(d: Decision) -> dict[str, str]:
     """The decision's inputs, as MLflow params of the decision run."""
-    out = {f"budget.{k}": str(v) for k, v in asdict(d.budget).items()}
-    out.update({f"policy.{k}": str(v) for k, v in asdict(d.policy).items()})
-    out["sources"] = "; ".join(d.sources)[:500]
+    out = {f"{rec.BUDGET_PREFIX}{k}": str(v) for k, v in asdict(d.budget).items()}
+    out.update({f"{rec.POLICY_PREFIX}{k}": str(v) for k, v in asdict(d.policy).items()})
+    out[rec.SOURCES] = "; ".join(d.sources)[:500]
     return out
 
 
 def log_metrics(d: Decision) -> dict[str, float]:
-    out = {"needed_images_per_s": d.needed_ips, "models": float(len(d.models))}
+    out = {rec.NEEDED_IMAGES_PER_S: d.needed_ips, rec.MODELS: float(len(d.models))}
     if d.recommended is not None and d.recommended.best is not None:
-        out["recommended_days"] = d.recommended.best.days
-        out["recommended_images_per_s"] = d.recommended.best.conservative_ips
+        out[rec.RECOMMENDED_DAYS] = d.recommended.best.days
+        out[rec.RECOMMENDED_IMAGES_PER_S] = d.recommended.best.conservative_ips
     return out

@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dinox.record import param_problem
 from dinox.spec.data_sources import CtPngData, ImageFolderData, WebDatasetData
 from dinox.spec.fields import FieldProblem, field_problems
 from dinox.spec.sections import DinoObjective, TrialSpec
-from dinox.store.trial_record import param_problem
 
 Rule = tuple[str, str]  # (field path, message)
 

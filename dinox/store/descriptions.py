@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from dinox import record as rec
 from dinox.store.trial_record import IPS_WINDOWS
 
 NOTE_TAG = "mlflow.note.content"
@@ -20,7 +21,7 @@ UNSETTLED_WHY = "their timed windows disagreed beyond measure.unstable_threshold
 def unsettled(metrics: dict[str, float], unstable: bool) -> str:
     """ "" for a trial whose timed windows agreed, else what they spanned: its figure is not settled."""
     m = metrics
-    if not unstable or "images_per_s_min" not in m:
+    if not unstable or rec.IMAGES_PER_S_MIN not in m:
         return ""
     return f"unsettled: windows {m['images_per_s_min']:.1f}-{m['images_per_s_max']:.1f} img/s"
 
@@ -31,10 +32,10 @@ def trial_body(
     """A trial's result in one line: what the sweep prints after its index, and the run's description. The
     bound comes with the costs it was read from (dinox.bound_evidence), and an unsettled figure says so."""
     m, tags = metrics, tags or {}
-    if status != "ok" or "images_per_s" not in m:
+    if status != "ok" or rec.IMAGES_PER_S not in m:
         return error[:200] or status
-    doubt = unsettled(m, tags.get("dinox.unstable") == "true")
-    why = tags.get("dinox.bound_evidence", "")
+    doubt = unsettled(m, tags.get(rec.UNSTABLE) == "true")
+    why = tags.get(rec.BOUND_EVIDENCE, "")
     return (
         f"{m['images_per_s']:.1f} {IPS_WINDOWS}{f' ({doubt})' if doubt else ''}, step p50 {m['step_s_p50']:.3f}s "
         f"p90 {m['step_s_p90']:.3f}s, {bound}{f' ({why})' if why else ''}, "
@@ -50,10 +51,10 @@ def trial_note(
 
 def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
     """best_images_per_s over the ok trials, and trials_<status> counts."""
-    out = {f"trials_{k}": float(v) for k, v in Counter(str(r["status"]) for r in rows).items()}
-    ips = [float(r["images_per_s"]) for r in rows if r["status"] == "ok" and "images_per_s" in r]
+    out = {f"{rec.TRIALS_PREFIX}{k}": float(v) for k, v in Counter(str(r["status"]) for r in rows).items()}
+    ips = [float(r[rec.IMAGES_PER_S]) for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r]
     if ips:
-        out["best_images_per_s"] = max(ips)
+        out[rec.BEST_IMAGES_PER_S] = max(ips)
     return out
 
 
@@ -70,18 +71,18 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     ]
     if shaky:
         lines[0] += f" {shaky} ok trial{'s are' if shaky > 1 else ' is'} unsettled: {UNSETTLED_WHY}."
-    ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -float(r.get("images_per_s") or 0.0)))
+    ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -float(r.get(rec.IMAGES_PER_S) or 0.0)))
     lines += [
         f"| # | trial | status | {IPS_WINDOWS} | step p90 s | bound | peak GiB |",
         "|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(ranked, 1):
-        ok = r["status"] == "ok" and "images_per_s" in r
+        ok = r["status"] == "ok" and rec.IMAGES_PER_S in r
         ips = f"{float(r['images_per_s']):.1f}" if ok else "-"
-        if ok and str(r.get("unstable")) == "true" and "window_spread" in r:
+        if ok and str(r.get("unstable")) == "true" and rec.WINDOW_SPREAD in r:
             ips += f" (unsettled: windows {float(r['window_spread']):.0%} apart)"
-        p90 = f"{float(r['step_s_p90']):.3f}" if ok and "step_s_p90" in r else "-"
-        peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if "peak_mem_reserved_gb" in r else "-"
+        p90 = f"{float(r['step_s_p90']):.3f}" if ok and rec.STEP_S_P90 in r else "-"
+        peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if rec.PEAK_MEM_RESERVED_GB in r else "-"
         status = r["status"] if ok else f"{r['status']}: {str(r.get('error') or '')[:80]}"
         bound = str(r.get("bound") or "-") + (f" ({r['bound_evidence']})" if ok and r.get("bound_evidence") else "")
         lines.append(f"| {i} | {r['label']} | {status} | {ips} | {p90} | {bound} | {peak} |")
@@ -91,7 +92,7 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
 def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """img/s (windows) against physical batch, one line per model, the windows' min-max as bars; None when
     fewer than two batch sizes ran ok."""
-    ok = [r for r in rows if r["status"] == "ok" and "images_per_s" in r and r.get("batch.size")]
+    ok = [r for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r and r.get("batch.size")]
     if len({int(r["batch.size"]) for r in ok}) < 2:
         return None  # one batch size is no curve (and matplotlib costs a second of every short sweep)
     import matplotlib
@@ -102,14 +103,14 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for model in sorted({str(r.get("model.name")) for r in ok}):
         pts = sorted(((int(r["batch.size"]), r) for r in ok if str(r.get("model.name")) == model), key=lambda p: p[0])
-        xs, ys = [b for b, _ in pts], [float(r["images_per_s"]) for _, r in pts]
+        xs, ys = [b for b, _ in pts], [float(r[rec.IMAGES_PER_S]) for _, r in pts]
         (line,) = ax.plot(xs, ys, marker="o", linestyle="none" if len(set(xs)) < len(xs) else "-", label=model)
         for b, r in pts:
-            if "images_per_s_min" in r and "images_per_s_max" in r:
+            if rec.IMAGES_PER_S_MIN in r and rec.IMAGES_PER_S_MAX in r:
                 ax.vlines(
                     b,
-                    float(r["images_per_s_min"]),
-                    float(r["images_per_s_max"]),
+                    float(r[rec.IMAGES_PER_S_MIN]),
+                    float(r[rec.IMAGES_PER_S_MAX]),
                     color=line.get_color(),
                     alpha=0.5,
                     linewidth=2,

@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from dinox import record as rec
 from dinox.store.backend import (
     TrackingError,
     check_reachable,
@@ -99,11 +100,11 @@ def latest_per_device(found: list[tuple[int, TrialRecord]]) -> list[TrialRecord]
     is superseded by any later run of its trial."""
 
     def device(r: TrialRecord) -> tuple[str, str]:
-        return r.tags.get("dinox.device_name", ""), r.params.get("hardware.gpus", "1")
+        return r.tags.get(rec.DEVICE_NAME, ""), r.params.get("hardware.gpus", "1")
 
     latest: dict[tuple[str, tuple[str, str]], tuple[int, TrialRecord]] = {}
     for start, record in found:
-        key = (record.tags.get("dinox.trial_id") or record.run_id, device(record))
+        key = (record.tags.get(rec.TRIAL_ID) or record.run_id, device(record))
         if key not in latest or start > latest[key][0]:
             latest[key] = (start, record)
     newest = {}
@@ -120,7 +121,7 @@ def _keep(run, found: dict[str, tuple[int, TrialRecord]]) -> None:
     tags = run.data.tags
     # The record's own key: a trial is a run with a dinox.status, whoever logged it; sweeps and decisions
     # carry a dinox.role of their own and no status; batch-search probes are two-step runs, not measurements.
-    if "dinox.status" not in tags or tags.get("dinox.role") in ("sweep", "decision", "probe"):
+    if rec.STATUS not in tags or tags.get(rec.ROLE) in ("sweep", "decision", "probe"):
         return
     found[run.info.run_id] = (run.info.start_time or 0, record_of(run))
 
@@ -148,7 +149,7 @@ def log_decision(
             run_id,
             params=[Param(k, v) for k, v in params.items()],
             metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
-            tags=[RunTag("dinox.role", "decision"), RunTag("dinox.verdict", verdict)]
+            tags=[RunTag(rec.ROLE, "decision"), RunTag(rec.VERDICT, verdict)]
             + ([RunTag(NOTE_TAG, note)] if note else []),
         )
         for path in files:

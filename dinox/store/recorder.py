@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
+from dinox import record as rec
 from dinox.isolate.lifeline import ProcessRef
 from dinox.measure.result import TrialResult, one_line
 from dinox.plan.grid import Trial
@@ -111,15 +112,15 @@ class SweepRecorder:
                 )
                 self.parent_run_id = run.info.run_id
             tags = {
-                "dinox.role": "sweep",
-                "dinox.spec_path": spec_path,
-                "dinox.spec_name": name,
+                rec.ROLE: "sweep",
+                rec.SPEC_PATH: spec_path,
+                rec.SPEC_NAME: name,
                 **ProcessRef.me().tags(),
-                **({"dinox.shard": shard} if shard else {}),
+                **({rec.SHARD: shard} if shard else {}),
             }
             self.client.log_batch(
                 self.parent_run_id,
-                params=[Param("spec.name", name), Param("sweep.trials", str(n_trials))],
+                params=[Param(rec.SPEC_NAME_PARAM, name), Param(rec.SWEEP_TRIALS, str(n_trials))],
                 tags=[RunTag(k, v) for k, v in tags.items()],
             )
         except (MlflowException, OSError) as e:
@@ -139,7 +140,7 @@ class SweepRecorder:
 
     def tag_sweep_dir(self, sweep_dir: Path) -> None:
         """Where the sweep keeps its journal: a later command that finds the sweep orphaned syncs it from there."""
-        self.client.set_tag(self.parent_run_id, "dinox.sweep_dir", str(sweep_dir.resolve()))
+        self.client.set_tag(self.parent_run_id, rec.SWEEP_DIR, str(sweep_dir.resolve()))
 
     def _experiment(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
@@ -165,9 +166,9 @@ class SweepRecorder:
         self, status: str, summary: dict[str, int], artifacts: list[Path], error: str = "", extra: dict | None = None
     ) -> None:
         """extra: {"note": the run's Markdown description, "metrics": summary metrics}."""
-        tags = [RunTag("dinox.counts", " ".join(f"{k}={v}" for k, v in sorted(summary.items())))]
+        tags = [RunTag(rec.COUNTS, " ".join(f"{k}={v}" for k, v in sorted(summary.items())))]
         if error:
-            tags.append(RunTag("dinox.error", one_line(error)))
+            tags.append(RunTag(rec.ERROR, one_line(error)))
         extra = extra or {}
         if extra.get("note"):
             tags.append(RunTag(NOTE_TAG, extra["note"]))
@@ -188,7 +189,7 @@ class SweepRecorder:
         for run in search_all(self.client, [self.experiment_id], query):
             ref = ProcessRef.from_tags(run.data.tags)
             if run.info.run_id != self.parent_run_id and ref is not None and ref.gone():
-                found.append((run.info.run_id, ref, run.data.tags.get("dinox.sweep_dir", "")))
+                found.append((run.info.run_id, ref, run.data.tags.get(rec.SWEEP_DIR, "")))
         return found
 
     def kill_sweep(self, parent_run_id: str, reason: str) -> int:
@@ -218,12 +219,12 @@ class SweepRecorder:
             run_name=f"{trial.index + 1:03d} {prefix}{trial.label}",
             tags={
                 "mlflow.parentRunId": self.parent_run_id,
-                "dinox.role": role,
-                "dinox.trial_id": trial.trial_id,
-                "dinox.trial_index": str(trial.index),
-                "dinox.sweep_values": trial.label,
+                rec.ROLE: role,
+                rec.TRIAL_ID: trial.trial_id,
+                rec.TRIAL_INDEX: str(trial.index),
+                rec.SWEEP_VALUES: trial.label,
                 # Set before the trial runs, so the run can always be found again (dinox sync).
-                "dinox.result_id": result_id,
+                rec.RESULT_ID: result_id,
             },
         )
         return run.info.run_id
@@ -242,19 +243,19 @@ class SweepRecorder:
         ts = int(r.marks.get("result_written", r.marks.get("start", 0.0)) * 1000) or now_ms()
         tags = dict(r.tags)
         if r.bound:
-            tags["dinox.bound"] = r.bound
+            tags[rec.BOUND] = r.bound
         if r.error:
-            tags["dinox.error"] = r.error
+            tags[rec.ERROR] = r.error
         metrics = [Metric(k, float(v), ts, 0) for k, v in sorted(r.metrics.items())]
         # The step-time history, so the UI can plot each timed step.
-        metrics += [Metric("step_s", float(v), ts, i) for i, v in enumerate(r.step_s)]
+        metrics += [Metric(rec.STEP_S, float(v), ts, i) for i, v in enumerate(r.step_s)]
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[i : i + 1000])
         if tags:
             self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in sorted(tags.items())])
         if log_path is not None and Path(log_path).exists() and Path(log_path).stat().st_size:
             self.client.log_artifact(run_id, str(log_path))  # same name again: overwritten, not doubled
-        self.client.set_tag(run_id, "dinox.status", r.status)
+        self.client.set_tag(run_id, rec.STATUS, r.status)
         self.client.set_terminated(run_id, RUN_STATUS[r.status])
         self.confirm(run_id, r.status)
 
@@ -262,7 +263,7 @@ class SweepRecorder:
         """The store holds this result: read back from it (and, for a SQLite store, from the file it was
         opened on). Raises TrackingError otherwise: the result then stays pending in the journal."""
         run = self.client.get_run(run_id)
-        if run.data.tags.get("dinox.status") != status or run.info.status != RUN_STATUS[status]:
+        if run.data.tags.get(rec.STATUS) != status or run.info.status != RUN_STATUS[status]:
             raise TrackingError(f"run {run_id} does not read back as {status} from {self.uri}")
         self._confirm_file()
 
@@ -284,7 +285,7 @@ class SweepRecorder:
         """The one run of a result: the run carrying its id (one with a status first), else the run the
         journal names, else a new one. Other runs of the same result are closed as KILLED duplicates."""
         runs = self.runs_of_result(result_id)
-        runs.sort(key=lambda r: not r.data.tags.get("dinox.status"))
+        runs.sort(key=lambda r: not r.data.tags.get(rec.STATUS))
         if runs:
             chosen = runs[0].info.run_id
             for dup in runs[1:]:
@@ -310,11 +311,11 @@ class SweepRecorder:
             runs = search_all(self.client, [self.experiment_id], "tags.`dinox.role` = 'trial'")
         except MlflowException as e:
             raise TrackingError(store_error(self.uri, e)) from None
-        return [record_of(run) for run in runs if run.data.tags.get("dinox.status")]
+        return [record_of(run) for run in runs if run.data.tags.get(rec.STATUS)]
 
     def kill_trial(self, run_id: str, reason: str) -> None:
         """The trial was interrupted: no measurement, MLflow status KILLED."""
-        self.client.log_batch(run_id, tags=[RunTag("dinox.error", one_line(reason))])
+        self.client.log_batch(run_id, tags=[RunTag(rec.ERROR, one_line(reason))])
         self.client.set_terminated(run_id, "KILLED")
 
 

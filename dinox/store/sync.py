@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
+from dinox import record as rec
 from dinox.isolate.lifeline import ProcessRef
 from dinox.store.backend import TrackingError, describe_store_error
 from dinox.store.recorder import RUN_STATUS, SweepRecorder, result_summary
@@ -90,7 +91,7 @@ def _log_pending(recorder: SweepRecorder, journal: Journal, state: JournalState,
     for p in state.pending:
         run_id = recorder.run_for(p.trial, p.result_id, p.run_id)
         run = recorder.client.get_run(run_id)
-        if run.data.tags.get("dinox.status"):  # written last: the run holds the whole result
+        if run.data.tags.get(rec.STATUS):  # written last: the run holds the whole result
             if run.info.status == "RUNNING":
                 recorder.client.set_terminated(run_id, RUN_STATUS[p.result.status])
             journal.logged(p.result_id, run_id)

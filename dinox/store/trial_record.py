@@ -7,38 +7,15 @@ Runs logged by another tool with the same names (params ``batch.size``, metrics 
 from __future__ import annotations
 
 import math
-import posixpath
-import re
 from dataclasses import dataclass, field
+
+from dinox import record as rec
 
 # A trial's three throughputs, named the same way wherever they appear (sweep lines, terminal, report, plots,
 # README): measured over the timed windows, and from the p90 and p50 step times (the p90 one drives the verdict).
 IPS_WINDOWS = "img/s (windows)"
 IPS_P90 = "img/s (p90 step)"
 IPS_P50 = "img/s (p50 step)"
-
-
-# What MLflow accepts as a param (mlflow.utils.validation, which dinox validate does not import: MLflow's
-# package costs 2.5 s there): alphanumerics, _ - . space : /, at most 250 characters, a name that stays itself
-# as a path; a value of at most 6000 characters. tests/test_spec.py holds the two to the same answers.
-_PARAM_NAME = re.compile(r"^[/\w.\- :]*$")
-MAX_PARAM_NAME = 250
-MAX_PARAM_VALUE = 6000
-
-
-def param_problem(name: str, value: str) -> str:
-    """Why MLflow would refuse this param ("" when it takes it): a refused param fails every write of its
-    trial's run, which must never look like a store outage."""
-    if len(name) > MAX_PARAM_NAME:
-        return f"a name of {len(name)} characters; MLflow takes at most {MAX_PARAM_NAME} in a param's name"
-    if not _PARAM_NAME.match(name):
-        return "MLflow's param names hold only letters, digits, _ - . : / and spaces"
-    norm = posixpath.normpath(name)
-    if norm != name or norm == "." or norm.startswith(("..", "/")):
-        return f"MLflow refuses a param name that reads as another path ({norm!r})"
-    if len(value) > MAX_PARAM_VALUE:
-        return f"a value of {len(value)} characters; MLflow takes at most {MAX_PARAM_VALUE} in a param"
-    return ""
 
 
 def store_text(text: str) -> str:
@@ -63,7 +40,7 @@ class TrialRecord:
 
     @property
     def status(self) -> str:
-        return self.tags.get("dinox.status", "")
+        return self.tags.get(rec.STATUS, "")
 
     def param_int(self, name: str) -> int | None:
         """An integer param, or None when absent or not an integer ("inf", "1e400", "2.5", "abc")."""
@@ -84,9 +61,9 @@ class TrialRecord:
     def bound_evidence(self) -> str:
         """The costs the bound was read from, as the trial's line printed them; a record from before
         dinox.bound_evidence: its windows' loader cost."""
-        if "dinox.bound_evidence" in self.tags:
-            return self.tags["dinox.bound_evidence"]
-        cost = self.metrics.get("loader_cost")
+        if rec.BOUND_EVIDENCE in self.tags:
+            return self.tags[rec.BOUND_EVIDENCE]
+        cost = self.metrics.get(rec.LOADER_COST)
         return f"loader {cost:.0%} (windows)" if cost is not None and math.isfinite(cost) else ""
 
     @property
@@ -122,21 +99,21 @@ def record_problem(r: TrialRecord) -> str | None:
     if r.status in ("ok", "oom") and r.batch_size is None:
         return "no batch.size"
     m, gpus = r.metrics, r.param_int("hardware.gpus") or 1
-    for name in ("images_per_s", "step_s_p50", "step_s_p90", "device_mem_total_gb"):
+    for name in (rec.IMAGES_PER_S, rec.STEP_S_P50, rec.STEP_S_P90, rec.DEVICE_MEM_TOTAL_GB):
         if name in m and not (math.isfinite(m[name]) and m[name] > 0):
             return f"{name} {m[name]!r} is not a finite positive number"
-    for name in ("peak_mem_reserved_gb", "peak_mem_allocated_gb", "params_m", "epoch_start_s"):
+    for name in (rec.PEAK_MEM_RESERVED_GB, rec.PEAK_MEM_ALLOCATED_GB, rec.PARAMS_M, rec.EPOCH_START_S):
         if name in m and not (math.isfinite(m[name]) and m[name] >= 0):
             return f"{name} {m[name]!r} is not a finite number >= 0"
     if r.status != "ok":
         return None
-    if "images_per_s" not in m:
+    if rec.IMAGES_PER_S not in m:
         return "an ok trial without images_per_s"
-    if m.get("epoch_start_s", 0.0) > MAX_STEP_S:
+    if m.get(rec.EPOCH_START_S, 0.0) > MAX_STEP_S:
         return f"epoch_start_s {m['epoch_start_s']:.3g} is longer than any trial"
-    if m["images_per_s"] > MAX_IMAGES_PER_S_PER_DEVICE * gpus:
+    if m[rec.IMAGES_PER_S] > MAX_IMAGES_PER_S_PER_DEVICE * gpus:
         return f"images_per_s {m['images_per_s']:.3g} is more than 10^7 per device"
-    for name in ("step_s_p50", "step_s_p90"):
+    for name in (rec.STEP_S_P50, rec.STEP_S_P90):
         if name in m and m[name] < MIN_STEP_S:
             return f"{name} {m[name]:.3g} s is shorter than a microsecond"
         if name in m and m[name] > MAX_STEP_S:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from dinox import record as rec
 from dinox.measure.result import TrialResult
 from dinox.plan.footprint import GIB, Estimates
 from dinox.spec.sections import TrialSpec
@@ -100,10 +101,10 @@ class BatchSearch:
 
     def annotate(self, result: TrialResult) -> None:
         """What the search found, on the trial's result: its probes and the largest batch that fit."""
-        result.tags["dinox.batch_auto_probes"] = self.describe()
-        result.metrics["batch_auto_probes"] = float(len(self.probes))
+        result.tags[rec.BATCH_AUTO_PROBES] = self.describe()
+        result.metrics[rec.BATCH_AUTO_PROBES_M] = float(len(self.probes))
         if self.fit is not None:
-            result.metrics["batch_auto_fit"] = float(self.fit)
+            result.metrics[rec.BATCH_AUTO_FIT] = float(self.fit)
 
     def nothing_fits(self) -> TrialResult:
         error = f"batch.size auto: not even batch.auto_min={self.low} fits (probes {self.describe()})"

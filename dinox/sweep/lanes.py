@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from dinox import record as rec
 from dinox.isolate import slots as devices
 from dinox.isolate.forkserver import ForkServer
 from dinox.isolate.slots import DevicesError, Slot
@@ -47,7 +48,7 @@ class Lane:
     def tags(self, concurrent: int) -> dict[str, str]:
         if not self.slots:
             return {}
-        return {"dinox.slot": "+".join(s.label for s in self.slots), "dinox.concurrent_trials": str(concurrent)}
+        return {rec.SLOT: "+".join(s.label for s in self.slots), rec.CONCURRENT_TRIALS: str(concurrent)}
 
 
 class Lanes:

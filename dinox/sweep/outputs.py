@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from dinox import record as rec
 from dinox.measure.result import TrialResult
 from dinox.plan.grid import Trial
 from dinox.store import descriptions
@@ -25,21 +26,21 @@ CSV_LEAD = [
     "bound",
     "bound_evidence",
     "unstable",
-    "images_per_s",
-    "step_s_p50",
-    "step_s_p90",
-    "data_s",
-    "h2d_s",
-    "compute_s",
-    "loader_cost",
-    "transfer_cost",
-    "loader_images_per_s",
-    "device_idle_share",
-    "peak_mem_allocated_gb",
-    "peak_mem_reserved_gb",
-    "device_mem_total_gb",
-    "host_peak_rss_gb",
-    "params_m",
+    rec.IMAGES_PER_S,
+    rec.STEP_S_P50,
+    rec.STEP_S_P90,
+    rec.DATA_S,
+    rec.H2D_S,
+    rec.COMPUTE_S,
+    rec.LOADER_COST,
+    rec.TRANSFER_COST,
+    rec.LOADER_IMAGES_PER_S,
+    rec.DEVICE_IDLE_SHARE,
+    rec.PEAK_MEM_ALLOCATED_GB,
+    rec.PEAK_MEM_RESERVED_GB,
+    rec.DEVICE_MEM_TOTAL_GB,
+    rec.HOST_PEAK_RSS_GB,
+    rec.PARAMS_M,
     "error",
 ]
 
@@ -60,24 +61,32 @@ class SweepReport:
 
     def timeline(self) -> dict[str, float]:
         """Mean seconds per trial by phase; `overhead_s` is what is neither data setup, model build nor steps."""
-        measured = [r for r in self.results if "trial_wall_s" in r.metrics]
+        measured = [r for r in self.results if rec.TRIAL_WALL_S in r.metrics]
         n = len(measured)
         if not n:
             return {}
         mean = {
             k: sum(r.metrics.get(k, 0.0) for r in measured) / n
-            for k in ("startup_s", "setup_s", "data_setup_s", "build_s", "measure_s", "teardown_s", "trial_wall_s")
+            for k in (
+                rec.STARTUP_S,
+                rec.SETUP_S,
+                rec.DATA_SETUP_S,
+                rec.BUILD_S,
+                rec.MEASURE_S,
+                rec.TEARDOWN_S,
+                rec.TRIAL_WALL_S,
+            )
         }
-        loop = sum(self.trial_loop_s) / len(self.trial_loop_s) if self.trial_loop_s else mean["trial_wall_s"]
-        mean["recording_s"] = loop - mean["trial_wall_s"]
+        loop = sum(self.trial_loop_s) / len(self.trial_loop_s) if self.trial_loop_s else mean[rec.TRIAL_WALL_S]
+        mean["recording_s"] = loop - mean[rec.TRIAL_WALL_S]
         mean["per_trial_s"] = loop
-        mean["overhead_s"] = loop - mean["data_setup_s"] - mean["build_s"] - mean["measure_s"]
+        mean["overhead_s"] = loop - mean[rec.DATA_SETUP_S] - mean[rec.BUILD_S] - mean[rec.MEASURE_S]
         return mean
 
     def summary(self, uri: str) -> list[tuple[str, bool]]:
         """What `dinox run` says at the end, as (line, to stderr)."""
         counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.status for r in self.results).items()))
-        shaky = sum(r.status == "ok" and r.tags.get("dinox.unstable") == "true" for r in self.results)
+        shaky = sum(r.status == "ok" and r.tags.get(rec.UNSTABLE) == "true" for r in self.results)
         if shaky:
             counts += f" ({shaky} of them unsettled: their timed windows disagreed)"
         resumed = f"; {len(self.resumed)} already recorded" if self.resumed else ""
@@ -110,8 +119,8 @@ def row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
         "label": trial.label,
         "status": r.status,
         "bound": r.bound,
-        "bound_evidence": r.tags.get("dinox.bound_evidence", ""),
-        "unstable": r.tags.get("dinox.unstable", ""),
+        "bound_evidence": r.tags.get(rec.BOUND_EVIDENCE, ""),
+        "unstable": r.tags.get(rec.UNSTABLE, ""),
         "error": r.error,
     }
     row.update({k: round(v, 6) for k, v in r.metrics.items()})
@@ -132,7 +141,7 @@ def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
 def describe(trial: Trial, r: TrialResult) -> str:
     m = r.metrics
     head = f"[{trial.index + 1:>{len(str(trial.total))}}/{trial.total}] {r.status:<8} {trial.label}"
-    if "batch_auto_fit" in m and not trial.spec.batch.auto:
+    if rec.BATCH_AUTO_FIT in m and not trial.spec.batch.auto:
         head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
     return f"{head} | {descriptions.trial_body(r.status, r.bound, m, r.error, r.tags)}"
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from dinox import record as rec
 from dinox.isolate import runner
 from dinox.isolate.forkserver import ForkServer
 from dinox.isolate.lifeline import ProcessRef
@@ -144,11 +145,11 @@ class Sweep:
         self.report = SweepReport("", self.recorder.experiment_id, Path())
         self._close_orphans()
         self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
-        self.done = {} if o.force else {r.tags["dinox.trial_id"]: r for r in self.recorded if self._final(r)}
+        self.done = {} if o.force else {r.tags[rec.TRIAL_ID]: r for r in self.recorded if self._final(r)}
 
     def _final(self, record: TrialRecord) -> bool:
         """Recorded for good: ok, oom or skipped; an unsettled ok one only while not asked to measure it again."""
-        unsettled = record.status == "ok" and record.tags.get("dinox.unstable") == "true"
+        unsettled = record.status == "ok" and record.tags.get(rec.UNSTABLE) == "true"
         return record.status in FINAL and not (unsettled and self.options.remeasure_unsettled)
 
     def _nothing_left(self) -> bool:
@@ -300,7 +301,7 @@ class Sweep:
 
     def _echo_recorded(self, trial: Trial) -> None:
         prior = self.done[trial.trial_id]
-        unsettled = prior.status == "ok" and prior.tags.get("dinox.unstable") == "true"
+        unsettled = prior.status == "ok" and prior.tags.get(rec.UNSTABLE) == "true"
         self.report.resumed_unsettled += unsettled
         again = "--remeasure-unsettled" if unsettled else "--force"
         self.echo(
