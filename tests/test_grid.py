@@ -56,7 +56,8 @@ def test_trial_ids_are_unique_and_stable(write_spec):
     assert len(set(ids)) == len(ids)
     # Same ids in a fresh interpreter: nothing process-specific (hash seeds, dict order) leaks in.
     ids_of = f"grid.expand(spec_file.load({str(path)!r}))"
-    code = f"from dinox import grid, spec_file; print(' '.join(t.trial_id for t in {ids_of}))"
+    imports = "from dinox.plan import grid; from dinox.spec import file as spec_file"
+    code = f"{imports}; print(' '.join(t.trial_id for t in {ids_of}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ids
 

@@ -32,9 +32,7 @@ def test_every_name_has_a_meaning_and_one_kind():
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text())
-    return [
-        (n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-    ]
+    return [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 
 def test_outside_the_record_a_dinox_dotted_string_is_a_module_or_a_file():

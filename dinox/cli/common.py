@@ -7,22 +7,22 @@ import typing
 
 import click
 
+from dinox.errors import DinoxError
+
 if typing.TYPE_CHECKING:  # imported when a command runs: `dinox --help` stays quick
     from dinox.plan.grid import Trial
     from dinox.spec.file import Problem, SpecDocument
 
-EXIT_BAD_INPUT = 2
+
+class BadInput(DinoxError):
+    """Bad input the command line itself finds (an option, a combination of options)."""
 
 
-class BadInput(click.ClickException):
-    """Bad input or an unusable store: exit 2 and one line (or one per problem), never a traceback. click's
-    own errors print "Error: ..." and exit 1; dinox keeps exit code 1 for a NO-GO."""
-
-    exit_code = EXIT_BAD_INPUT
-
-    def show(self, file: typing.IO[typing.Any] | None = None) -> None:
-        message = self.format_message()
-        click.echo(message if "\n" in message else f"error: {message}", err=True)
+def show_error(e: DinoxError) -> None:
+    """One line, ``error: ...``; a message of several lines (one problem each, ``file:line: ...``) as it is.
+    click's own errors print "Error: ..." and exit 1 by default; dinox keeps exit code 1 for a NO-GO."""
+    message = str(e)
+    click.echo(message if "\n" in message else f"error: {message}", err=True)
 
 
 def load_trials(
@@ -47,7 +47,7 @@ def load_trials(
         return doc, trials
     except spec_file.SpecError as e:
         e.problems = [_named_override(p, items) for p in e.problems]
-        raise BadInput(e.render()) from None
+        raise
 
 
 def _named_override(problem: Problem, items: list[tuple[str, str | None]]) -> Problem:

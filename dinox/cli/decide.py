@@ -1,14 +1,24 @@
-"""`dinox decide`: options into a Budget and a Policy; ``deciding`` does the rest."""
+"""`dinox decide` end to end, top to bottom: options into a Budget and a Policy (each problem named by its
+option), the trials from the store, the decision, the report files, the verdict said, the decision run logged."""
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
+import typing
 from pathlib import Path
+from typing import Any
 
 import click
 
 from dinox.cli.common import TRACKING_URI, BadInput, load_trials
+from dinox.errors import DinoxError
+
+if typing.TYPE_CHECKING:  # imported when the command runs: `dinox --help` stays quick
+    from dinox.decide.budget import Budget
+    from dinox.decide.verdict import Decision, Policy
+    from dinox.store.trial_record import TrialRecord
 
 
 @click.command()
@@ -105,11 +115,9 @@ def decide(
     decision.json and PNG plots to --out, also logged as artifacts of a dinox.role=decision run.
     Exit code: 0 GO, 1 NO-GO, 2 error.
     """
-    from dinox.decide.budget import DecisionError, merge_budget
-    from dinox.decide.end_to_end import DecideRequest
-    from dinox.decide.end_to_end import run as run_decision
+    from dinox.decide.budget import DecisionError
     from dinox.decide.verdict import Policy
-    from dinox.store.backend import TrackingError, resolve_tracking_uri
+    from dinox.store.backend import resolve_tracking_uri
 
     base: dict = {}
     names = list(experiments)
@@ -120,14 +128,132 @@ def decide(
     if not names and not run_ids:
         raise BadInput("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
     try:
-        budget = merge_budget(base, days, dataset_size, epochs, target_images, utilization, prices, max_cost)
+        budget = budget_of(base, days, dataset_size, epochs, target_images, utilization, prices, max_cost)
         policy = Policy(max_memory_share, effective_batch, knee_tolerance, exclude_unstable)
-        uri = resolve_tracking_uri(tracking_uri)
-        request = DecideRequest(uri, names, list(run_ids), budget, policy, Path(out_dir), log=not no_log)
-        decision = run_decision(request, click.echo)
-    except (DecisionError, TrackingError) as e:
-        raise BadInput(str(e)) from None
+    except DecisionError as e:
+        raise BadInput(e.named(OPTIONS)) from None
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        decision = run_decision(uri, names, list(run_ids), budget, policy, Path(out_dir), log=not no_log)
+    except DinoxError:
+        raise
     except Exception:  # noqa: BLE001 - exit 1 is NO-GO, which a crash must never read as
         traceback.print_exc()
         raise BadInput("dinox decide failed (the traceback above): no decision was made") from None
     sys.exit(0 if decision.verdict == "GO" else 1)
+
+
+# The budget's and the policy's fields as `dinox decide` takes them.
+OPTIONS = {
+    "days": "--days",
+    "dataset_size": "--dataset-size",
+    "epochs": "--epochs",
+    "target_images": "--target-images",
+    "utilization": "--utilization",
+    "price_per_device_hour": "--price",
+    "prices": "--price",
+    "max_cost": "--max-cost",
+    "max_memory_share": "--max-memory-share",
+    "knee_tolerance": "--knee-tolerance",
+    "effective_batch": "--effective-batch",
+}
+
+
+def budget_of(
+    base: dict[str, Any],
+    days: float | None,
+    dataset_size: int | None,
+    epochs: float | None,
+    target_images: int | None,
+    utilization: float,
+    prices: tuple[str, ...] = (),
+    max_cost: float | None = None,
+) -> Budget:
+    """The spec's budget (`base`, possibly empty) overridden field by field by the options given; a schedule
+    given as images replaces one given as epochs, and the other way round. `prices` as --price takes them:
+    "NAME=PRICE" for one device name, a bare number for every device. Raises DecisionError."""
+    from dinox.decide.budget import Budget, DecisionError
+    from dinox.spec.sections import BudgetSpec
+
+    merged = dict(base)
+    merged["prices"] = dict(merged.get("prices") or {})
+    for item in prices:
+        name, _, value = item.rpartition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            raise DecisionError(
+                f'--price {item!r}: expected NAME=PRICE or a number, e.g. "NVIDIA H100 80GB HBM3=2.5"'
+            ) from None
+        if name:
+            merged["prices"][name.strip()] = price
+        else:
+            merged["price_per_device_hour"] = price
+    if max_cost is not None:
+        merged["max_cost"] = max_cost
+    if days is not None:
+        merged["days"] = days
+    if target_images is not None:
+        merged.update(target_images=target_images, dataset_size=None, epochs=None)
+    if dataset_size is not None or epochs is not None:
+        merged["target_images"] = None
+        merged.update({k: v for k, v in (("dataset_size", dataset_size), ("epochs", epochs)) if v is not None})
+    if merged.get("days") is None:
+        raise DecisionError(
+            "no budget: give --days with --dataset-size and --epochs (or --target-images), or a --spec with one"
+        )
+    schedule = BudgetSpec.model_construct(**{k: merged.get(k) for k in ("target_images", "dataset_size", "epochs")})
+    if problem := schedule.schedule_problem(OPTIONS):
+        raise DecisionError(f"budget {problem}")
+    return Budget(**{k: v for k, v in merged.items() if v is not None}, utilization=utilization)
+
+
+def run_decision(
+    uri: str, experiments: list[str], run_ids: list[str], budget: Budget, policy: Policy, out: Path, log: bool
+) -> Decision:
+    """Decide on the trials in the store, write the report files, say the verdict, log the decision run.
+    Raises DecisionError and TrackingError, both one line for the user."""
+    from dinox.decide.budget import DecisionError
+    from dinox.decide.verdict import decide
+    from dinox.report import decision_json
+    from dinox.report import text as report
+    from dinox.store.readback import fetch_trials, log_decision
+
+    records, sources, home = fetch_trials(uri, experiments, run_ids)
+    if not records:
+        raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {uri}")
+    decision = decide(records, budget, policy)
+    decision.sources = sources
+    files = write_reports(decision, records, out)
+    click.echo(report.render_terminal(decision))
+    click.echo(f"report: {files[0]} ({files[1].name} beside it)  decision: {files[2]}")
+    if log:
+        note = f"**{decision.verdict}**\n\n```\n{report.render_terminal(decision)}\n```"
+        params, metrics = decision_json.log_params(decision), decision_json.log_metrics(decision)
+        run_id = log_decision(uri, home, decision.verdict, params, metrics, files, note)
+        click.echo(f"logged as decision run {run_id}")
+    return decision
+
+
+def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> list[Path]:
+    """report.md, report.html, decision.json and the plots, in that order, written to `out`, each file whole
+    or not at all (written beside its name, then renamed). Raises BadInput naming --out when it cannot be
+    written (/dev/null, /proc, a read-only mount, a full disk)."""
+    from dinox.report import decision_json
+    from dinox.report import text as report
+    from dinox.report.html import render_html
+    from dinox.report.plots import write_plots
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        plots = write_plots(decision, records, out)
+        markdown = report.render_markdown(decision, [p.name for p in plots])
+        paths = [out / "report.md", out / "report.html", out / "decision.json"]
+        texts = [markdown, render_html(markdown, decision.verdict, out), decision_json.dumps(decision)]
+        for path, text in zip(paths, texts, strict=True):
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+    except OSError as e:
+        raise BadInput(f"--out {out}: cannot write the report there ({e.strerror or e})") from None
+    return [*paths, *plots]

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from dinox.cli import decide, tools
-from dinox.cli.common import EXIT_BAD_INPUT, MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials
+from dinox.cli.common import MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials, show_error
+from dinox.errors import EXIT_BAD_INPUT, DinoxError
 
 if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` stays quick
     from dinox.isolate.forkserver import ForkServer
@@ -21,7 +22,18 @@ if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` sta
     from dinox.sweep.run import SweepOptions
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The group catches dinox's errors once, for every command: the message, the error's exit code."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except DinoxError as e:
+            show_error(e)
+            ctx.exit(e.exit_code)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dinox")
 def main() -> None:
     """dinox measures real training steps over a grid of configurations, records each as an MLflow run,
@@ -49,8 +61,8 @@ def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]
     for spec_file in spec_files:
         try:
             _doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
-        except BadInput as e:
-            e.show()
+        except DinoxError as e:
+            show_error(e)
             failed = True  # check the other specs too
             continue
         click.echo(
@@ -240,8 +252,7 @@ def _sweep(
     workdir: Path,
     server: ForkServer | None,
 ) -> None:
-    from dinox.plan.machine import DeviceMissing
-    from dinox.store.backend import TrackingError, resolve_tracking_uri
+    from dinox.store.backend import resolve_tracking_uri
     from dinox.store.recorder import SweepRecorder
     from dinox.sweep.interrupts import Interrupted, SweepStopped
     from dinox.sweep.journal import WorkdirError
@@ -250,8 +261,6 @@ def _sweep(
     uri = resolve_tracking_uri(tracking_uri)
     try:
         report = run_sweep(doc, trials, SweepRecorder(uri), workdir, options, click.echo, server)
-    except (TrackingError, DeviceMissing) as e:
-        raise BadInput(str(e)) from None
     except WorkdirError as e:
         killed = getattr(e, "killed", 0)
         in_flight = f"the {killed} trials in flight are" if killed > 1 else "the trial in flight is" if killed else ""
@@ -304,7 +313,7 @@ def entry() -> None:
         code = result if isinstance(result, int) else 0
     except click.exceptions.Exit as e:
         code = e.exit_code
-    except click.ClickException as e:
+    except click.ClickException as e:  # click's own (a usage error)
         e.show()
         code = e.exit_code
     except (KeyboardInterrupt, click.exceptions.Abort):

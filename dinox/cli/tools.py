@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from dinox.cli.common import EXIT_BAD_INPUT, TRACKING_URI, BadInput
+from dinox.cli.common import TRACKING_URI, BadInput
+from dinox.errors import EXIT_BAD_INPUT
 
 
 @click.command()
@@ -32,15 +33,12 @@ def preprocess(dicom_root: str, out_root: str, force: bool, min_slices: int) -> 
     Incremental: a series already converted is re-indexed, not converted again (--force rebuilds).
     Unreadable, non-DICOM, non-CT, truncated or compressed-without-decoder input is skipped and reported.
     """
-    from dinox.data.dicom_preprocess import PreprocessError, render_summary
     from dinox.data.dicom_preprocess import preprocess as run_preprocess
+    from dinox.data.dicom_preprocess import render_summary
 
     if not Path(dicom_root).is_dir():
         raise BadInput(f"--dicom-root {dicom_root}: no such directory")
-    try:
-        summary = run_preprocess(dicom_root, out_root, force=force, min_slices=min_slices)
-    except PreprocessError as e:
-        raise BadInput(str(e)) from None
+    summary = run_preprocess(dicom_root, out_root, force=force, min_slices=min_slices)
     click.echo(render_summary(summary))
     if not summary.slices_indexed:
         raise BadInput(f"no CT series with at least {min_slices} readable slices under {dicom_root}")
@@ -86,7 +84,7 @@ def shards(
     --image-folder: each image as it is on disk, under the standard keys jpg (or png) and cls (the class
     index, classes in sorted folder order), so shards other tools wrote read the same way.
     """
-    from dinox.data.files import DataError, write_image_shards, write_shards
+    from dinox.data.files import write_image_shards, write_shards
 
     if (index_csv is None) == (image_folder is None):
         raise BadInput("give --index-csv (CT slices) or --image-folder (images), one of them")
@@ -99,7 +97,7 @@ def shards(
             paths = write_shards(
                 index_csv, out_dir, root=root, shard_size=shard_size, encoding=encoding, replace=replace
             )
-    except (DataError, OSError) as e:
+    except OSError as e:  # not dinox's own (a WorkdirError is): one line all the same
         raise BadInput(str(e)) from None
     click.echo(f"wrote {len(paths)} shard{'s' if len(paths) != 1 else ''} to {out_dir}")
 

@@ -38,6 +38,7 @@ import numpy as np
 from PIL import Image
 
 from dinox.data.dicom_read import Slice, TagError, Walk, header, number, numbers, pixels_hu, slice_of
+from dinox.errors import DinoxError
 
 ENCODING = "hu+32768_uint16"
 HU_OFFSET = 32768
@@ -61,7 +62,7 @@ NAME_LIMIT = 64  # characters of a folder name taken from a tag (a UID is at mos
 _FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
-class PreprocessError(Exception):
+class PreprocessError(DinoxError):
     """The run cannot go on (the output disk is full or read-only): one line for the user."""
 
 

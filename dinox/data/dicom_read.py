@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dinox.errors import DinoxError
+
 if TYPE_CHECKING:
     from pydicom import Dataset
 
 
-class TagError(ValueError):
+class TagError(DinoxError, ValueError):
     """A header value that cannot be used: says which tag and what it held."""
 
 

@@ -15,6 +15,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from dinox.errors import DinoxError
+
 REQUIRED_COLUMNS = ("png_path", "series_dir", "slice_index")
 HU_OFFSET = 32768
 # A shard sample's three slices (z-1, z, z+1) under keys without dots: webdataset reads a dot as the start of
@@ -25,7 +27,7 @@ RAW_KEY = "slices.npy"  # raw16 shards: the three slices, uint16, in one array
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")
 
 
-class DataError(ValueError):
+class DataError(DinoxError, ValueError):
     """A data input that cannot be used: names the file, and the spec field it came from when there is one."""
 
     def __init__(self, message: str, field: str = ""):

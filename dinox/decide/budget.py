@@ -1,39 +1,61 @@
-"""A compute budget: the schedule (images, or epochs of a dataset) and the days it must fit in, from the spec
-and the command line, checked by the spec's own rules. No torch, no MLflow."""
+"""A compute budget: the schedule (images, or epochs of a dataset) and the days it must fit in. One model: the
+spec's ``budget:`` section (``BudgetSpec``, its fields and the one-schedule rule) plus the utilization a
+decision also takes, and what a decision asks of it. No torch, no MLflow, no command-line names: errors name
+the budget's fields, and the command line says which option set them."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from dinox.errors import DinoxError
+from dinox.spec.fields import field_problems
+from dinox.spec.sections import BudgetSpec
 
 SECONDS_PER_DAY = 86400.0
 
 
-class DecisionError(Exception):
-    """Nothing to decide on (no trials, no budget): one line for the user."""
+class DecisionError(DinoxError):
+    """Nothing to decide on, or a budget or policy that cannot be: one line for the user. ``problems`` holds the
+    (field, message) pairs where fields are to blame, so a caller can name each field its own way."""
+
+    def __init__(self, message: str, problems: Sequence[tuple[str, str]] = ()):
+        super().__init__(message)
+        self.problems = list(problems)
+
+    def named(self, names: Mapping[str, str]) -> str:
+        """The message with each field under the name a caller gives it (an option, say)."""
+        if not self.problems:
+            return str(self)
+        return "; ".join(f"{names.get(field, field)}: {message}" for field, message in self.problems)
 
 
-@dataclass(frozen=True)
-class Budget:
-    days: float
-    dataset_size: int | None = None
-    epochs: float | None = None
-    target_images: int | None = None
-    utilization: float = 1.0
-    price_per_device_hour: float | None = None  # any device without a price of its own in `prices`
-    prices: dict[str, float] = field(default_factory=dict)  # dinox.device_name -> price per device-hour
-    max_cost: float | None = None  # the whole schedule's cost (devices x days x 24 x price) at most this
+def _problems_of(e: ValidationError, model: type, prefix: str) -> DecisionError:
+    problems = [(".".join(p.loc) or prefix, p.message) for p in field_problems(e, model)]
+    return DecisionError("; ".join(f"{prefix}.{f}: {m}" if f != prefix else f"{f}: {m}" for f, m in problems), problems)
 
-    def __post_init__(self) -> None:
-        if not self.days > 0:
-            raise DecisionError(f"budget days must be > 0, got {self.days}")
-        if not 0 < self.utilization <= 1:
-            raise DecisionError(f"utilization must be in (0, 1], got {self.utilization}")
-        if self.target_images is None and (self.dataset_size is None or self.epochs is None):
-            raise DecisionError("budget needs --target-images, or --dataset-size with --epochs")
-        if self.target_images is not None and (self.dataset_size is not None or self.epochs is not None):
-            raise DecisionError("budget takes --target-images or --dataset-size with --epochs, not both")
+
+class Budget(BudgetSpec):
+    """The budget a decision is made against: the spec's section, the share of wall time spent in training
+    steps, and prices as a mapping (empty: no prices). Raises DecisionError, never pydantic's own error."""
+
+    utilization: float = Field(1.0, gt=0, le=1, description="share of wall time a run spends in training steps")
+    prices: dict[str, Annotated[float, Field(gt=0, le=1e6)]] = Field(default_factory=dict)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as e:
+            raise _problems_of(e, Budget, "budget") from None
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> Budget:
+        if problem := self.schedule_problem():
+            raise PydanticCustomError("schedule", problem)
+        return self
 
     @property
     def images_needed(self) -> float:
@@ -67,89 +89,6 @@ class Budget:
         util = f" at {self.utilization:.0%} utilization" if self.utilization != 1 else ""
         cost = f" for at most {fmt_cost(self.max_cost)}" if self.max_cost is not None else ""
         return f"{schedule} in {self.days:g} day{'' if self.days == 1 else 's'}{util}{cost}"
-
-
-def merge_budget(
-    base: dict[str, Any],
-    days: float | None,
-    dataset_size: int | None,
-    epochs: float | None,
-    target_images: int | None,
-    utilization: float,
-    prices: tuple[str, ...] = (),
-    max_cost: float | None = None,
-) -> Budget:
-    """The spec's budget (`base`, possibly empty) overridden field by field by the options given; a
-    schedule given as images replaces one given as epochs, and the other way round. `prices` as --price
-    takes them: "NAME=PRICE" for one device name, a bare number for every device."""
-    merged = dict(base)
-    merged["prices"] = dict(merged.get("prices") or {})
-    for item in prices:
-        name, _, value = item.rpartition("=")
-        try:
-            price = float(value)
-        except ValueError:
-            raise DecisionError(
-                f'--price {item!r}: expected NAME=PRICE or a number, e.g. "NVIDIA H100 80GB HBM3=2.5"'
-            ) from None
-        if name:
-            merged["prices"][name.strip()] = price
-        else:
-            merged["price_per_device_hour"] = price
-    if max_cost is not None:
-        merged["max_cost"] = max_cost
-    if days is not None:
-        merged["days"] = days
-    if target_images is not None:
-        merged.update(target_images=target_images, dataset_size=None, epochs=None)
-    if dataset_size is not None or epochs is not None:
-        merged["target_images"] = None
-        merged.update({k: v for k, v in (("dataset_size", dataset_size), ("epochs", epochs)) if v is not None})
-    if merged.get("days") is None:
-        raise DecisionError(
-            "no budget: give --days with --dataset-size and --epochs (or --target-images), or a --spec with one"
-        )
-    _check_budget(merged, utilization)
-    return Budget(
-        days=merged["days"],
-        dataset_size=merged.get("dataset_size"),
-        epochs=merged.get("epochs"),
-        target_images=merged.get("target_images"),
-        utilization=utilization,
-        price_per_device_hour=merged.get("price_per_device_hour"),
-        prices=merged["prices"],
-        max_cost=merged.get("max_cost"),
-    )
-
-
-_OPTION = {
-    "days": "--days",
-    "dataset_size": "--dataset-size",
-    "epochs": "--epochs",
-    "target_images": "--target-images",
-    "price_per_device_hour": "--price",
-    "prices": "--price",
-    "max_cost": "--max-cost",
-}
-
-
-def _check_budget(merged: dict[str, Any], utilization: float) -> None:
-    """The budget as the spec's own rules see it (finite, positive, bounded), each problem naming its option."""
-    from pydantic import ValidationError
-
-    from dinox.spec.fields import field_problems
-    from dinox.spec.sections import BudgetSpec
-
-    try:
-        BudgetSpec.model_validate({k: v for k, v in merged.items() if v is not None})
-    except ValidationError as e:
-        problems = [
-            f"{_OPTION.get(p.loc[0], p.loc[0]) if p.loc else 'budget'}: {p.message}"
-            for p in field_problems(e, BudgetSpec)
-        ]
-        raise DecisionError("; ".join(problems)) from None
-    if not (math.isfinite(utilization) and 0 < utilization <= 1):
-        raise DecisionError(f"--utilization: must be in (0, 1], got {utilization}")
 
 
 def fmt_days(days: float) -> str:

@@ -39,12 +39,15 @@ class Policy:
     exclude_unstable: bool = False  # True: a trial whose timed windows disagree is not recommended
 
     def __post_init__(self) -> None:
+        problems = []
         if not (math.isfinite(self.max_memory_share) and 0 < self.max_memory_share <= 1):
-            raise DecisionError(f"--max-memory-share: must be in (0, 1], got {self.max_memory_share}")
+            problems.append(("max_memory_share", f"must be in (0, 1], got {self.max_memory_share}"))
         if not (math.isfinite(self.knee_tolerance) and 0 <= self.knee_tolerance < 1):
-            raise DecisionError(f"--knee-tolerance: must be in [0, 1), got {self.knee_tolerance}")
+            problems.append(("knee_tolerance", f"must be in [0, 1), got {self.knee_tolerance}"))
         if self.effective_batch is not None and self.effective_batch <= 0:
-            raise DecisionError(f"--effective-batch: must be a positive integer, got {self.effective_batch}")
+            problems.append(("effective_batch", f"must be a positive integer, got {self.effective_batch}"))
+        if problems:
+            raise DecisionError("; ".join(f"policy.{f}: {m}" for f, m in problems), problems)
 
 
 @dataclass

@@ -15,10 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dinox.errors import DinoxError
+
 CORES_VAR = "DINOX_CORES"
 
 
-class DevicesError(ValueError):
+class DevicesError(DinoxError, ValueError):
     """A --devices value that cannot be read or that this machine cannot give (the message says which)."""
 
 

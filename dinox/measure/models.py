@@ -6,11 +6,12 @@ import timm
 import torch
 from torch import nn
 
+from dinox.errors import DinoxError
 from dinox.plan import model_names
 from dinox.spec.sections import ModelSpec
 
 
-class ModelBuildError(ValueError):
+class ModelBuildError(DinoxError, ValueError):
     pass
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from dinox.errors import DinoxError
+
 # What a GPU driver leaves on Linux: NVIDIA's proc entry and device nodes, WSL2's GPU paravirtualisation,
 # Jetson's memory manager, ROCm's kernel fusion driver. Any of them: the estimate child gives the answer.
 _GPU_DRIVER_PATHS = (
@@ -22,7 +24,7 @@ _GPU_DRIVER_PATHS = (
 )
 
 
-class DeviceMissing(ValueError):
+class DeviceMissing(DinoxError, ValueError):
     """The spec asks for a device kind this machine does not have: bad input, refused before any run."""
 
 

@@ -36,7 +36,7 @@ def _payload(d: Decision) -> dict[str, Any]:
         "recommended": _recommended(d.recommended),
         "models": [_model(mv) for mv in d.models],
         "budget": {
-            **asdict(d.budget),
+            **d.budget.model_dump(),
             "images_needed": d.budget.images_needed,
             "needed_images_per_s_p90": d.needed_ips,
         },
@@ -130,7 +130,7 @@ def _loader(f: LoaderFindings) -> dict[str, Any]:
 
 def log_params(d: Decision) -> dict[str, str]:
     """The decision's inputs, as MLflow params of the decision run."""
-    out = {f"{rec.BUDGET_PREFIX}{k}": str(v) for k, v in asdict(d.budget).items()}
+    out = {f"{rec.BUDGET_PREFIX}{k}": str(v) for k, v in d.budget.model_dump().items()}
     out.update({f"{rec.POLICY_PREFIX}{k}": str(v) for k, v in asdict(d.policy).items()})
     out[rec.SOURCES] = "; ".join(d.sources)[:500]
     return out

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from dinox.errors import DinoxError
 from dinox.spec.fields import field_problems, path_problem
 from dinox.spec.sections import SweepSpec, TrialSpec
 
@@ -33,13 +34,16 @@ class Problem:
         return f"{where}: {path}{self.message}{ctx}"
 
 
-class SpecError(Exception):
+class SpecError(DinoxError):
     """Bad input. Rendered as one line per problem: ``file:line: field.path: message``."""
 
     def __init__(self, file: str, problems: list[Problem]):
         self.file = file
         self.problems = problems
-        super().__init__(self.render())
+        super().__init__(file)
+
+    def __str__(self) -> str:  # the problems as they are now (the CLI names the --set a problem came from)
+        return self.render()
 
     def render(self, limit: int = 20) -> str:
         lines = [p.render(self.file) for p in self.problems[:limit]]

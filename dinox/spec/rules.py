@@ -172,12 +172,5 @@ def _objective(t: TrialSpec) -> list[Rule]:
 
 
 def _budget(t: TrialSpec) -> list[Rule]:
-    bu = t.budget
-    if bu is None:
-        return []
-    by_epochs = bu.dataset_size is not None or bu.epochs is not None
-    if bu.target_images is not None and by_epochs:
-        return [("budget", "give target_images or dataset_size with epochs, not both")]
-    if bu.target_images is None and (bu.dataset_size is None or bu.epochs is None):
-        return [("budget", "needs target_images, or dataset_size together with epochs")]
-    return []
+    problem = t.budget.schedule_problem() if t.budget is not None else ""
+    return [("budget", problem)] if problem else []

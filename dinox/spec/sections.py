@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -247,6 +248,17 @@ class BudgetSpec(Section):
         None, description="price per device-hour by device name (the dinox.device_name tag)"
     )
     max_cost: PositiveFloat | None = Field(None, le=1e12, description="the whole schedule's cost at most this")
+
+    def schedule_problem(self, names: Mapping[str, str] | None = None) -> str:
+        """Why the schedule is not one schedule ("" when it is): images, or a dataset's epochs, exactly one.
+        `names` renames the fields in the message (the command line names its options)."""
+        n = {k: (names or {}).get(k, k) for k in ("target_images", "dataset_size", "epochs")}
+        by_epochs = self.dataset_size is not None or self.epochs is not None
+        if self.target_images is not None and by_epochs:
+            return f"give {n['target_images']} or {n['dataset_size']} with {n['epochs']}, not both"
+        if self.target_images is None and (self.dataset_size is None or self.epochs is None):
+            return f"needs {n['target_images']}, or {n['dataset_size']} together with {n['epochs']}"
+        return ""
 
 
 class SweepSpec(Section):

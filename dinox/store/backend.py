@@ -22,6 +22,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from dinox.errors import DinoxError
 from dinox.measure.result import one_line
 
 # MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) stall a sweep for minutes per call when a
@@ -210,7 +211,7 @@ class StoreFile:
         return None
 
 
-class TrackingError(Exception):
+class TrackingError(DinoxError):
     """The tracking store cannot be used (unreachable, deleted experiment, ...): one line for the user."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 
 from dinox import record as rec
+from dinox.errors import DinoxError
 from dinox.isolate.lifeline import ProcessRef
 from dinox.store.backend import TrackingError, describe_store_error
 from dinox.store.recorder import RUN_STATUS, SweepRecorder, result_summary
@@ -31,7 +32,7 @@ GONE = (
 )
 
 
-class SyncError(Exception):
+class SyncError(DinoxError):
     """A local problem with a sweep's folder (no journal): never the store's fault."""
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dinox.errors import DinoxError
 from dinox.measure.result import TrialResult
 from dinox.plan.grid import Trial
 from dinox.spec.sections import TrialSpec
@@ -56,7 +57,7 @@ class JournalState:
         return [r for rid, r in self.results.items() if rid not in self.logged]
 
 
-class WorkdirError(OSError):
+class WorkdirError(DinoxError, OSError):
     """The sweep's folder cannot be written (a full or read-only disk): results cannot be kept locally, and
     trials, which write theirs there, cannot run."""
 

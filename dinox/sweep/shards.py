@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dinox.errors import DinoxError
+
 COUNT_VAR = "DINOX_SHARD_COUNT"
 
 
-class ShardEnvError(ValueError):
+class ShardEnvError(DinoxError, ValueError):
     """--shard auto where the environment does not say which slice (the message is the whole story)."""
 
 

@@ -1,0 +1,17 @@
+"""The one error base: what dinox raises for the user, a one-line message and the exit code it ends with.
+
+Every error a user can cause or meet (a bad spec, an unusable store, a missing device, nothing to decide on)
+is a ``DinoxError``; ``dinox.cli`` catches the base once, prints ``error: <message>`` (a multi-line message,
+one problem per line, as it is) and exits with ``exit_code``, never with a traceback. Exit code 1 is kept for
+a NO-GO decision, so no error uses it. Interrupts are not errors: ``dinox.sweep.interrupts`` (exit 130).
+"""
+
+from __future__ import annotations
+
+EXIT_BAD_INPUT = 2
+
+
+class DinoxError(Exception):
+    """An error for the user: ``str(e)`` is the message, ``exit_code`` the command's exit code."""
+
+    exit_code: int = EXIT_BAD_INPUT
