@@ -17,7 +17,8 @@ from dinox.errors import DinoxError
 
 if typing.TYPE_CHECKING:  # imported when the command runs: `dinox --help` stays quick
     from dinox.decide.budget import Budget
-    from dinox.decide.verdict import Decision, Policy
+    from dinox.decide.types import Policy
+    from dinox.decide.verdict import Decision
     from dinox.store.trial_record import TrialRecord
 
 
@@ -116,7 +117,7 @@ def decide(
     Exit code: 0 GO, 1 NO-GO, 2 error.
     """
     from dinox.decide.budget import DecisionError
-    from dinox.decide.verdict import Policy
+    from dinox.decide.types import Policy
     from dinox.store.backend import resolve_tracking_uri
 
     base: dict = {}

@@ -12,7 +12,7 @@ from dinox.decide.budget import SECONDS_PER_DAY, Budget, fmt_cost
 
 if TYPE_CHECKING:
     from dinox.decide.checks import ScalingRow
-    from dinox.decide.verdict import ModelVerdict
+    from dinox.decide.types import ModelVerdict
 
 DATASET_FACTORS = (0.5, 1.0, 2.0)
 

@@ -1,6 +1,6 @@
 """From trial records and a budget to GO / NO-GO: pure functions, plus the report's text and JSON.
 
-Never talks to MLflow: ``tracking`` reads the records and logs what this module produces.
+Never talks to MLflow: ``dinox.store`` reads the records and logs what this module produces.
 
 The policy in one paragraph: only ``ok`` trials count. A trial whose peak reserved memory is above
 ``max_memory_share`` of its device is not recommended (a run that close to the edge dies on day three). With
@@ -20,99 +20,16 @@ from typing import Literal
 from dinox import record as rec
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
-from dinox.decide.grouping import device_label, device_of, memory_groups, model_key, only_device, telling
+from dinox.decide.grouping import device_of, memory_groups, model_key, only_device, telling
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
+from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy
 from dinox.measure.result import one_line
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import IPS_P90, TrialRecord, record_problem
 
 # Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
 _NO_FIT = ("oom", "skipped")
-
-
-@dataclass(frozen=True)
-class Policy:
-    max_memory_share: float = 0.90
-    effective_batch: int | None = None
-    knee_tolerance: float = 0.05
-    exclude_unstable: bool = False  # True: a trial whose timed windows disagree is not recommended
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not (math.isfinite(self.max_memory_share) and 0 < self.max_memory_share <= 1):
-            problems.append(("max_memory_share", f"must be in (0, 1], got {self.max_memory_share}"))
-        if not (math.isfinite(self.knee_tolerance) and 0 <= self.knee_tolerance < 1):
-            problems.append(("knee_tolerance", f"must be in [0, 1), got {self.knee_tolerance}"))
-        if self.effective_batch is not None and self.effective_batch <= 0:
-            problems.append(("effective_batch", f"must be a positive integer, got {self.effective_batch}"))
-        if problems:
-            raise DecisionError("; ".join(f"policy.{f}: {m}" for f, m in problems), problems)
-
-
-@dataclass
-class Candidate:
-    """One ok trial as the policy sees it."""
-
-    run_id: str
-    run_name: str
-    configuration: dict[str, str]
-    effective_batch: int
-    conservative_ips: float  # images per optimizer step / p90 step time: drives the verdict
-    median_ips: float  # ... / p50 step time
-    measured_ips: float  # images_per_s as measured over the timed window
-    memory_share: float | None  # peak reserved / device memory
-    bound: str
-    days: float
-    excluded: str = ""  # why the policy does not recommend it; "" when it qualifies
-    mfu: float | None = None  # model FLOPs utilisation over the timed windows
-    tflops: float | None = None
-    spread: float | None = None  # (fastest - slowest) / median window throughput
-    unstable: bool = False
-    loader_cost: float | None = None  # 1 - images/s / images/s without the loader (the ablation windows)
-    bound_evidence: str = ""  # the costs the bound was read from ("loader 72-80%, copies ≤1%")
-    window_min_ips: float | None = None  # the slowest and fastest timed window, images/s
-    window_max_ips: float | None = None
-
-
-@dataclass
-class OomBoundary:
-    """For one memory configuration of a model: the largest batch that fit and the smallest that did not."""
-
-    settings: dict[str, str]
-    largest_ok: int | None
-    smallest_oom: int | None
-
-
-@dataclass
-class ModelVerdict:
-    key: str  # model.name plus its kwargs
-    name: str
-    kwargs: dict[str, str]
-    params_m: float | None
-    trials: int
-    statuses: dict[str, int]
-    candidates: list[Candidate]
-    oom: list[OomBoundary]
-    best: Candidate | None = None
-    go: bool = False
-    margin_days: float | None = None
-    epochs_in_budget: float | None = None
-    images_in_budget: float | None = None
-    device_name: str = ""  # the device that measured these trials (dinox.device_name)
-    devices: int = 1  # how many of it each trial used (hardware.gpus)
-    cost: float | None = None  # the whole schedule on the best trial's devices; None without a price
-    over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
-
-    @property
-    def label(self) -> str:
-        if not self.kwargs:
-            return self.name
-        return f"{self.name} ({', '.join(f'{k}={v}' for k, v in sorted(self.kwargs.items()))})"
-
-    @property
-    def device(self) -> str:
-        return device_label(self.device_name, self.devices)
 
 
 @dataclass

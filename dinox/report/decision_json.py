@@ -14,7 +14,8 @@ from pydantic import TypeAdapter
 
 from dinox import record as rec
 from dinox.decide.loader_findings import LoaderFindings
-from dinox.decide.verdict import Decision, ModelVerdict
+from dinox.decide.types import ModelVerdict
+from dinox.decide.verdict import Decision
 
 _JSON = TypeAdapter(dict[str, Any])
 

@@ -18,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dinox.decide.budget import fmt_cost, fmt_days  # noqa: E402
 from dinox.decide.grouping import device_label, device_of, model_key, only_device  # noqa: E402
-from dinox.decide.verdict import Candidate, Decision, ModelVerdict  # noqa: E402
+from dinox.decide.types import Candidate, ModelVerdict  # noqa: E402
+from dinox.decide.verdict import Decision  # noqa: E402
 from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, TrialRecord  # noqa: E402
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, fmt_cost, fmt_days
 from dinox.decide.checks import MemoryCheck
 from dinox.decide.loader_findings import LoaderFindings
-from dinox.decide.verdict import Decision, ModelVerdict
+from dinox.decide.types import ModelVerdict
+from dinox.decide.verdict import Decision
 from dinox.report import money
 from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS
 

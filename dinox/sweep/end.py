@@ -6,22 +6,38 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from dinox.measure.result import one_line
 from dinox.store import descriptions
-from dinox.store.recorder import result_summary
+from dinox.store.recorder import SweepRecorder, result_summary
 from dinox.sweep.best_effort import BestEffortStore
+from dinox.sweep.flights import Flights
 from dinox.sweep.interrupts import signals_ignored
-from dinox.sweep.journal import WorkdirError
+from dinox.sweep.journal import Journal, WorkdirError
+from dinox.sweep.outputs import SweepReport
 
-if TYPE_CHECKING:
-    from dinox.sweep.run import Sweep
+
+class Sweep(Protocol):
+    """What ending a sweep reads of it (``dinox.sweep.run.Sweep``, from its construction on)."""
+
+    name: str
+    t0: float
+    report: SweepReport
+    recorder: SweepRecorder
+    journal: Journal | None
+    store: BestEffortStore
+    flights: Flights
+    csv_path: Path
+    echo: Callable[[str], None]
 
 
 def finish(sweep: Sweep) -> None:
     """The sweep ran to its end: the journal says so, the parent run gets the CSV, spec, plot, note and summary."""
-    _quietly(lambda: sweep.journal.sweep_end("FINISHED"))
+    journal = sweep.journal
+    assert journal is not None, "a sweep finishes only after its workdir is there"
+    _quietly(lambda: journal.sweep_end("FINISHED"))
     d = sweep.report.sweep_dir
     artifacts = [sweep.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
     try:
@@ -35,7 +51,7 @@ def finish(sweep: Sweep) -> None:
     if sweep.store.call(
         sweep.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra
     )[0]:
-        sweep.journal.sweep_closed()
+        journal.sweep_closed()
     sweep.report.wall_s = time.time() - sweep.t0
 
 
@@ -44,8 +60,7 @@ def abort(sweep: Sweep, status: str, reason: str) -> int:
     signals wait until that is done: a second Ctrl-C must not leave runs RUNNING."""
     killed = 0
     with signals_ignored():
-        journal = getattr(sweep, "journal", None)
-        store = getattr(sweep, "store", None) or BestEffortStore(sweep.recorder, journal, sweep.echo, sweep.report)
+        journal, store = sweep.journal, sweep.store
         if journal is not None:
             _quietly(lambda: journal.sweep_end(status))
         for flight in sweep.flights:

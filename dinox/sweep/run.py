@@ -105,7 +105,19 @@ class Sweep:
         self.t0 = time.time()
         self.name = trials[0].spec.name
         self.flights = Flights(on_spawn)
+        # Everything the sweep holds, from the start: the phases below fill it in as the sweep opens (the
+        # store, the estimates, the parent run, the workdir), and a sweep stopped in any phase ends cleanly.
+        self.report = SweepReport("", "", Path())
+        self.recorded: list[TrialRecord] = []  # what the store holds of this experiment already
+        self.done: dict[str, TrialRecord] = {}  # trial id -> its final record: not measured again
+        self.estimate_dir = workdir / "tmp" / f"estimate-{os.getpid()}"
+        self.estimates = Estimates.parse(None, "not estimated yet")
         self.lanes: Lanes | None = None
+        self.parent = ""  # the parent run, once opened
+        self.journal: Journal | None = None  # once the workdir is there
+        self.store = BestEffortStore(recorder, None, self.echo, self.report)
+        self.csv_path = Path()
+        self.pruner = Pruner()
 
     # --- the whole sweep ----------------------------------------------------------------------------
 
@@ -142,7 +154,7 @@ class Sweep:
         self.recorder.connect(self.name)
         for note in self.recorder.notes:
             self.echo(f"note: {note}")
-        self.report = SweepReport("", self.recorder.experiment_id, Path())
+        self.report.experiment_id = self.recorder.experiment_id
         self._close_orphans()
         self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
         self.done = {} if o.force else {r.tags[rec.TRIAL_ID]: r for r in self.recorded if self._final(r)}
@@ -192,11 +204,9 @@ class Sweep:
             with contextlib.suppress(OSError):
                 self.estimate_dir.parent.rmdir()  # the tmp folder, once no other sweep uses it
         configure_client(sweep_dir / "store.log")  # the store libraries' own tracebacks go there, not here
-        self.journal = Journal(sweep_dir)
-        self.journal.sweep(
-            self.recorder.uri, self.recorder.experiment_id, self.parent, self.name, ProcessRef.me().tags()
-        )
-        self.store = BestEffortStore(self.recorder, self.journal, self.echo, self.report)
+        self.journal = journal = Journal(sweep_dir)
+        journal.sweep(self.recorder.uri, self.recorder.experiment_id, self.parent, self.name, ProcessRef.me().tags())
+        self.store = BestEffortStore(self.recorder, journal, self.echo, self.report)
         self.store.call(self.recorder.tag_sweep_dir, sweep_dir)
         self.csv_path = sweep_dir / "results.csv"
         n, exp = len(self.trials), self.recorder.experiment_id
@@ -209,7 +219,6 @@ class Sweep:
         """Parameters, FLOPs and memory of every model, on the meta device, in a child of its own, which also
         says which devices this machine has: a spec that asks for one it lacks stops here."""
         request = Estimates.request([t.spec for t in self.trials])
-        self.estimate_dir = self.workdir / "tmp" / f"estimate-{os.getpid()}"
         data, failure = runner.run_estimate(request, self.estimate_dir, self.server)
         self.estimates = Estimates.parse(data, failure)
         machine = self.estimates.machine
@@ -243,7 +252,6 @@ class Sweep:
             )
 
     def _setup_resume(self) -> None:
-        self.pruner = Pruner()
         if self.options.prune:
             for r in self.recorded:
                 self.pruner.observe(r.params, r.batch_size, r.status, r.run_id)
