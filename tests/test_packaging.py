@@ -1,4 +1,4 @@
-"""The project as a newcomer meets it: README commands, CI, MLproject, conda.yaml, shipped specs, boundaries."""
+"""The project as a newcomer meets it: README and docs, CI, MLproject, conda.yaml, shipped specs, boundaries."""
 
 from __future__ import annotations
 
@@ -66,12 +66,12 @@ def _field_paths(model, prefix=""):
             yield from _field_paths(member, path + ".")
 
 
-def test_readme_spec_reference_covers_every_field():
-    readme = (ROOT / "README.md").read_text()
+def test_the_spec_reference_covers_every_field():
+    readme = (ROOT / "docs" / "spec.md").read_text()
     paths = list(dict.fromkeys(_field_paths(TrialSpec)))
     assert {"objective.out_dim", "data.index_csv", "data.shards", "batch.size"} <= set(paths)
     missing = [p for p in paths if f"`{p}`" not in readme and f"`{p}," not in readme and f" `{p}" not in readme]
-    assert not missing, f"README spec reference lacks: {missing}"
+    assert not missing, f"docs/spec.md lacks: {missing}"
     assert "`sweep.grid`" in readme and "`sweep.cases`" in readme
 
 
@@ -226,3 +226,73 @@ def test_mlflow_run_makes_its_own_run_the_sweep_parent(tmp_path):
     assert [c.data.tags["dinox.status"] for c in children] == ["ok"]
     assert children[0].info.experiment_id == parent.info.experiment_id  # nested in the UI
     assert children[0].data.params["batch.size"] == "2"  # TINY says 4
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _dinox_commands(text: str) -> list[list[str]]:
+    """Every `dinox ...` command line in the text's code blocks (continuations joined, comments cut)."""
+    import shlex
+
+    blocks, inside, lang = [], False, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside, lang = not inside, line[3:].strip()
+            if inside:
+                blocks.append([lang, []])
+        elif inside:
+            blocks[-1][1].append(line)
+    found = []
+    for lang, lines in blocks:
+        if lang not in ("bash", "sh", "console", ""):
+            continue
+        for line in "\n".join(lines).replace("\\\n", " ").splitlines():
+            line = re.sub(r"<[^<>]*>", "PLACEHOLDER", line.removeprefix("$ "))  # <sweep parent run id>
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lexer.whitespace_split, lexer.commenters = True, "#"
+            words: list[str] = []
+            for token in [*lexer, ";"]:
+                if token in ("&&", "||", "|", ";", "&"):
+                    if words[:1] == ["dinox"]:
+                        found.append(words[1:])
+                    words = []
+                else:
+                    words.append(token)
+    return found
+
+
+def test_readme_is_short_and_points_to_every_doc():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert readme.index("dinox decide --spec specs/quickstart.yaml") < 1500, "decide in the first screen"
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{doc.name})" in readme, doc.name
+
+
+def test_every_dinox_command_in_the_docs_parses():
+    """Each `dinox ...` line in README.md and docs/ names a real command and real options (click parses it
+    without running it), so the docs cannot drift from the command line."""
+    import click
+
+    from dinox.cli.main import main
+
+    commands = [c for doc in DOCS for c in _dinox_commands(doc.read_text())]
+    assert len(commands) >= 12, commands
+    for words in commands:
+        if not words or words[0] not in main.commands:
+            raise AssertionError(f"not a dinox command: dinox {' '.join(words)}")
+        command = main.commands[words[0]]
+        try:
+            command.make_context(words[0], words[1:], resilient_parsing=False)
+        except click.exceptions.Exit:
+            pass
+        except click.UsageError as e:
+            raise AssertionError(f"dinox {' '.join(words)}: {e}") from None
+
+
+def test_architecture_names_every_subpackage():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    for pkg in sorted(p.name for p in (ROOT / "dinox").iterdir() if (p / "__init__.py").exists()):
+        assert f"`{pkg}/`" in text, pkg
+    assert "flowchart" in text and "`dinox/record.py`" in text and "`dinox/errors.py`" in text

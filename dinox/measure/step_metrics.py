@@ -4,7 +4,7 @@ with the rule that gave it and its evidence in words.
 
 A metrics processor in torchtitan's sense: the loop (dinox.measure.loop) only measures; this turns its LoopStats
 into the MLflow record's names. Every figure is per optimizer step unless its name says otherwise. The
-recorded figures keep the README's relations exactly: loader_cost = 1 - images_per_s / images_per_s_no_loader
+recorded figures keep docs/record.md's relations exactly: loader_cost = 1 - images_per_s / images_per_s_no_loader
 and transfer_cost = 1 - images_per_s_no_loader / images_per_s_compute_only, each rate pooled over its windows.
 """
 

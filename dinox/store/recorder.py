@@ -1,6 +1,6 @@
 """Writing a sweep to MLflow: one parent run per sweep, one nested child run per trial.
 
-The record written here is the one the README's "The MLflow record" section describes: ``decide``, the MLflow
+The record written here is the one docs/record.md describes (names from ``dinox.record``): ``decide``, the MLflow
 UI and users' own queries rely on its names. The client API with explicit run ids is used instead of the fluent
 ``mlflow.start_run`` stack, so nothing depends on global "active run" state. MLflow is imported by this module,
 ``store`` (reaching and creating the store) and ``readback`` (decide's reads) only; never in a trial's process.

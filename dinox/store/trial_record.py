@@ -1,4 +1,4 @@
-"""A trial as read back from the tracking store: the record the README describes ("The MLflow record"), nothing more.
+"""A trial as read back from the tracking store: the record docs/record.md describes, nothing more.
 
 Runs logged by another tool with the same names (params ``batch.size``, metrics ``images_per_s``, tag
 ``dinox.status`` ...) read the same way, so ``decide`` works on them too.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from dinox import record as rec
 
 # A trial's three throughputs, named the same way wherever they appear (sweep lines, terminal, report, plots,
-# README): measured over the timed windows, and from the p90 and p50 step times (the p90 one drives the verdict).
+# docs): measured over the timed windows, and from the p90 and p50 step times (the p90 one drives the verdict).
 IPS_WINDOWS = "img/s (windows)"
 IPS_P90 = "img/s (p90 step)"
 IPS_P50 = "img/s (p50 step)"
