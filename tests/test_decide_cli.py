@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 from mlflow import MlflowClient
@@ -40,8 +41,30 @@ def sqlite_store(tmp_path_factory):
     return work, uri, parent
 
 
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def decide(work, uri, *args):
-    return run_dinox(["decide", "--tracking-uri", uri, *args], cwd=work)
+    """`dinox decide` in this process: the same click command a user's `dinox decide` runs, without paying a
+    fresh interpreter's imports each time (the tests about the process itself, its exit code on a crash or a
+    store it cannot read, call run_dinox)."""
+    from click.testing import CliRunner
+
+    from dinox.cli.main import main
+
+    here = os.getcwd()
+    os.chdir(work)
+    try:
+        r = CliRunner().invoke(main, ["decide", "--tracking-uri", uri, *args])
+    finally:
+        os.chdir(here)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception  # a traceback: what the command must never end with
+    return Done(r.exit_code, r.stdout, r.stderr)
 
 
 def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
