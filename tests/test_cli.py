@@ -289,11 +289,26 @@ def test_run_refuses_a_device_the_machine_lacks_before_anything_is_written(tmp_p
     (tmp_path / "s.yaml").write_text(TINY.format(name="nogpu") + "hardware: {device: cuda}\n")
     proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("error: s.yaml: hardware.device: cuda is not on this machine, which has no GPU")
+    # At the line that asked for it (it once named the file alone, as no other error does).
+    assert proc.stderr.startswith("error: s.yaml:6: hardware.device: cuda is not on this machine, which has no GPU")
     assert "hardware.device: auto" in proc.stderr and "`dinox plan s.yaml`" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no store, no workdir
     plan = run_dinox(["plan", "s.yaml", "--no-estimate"], cwd=tmp_path)  # plan still reads the spec's hardware
     assert plan.returncode == 0, plan.stderr
+    # Asked for on the command line: the override is named, not a line of the file that says nothing of it.
+    (tmp_path / "t.yaml").write_text(TINY.format(name="nogpu"))
+    proc = run_dinox(["run", "t.yaml", "--set", "hardware.device=cuda"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: t.yaml: hardware.device: cuda is not on this machine, which has no GPU")
+    assert proc.stderr.rstrip().endswith("without running it (from --set hardware.device=cuda)"), proc.stderr
+    # validate says what run will say: the spec is valid, and this machine cannot run it (exit 0: a login
+    # node validates the GPU box's spec).
+    proc = run_dinox(["validate", "s.yaml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "OK s.yaml: 1 trial, experiment 'nogpu'"
+    assert proc.stdout.splitlines()[1].startswith(
+        "  but not on this machine: s.yaml:6: hardware.device: cuda is not on this machine, which has no GPU driver"
+    )
 
 
 def test_an_unsettled_trial_is_said_so_kept_on_resume_and_measured_again_on_request(tmp_path):

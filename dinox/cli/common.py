@@ -50,6 +50,23 @@ def load_trials(
         raise
 
 
+def machine_problems(doc: SpecDocument, trials: list[Trial], sets: tuple[str, ...] = ()) -> list[Problem]:
+    """The device kinds the trials ask for and this machine certainly lacks (asked without torch), as problems
+    at the line that asked, or naming the --set that did."""
+    from dinox.plan import grid
+    from dinox.plan.machine import missing_problem, without_torch
+    from dinox.spec import overrides
+
+    found, seen = [], set()
+    for t in trials:
+        kind = t.spec.hardware.device
+        if kind not in seen and (has := without_torch(kind)):
+            seen.add(kind)
+            found.append((t, "hardware.device", missing_problem(kind, has, doc.path)))
+    items = overrides.parse(sets)
+    return [_named_override(p, items) for p in grid.locate(doc, found)]
+
+
 def _named_override(problem: Problem, items: list[tuple[str, str | None]]) -> Problem:
     """A problem in a value set on the command line says so."""
     import dataclasses
@@ -57,7 +74,8 @@ def _named_override(problem: Problem, items: list[tuple[str, str | None]]) -> Pr
     key, raw = next(((k, v) for k, v in items if problem.path == k or problem.path.startswith(k + ".")), ("", None))
     if not key or "--set" in problem.message:
         return problem
-    return dataclasses.replace(problem, message=f"{problem.message} (from --set {key}={raw})")
+    # Its line in the file no longer holds the value that is wrong (a parent key's line would blame the file).
+    return dataclasses.replace(problem, message=f"{problem.message} (from --set {key}={raw})", line=None)
 
 
 TRACKING_URI = click.option(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from dinox.cli import decide, tools
-from dinox.cli.common import MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials, show_error
+from dinox.cli.common import MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials, machine_problems, show_error
 from dinox.errors import EXIT_BAD_INPUT, DinoxError
 
 if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` stays quick
@@ -60,7 +60,7 @@ def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]
     failed = False
     for spec_file in spec_files:
         try:
-            _doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
+            doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
         except DinoxError as e:
             show_error(e)
             failed = True  # check the other specs too
@@ -68,6 +68,8 @@ def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]
         click.echo(
             f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, experiment {trials[0].spec.name!r}"
         )
+        for problem in machine_problems(doc, trials, sets):  # valid, and yet `run` would refuse it here
+            click.echo(f"  but not on this machine: {problem.render(doc.path)}")
     if failed:
         sys.exit(EXIT_BAD_INPUT)
 
@@ -202,7 +204,10 @@ def run(
     if not trials:
         click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
         return
-    _check_devices(spec_file, trials)
+    if problems := machine_problems(doc, trials, sets):  # refused before torch is even imported
+        from dinox.spec.file import SpecError
+
+        raise SpecError(doc.path, problems)
     from dinox.isolate.forkserver import ForkServer
 
     # The fork server imports torch and timm (seconds) while this process imports MLflow and opens the store.
@@ -233,15 +238,6 @@ def _devices(text: str | None) -> DevicesRequest | None:
         return parse(text) if text is not None else None
     except DevicesError as e:
         raise BadInput(f"--devices {e}") from None
-
-
-def _check_devices(spec_file: str, trials: list[Trial]) -> None:
-    """A device kind the spec asks for and this machine lacks, refused before torch is even imported."""
-    from dinox.plan.machine import missing_message, without_torch
-
-    for kind in sorted({t.spec.hardware.device for t in trials}):
-        if has := without_torch(kind):
-            raise BadInput(missing_message(spec_file, kind, has))
 
 
 def _sweep(

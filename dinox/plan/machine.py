@@ -37,9 +37,14 @@ def without_torch(kind: str) -> str:
     return ""
 
 
-def missing_message(spec_path: str, kind: str, has: str) -> str:
+def missing_problem(kind: str, has: str, spec_path: str) -> str:
+    """What is wrong with `hardware.device: kind` here, and the two ways out."""
     return (
-        f"{spec_path}: hardware.device: {kind} is not on this machine, which has {has}; set hardware.device: "
-        f"auto to run the spec here, or `dinox plan {spec_path}` plans it for the spec's hardware without "
-        "running it"
+        f"{kind} is not on this machine, which has {has}; set hardware.device: auto to run the spec here, or "
+        f"`dinox plan {spec_path}` plans it for the spec's hardware without running it"
     )
+
+
+def missing_message(spec_path: str, kind: str, has: str, line: int | None = None) -> str:
+    where = f"{spec_path}:{line}" if line else spec_path
+    return f"{where}: hardware.device: {missing_problem(kind, has, spec_path)}"

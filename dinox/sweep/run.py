@@ -225,7 +225,8 @@ class Sweep:
         missing = machine.missing({t.spec.hardware.device for t in self.trials}) if machine is not None else []
         if missing:
             shutil.rmtree(self.estimate_dir, ignore_errors=True)
-            raise DeviceMissing(missing_message(self.doc.path, missing[0], machine.has))  # type: ignore[union-attr]
+            line = self.doc.line_of(("hardware", "device"))
+            raise DeviceMissing(missing_message(self.doc.path, missing[0], machine.has, line))  # type: ignore[union-attr]
 
     def _setup_lanes(self) -> None:
         """--devices: the slots trials run on side by side; a machine that lacks them: DeviceMissing."""
