@@ -15,3 +15,4 @@ class DinoxError(Exception):
     """An error for the user: ``str(e)`` is the message, ``exit_code`` the command's exit code."""
 
     exit_code: int = EXIT_BAD_INPUT
+    store_unusable: bool = False  # the tracking store itself is the trouble: nothing more is written to it

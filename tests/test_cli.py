@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -384,3 +387,34 @@ def test_every_name_in_the_store_is_in_the_record(oom_sweep):
             ok = path_problem(TrialSpec, p) is None if role == "trial" else record.known(p, "param")
             unknown += [] if ok else [f"param {p} ({role})"]
     assert not unknown, sorted(set(unknown))
+
+
+def test_under_mlflow_run_a_refusal_explains_its_failed_run_and_a_stop_says_what_mlflow_run_marks(tmp_path):
+    """`mlflow run` makes a run, then starts dinox with MLFLOW_RUN_ID; every bad-input refusal left that run
+    FAILED on top of the table with nothing to say, and Ctrl-C promised KILLED where mlflow run marks FAILED."""
+    from dinox.sweep.interrupts import SweepStopped
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("adopted"))
+    (tmp_path / "bad.yaml").write_text(TINY.format(name="adopted").replace("size: 4", "size: -4"))
+    env = dict(os.environ, MLFLOW_RUN_ID=run.info.run_id, MLFLOW_TRACKING_URI=uri)  # as mlflow run starts it
+    proc = subprocess.run(
+        [sys.executable, "-m", "dinox", "run", "bad.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "error: bad.yaml:4: batch.size: Input should be greater than 0"
+    )
+    tags = client.get_run(run.info.run_id).data.tags
+    assert tags["mlflow.note.content"].startswith(
+        "**dinox refused to start: nothing was measured**\n\n```\nbad.yaml:4: "
+    )
+    assert tags["dinox.error"].startswith("bad.yaml:4: batch.size: Input should be greater than 0")
+    assert str(SweepStopped("interrupted by SIGINT", 1, adopted=True)) == (
+        "interrupted by SIGINT; the trial in flight marked KILLED; the sweep's run is mlflow run's own, which marks "
+        "it FAILED as dinox exits 130"
+    )
+    assert (
+        str(SweepStopped("interrupted by SIGINT", 1))
+        == "interrupted by SIGINT; the trial in flight and the sweep are marked KILLED"
+    )

@@ -30,6 +30,10 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except DinoxError as e:
             show_error(e)
+            if os.environ.get("MLFLOW_RUN_ID") and not e.store_unusable:
+                from dinox.store.recorder import note_refusal
+
+                note_refusal(str(e))  # the FAILED run `mlflow run` made says why (a store in trouble: not tried)
             ctx.exit(e.exit_code)
 
 

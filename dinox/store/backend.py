@@ -214,6 +214,8 @@ class StoreFile:
 class TrackingError(DinoxError):
     """The tracking store cannot be used (unreachable, deleted experiment, ...): one line for the user."""
 
+    store_unusable = True
+
 
 def resolve_tracking_uri(explicit: str | None = None) -> str:
     """--tracking-uri, else MLFLOW_TRACKING_URI, else the embedded store: mlflow.db in the working dir."""

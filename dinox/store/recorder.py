@@ -30,6 +30,7 @@ from dinox.store.backend import (
     describe_store_error,
     now_ms,
     prepare_store,
+    resolve_tracking_uri,
     search_all,
     store_error,
     store_problem,
@@ -63,6 +64,7 @@ class SweepRecorder:
         self.client: MlflowClient = None  # type: ignore[assignment]
         self.experiment_id = ""
         self.parent_run_id = ""
+        self.adopted = False  # the parent is the run `mlflow run` started (MLFLOW_RUN_ID): its status is mlflow's
         self.notes: list[str] = []
         self._identity: StoreFile | None = None
 
@@ -78,7 +80,7 @@ class SweepRecorder:
             self._identity = StoreFile.of(self.uri)
             if adopt:
                 run = self.client.get_run(adopt)
-                self.experiment_id, self.parent_run_id = run.info.experiment_id, adopt
+                self.experiment_id, self.parent_run_id, self.adopted = run.info.experiment_id, adopt, True
                 exp_name = self.client.get_experiment(self.experiment_id).name
                 if exp_name != name:
                     self.notes.append(
@@ -321,3 +323,19 @@ class SweepRecorder:
 
 def result_summary(results: list[TrialResult]) -> dict[str, int]:
     return dict(Counter(r.status for r in results))
+
+
+def note_refusal(message: str) -> None:
+    """Under `mlflow run`, dinox refused to start (bad input): the run mlflow run made, which it will mark
+    FAILED, says why in its Description and `dinox.error`, so the FAILED run atop the table explains itself.
+    Best effort: the message was printed already, and no store trouble may turn into a traceback here."""
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        return
+    try:
+        client = MlflowClient(resolve_tracking_uri(None))
+        note = f"**dinox refused to start: nothing was measured**\n\n```\n{message}\n```"
+        tags = [RunTag(NOTE_TAG, note), RunTag(rec.ERROR, one_line(message))]
+        client.log_batch(run_id, tags=tags)
+    except Exception:  # noqa: BLE001, S110 - the refusal is on the terminal whatever the store does
+        pass

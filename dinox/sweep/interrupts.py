@@ -19,17 +19,20 @@ class Interrupted(BaseException):
 
 
 class SweepStopped(Interrupted):
-    """The sweep was stopped after it opened: `killed` trials in flight were marked KILLED with it."""
+    """The sweep was stopped after it opened: `killed` trials in flight were marked KILLED with it. Under
+    `mlflow run` (`adopted`) the sweep's run is mlflow run's own, and mlflow run marks it FAILED once dinox
+    exits 130, whatever dinox set: the message says so instead of promising KILLED."""
 
-    def __init__(self, why: str, killed: int):
+    def __init__(self, why: str, killed: int, adopted: bool = False):
         BaseException.__init__(self, why)
-        self.signame, self.killed = why, killed
+        self.signame, self.killed, self.adopted = why, killed, adopted
 
     def __str__(self) -> str:
-        if self.killed > 1:
-            what = f"the {self.killed} trials in flight and the sweep are"
-        else:
-            what = "the trial in flight and the sweep are" if self.killed else "the sweep is"
+        trials = f"the {self.killed} trials in flight" if self.killed > 1 else "the trial in flight"
+        if self.adopted:
+            owner = "the sweep's run is mlflow run's own, which marks it FAILED as dinox exits 130"
+            return f"{self.signame}; {trials} marked KILLED; {owner}" if self.killed else f"{self.signame}; {owner}"
+        what = f"{trials} and the sweep are" if self.killed else "the sweep is"
         return f"{self.signame}; {what} marked KILLED"
 
 

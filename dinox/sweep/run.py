@@ -142,7 +142,7 @@ class Sweep:
                 self._trials()
         except (KeyboardInterrupt, Interrupted) as e:
             why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
-            raise SweepStopped(why, end.abort(self, "KILLED", why)) from None
+            raise SweepStopped(why, end.abort(self, "KILLED", why), self.recorder.adopted) from None
         except WorkdirError as e:
             e.killed = end.abort(self, "FAILED", f"the sweep stopped: {e}")  # type: ignore[attr-defined]
             raise
