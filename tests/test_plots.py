@@ -42,3 +42,33 @@ def test_a_target_far_above_the_data_and_a_one_day_budget(tmp_path):
 def test_no_record_at_all_is_refused_before_any_plot():
     with pytest.raises(budget.DecisionError, match="no trial runs"):
         decide.decide([], BUDGET)
+
+
+def test_a_plot_reads_without_the_readme(tmp_path, monkeypatch):
+    """Log-axis ticks are numbers (they printed `$\\mathdefault{10^{2}}$` once mathtext was off), the legend
+    says what a dot and a bar are, and two trials at one batch size say what else they varied."""
+    from dinox.report import plots
+
+    figures = {}
+    real_save = plots._save
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        figures[path.name] = (
+            ax.get_yscale(),
+            [t.get_text() for t in ax.get_yticklabels()],
+            ax.get_legend_handles_labels()[1],
+            [t.get_text() for t in ax.texts],
+        )
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    # Models decades apart (a log axis), and two trials at batch 48 that differ in their accumulation.
+    rows = study.study() + study.loader_study() + [study.trial(study.VIT_L, 48, 8, 30.0)]
+    _plots(rows, tmp_path)
+    scale, ticks, legend, texts = figures["throughput_vs_batch.png"]
+    assert scale == "log" and ticks and not any("$" in t for t in ticks), ticks
+    assert "a trial: img/s (p90 step) (what decide plans with)" in legend
+    assert "its timed windows, slowest to fastest (img/s (windows))" in legend
+    assert {"accumulation=4", "accumulation=8"} <= set(texts), texts

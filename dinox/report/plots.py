@@ -46,6 +46,17 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
                 )
         if not mv.candidates and (failed["oom"].get((mv.key, mv.device)) or failed["skipped"].get((mv.key, mv.device))):
             ax.plot([], [], marker="o", color=color, label=_name(d, mv, 60))
+    if values:  # what the glyphs are, in the plot itself
+        ax.scatter([], [], color="grey", alpha=0.6, s=18, label=f"a trial: {IPS_P90} (what decide plans with)")
+        ax.vlines(
+            [],
+            [],
+            [],
+            color="grey",
+            alpha=0.5,
+            linewidth=2,
+            label=f"its timed windows, slowest to fastest ({IPS_WINDOWS})",
+        )
     if any(failed["oom"].values()):
         ax.scatter([], [], marker="x", color="black", label="out of memory (at the foot)")
     if any(failed["skipped"].values()):
@@ -66,7 +77,7 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
         what = "no configuration fit in memory" if sizes else "no trial to draw"
         ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="grey")
     ax.set_xlabel("physical batch size")
-    ax.set_ylabel(f"{IPS_P90} (bar: timed windows' min-max {IPS_WINDOWS})")
+    ax.set_ylabel("images/s")
     ax.set_title("Throughput against physical batch")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
@@ -90,7 +101,9 @@ def _name(d: Decision, mv: ModelVerdict, limit: int) -> str:
 
 
 def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> list[float]:
-    """Every trial faint with its windows' min-max as a bar, the best per batch joined; its values."""
+    """Every trial faint with its windows' min-max as a bar, the best per batch joined; its values. Where
+    several trials share a batch size, each dot is labelled with what else it varied (`num_workers=2`), so
+    two dots at one batch say which is which without the README."""
     pts = sorted(
         ((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.conservative_ips > 0),
         key=lambda p: (p[0], p[1].conservative_ips),
@@ -103,9 +116,22 @@ def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> li
         if c.window_min_ips is not None and c.window_max_ips is not None:
             ax.vlines(b, c.window_min_ips, c.window_max_ips, color=color, alpha=0.5, linewidth=2)
     ax.scatter([b for b, _ in pts], [c.conservative_ips for _, c in pts], color=color, alpha=0.4, s=18)
+    # Two or three trials at a batch get a label each; more would print over each other (the report lists them).
+    shared = {b for b, _ in pts if 1 < sum(1 for x, _ in pts if x == b) <= 3}
+    varied = _varied([c for _, c in pts])
+    for b, c in pts:
+        if b in shared and varied:
+            text = " ".join(f"{k.rsplit('.', 1)[-1]}={c.configuration.get(k, '')}" for k in varied)
+            ax.annotate(text, (b, c.conservative_ips), xytext=(5, -3), textcoords="offset points", fontsize=7)
     ax.plot(list(best), list(best.values()), marker="o", color=color, label=label)
     bars = [v for _, c in pts for v in (c.window_min_ips, c.window_max_ips) if v]
     return [c.conservative_ips for _, c in pts] + bars
+
+
+def _varied(candidates: list[Candidate]) -> list[str]:
+    """The params other than the batch size whose values differ among the candidates."""
+    keys = sorted({k for c in candidates for k in c.configuration} - {"batch.size", "batch.effective"})
+    return [k for k in keys if len({c.configuration.get(k) for c in candidates}) > 1][:2]
 
 
 def _needed_line(ax, needed: float, values: list[float]) -> None:
@@ -115,6 +141,8 @@ def _needed_line(ax, needed: float, values: list[float]) -> None:
     positive = [v for v in values if v > 0]
     if positive and max(positive) / min(positive) > 20:
         ax.set_yscale("log")  # models decades apart: each stays readable
+        # Plain numbers: the default log labels are mathtext ($10^{2}$), which parse_math=False prints raw.
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
     if not positive:
         ax.axhline(needed, color="grey", linestyle="--", label=label)
         return
@@ -180,17 +208,34 @@ def _workers(d: Decision, path: Path) -> Path:
     shown = d.loader.knees[:12]
     if any(k.loader_points for k in shown):
         ax.plot([], [], linestyle="--", marker=".", color="grey", label="the loader alone (loader_images_per_s)")
-        values = [ips for k in shown for _, ips in (*k.points, *k.loader_points)]
-        if max(values) / max(min(values), 1e-9) > 20:
-            ax.set_yscale("log")  # a loader 100x faster than the step: both curves stay readable
+        _clip_loader(ax, shown)
     workers = sorted({w for k in shown for w, _ in (*k.points, *k.loader_points)})
     ax.set_xticks(workers, [str(w) for w in workers])  # the worker counts measured: whole numbers only
     ax.set_xlabel("DataLoader workers")
     ax.set_ylabel(IPS_WINDOWS)
-    ax.set_title("Throughput against workers (circle: the knee; dashed: the loader alone)")
+    ax.set_title("Throughput against workers (circle: the knee; dashed: the loader alone, \u2191 off the scale)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)
+
+
+def _clip_loader(ax, shown) -> None:
+    """The axis is the trials': a loader alone 100x faster than the step (a log axis squashed the trials into
+    a line) is drawn at the top edge with an arrow and its figure, not to scale."""
+    top = 1.35 * max(ips for k in shown for _, ips in k.points)
+    ax.set_ylim(0, top)
+    for k in shown:
+        for w, ips in k.loader_points:
+            if ips > top:
+                ax.annotate(
+                    f"\u2191 {ips:,.0f}",
+                    (w, top),
+                    xytext=(0, -12),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=7,
+                    color="dimgrey",
+                )
 
 
 def _save(fig, path: Path) -> Path:
