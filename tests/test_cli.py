@@ -137,12 +137,14 @@ def test_the_ui_answers_without_a_click(oom_sweep):
     note = parent.data.tags["mlflow.note.content"]
     assert note.startswith("**oom_then_ok**: 2 trials measured (1 ok, 1 oom).")
     rows = [ln for ln in note.splitlines() if ln.startswith("| 1 ") or ln.startswith("| 2 ")]
-    assert "| ok |" in rows[0] and "| oom: " in rows[1]  # ranked: the measured trial first
+    assert rows[0].startswith("| 1 | size=4 | ") and "| oom: " in rows[1]  # ranked: the measured trial first
     assert parent.data.metrics["trials_ok"] == 1 and parent.data.metrics["trials_oom"] == 1
     assert parent.data.metrics["best_images_per_s"] == pytest.approx(ok.data.metrics["images_per_s"])
     # One batch size ran ok: no curve to draw (the two-sweeps test sees the plot of two).
     assert "throughput_vs_batch.png" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert ok.data.tags["mlflow.note.content"].startswith("**ok** size=4: ")
+    # Short enough for the runs table's name column (it cut "005 size=32 num_worke..."), the varied values kept.
+    assert (oom.data.tags["mlflow.runName"], ok.data.tags["mlflow.runName"]) == ("1 bs=1024 px=224", "2 bs=4")
     assert oom.data.tags["mlflow.note.content"].startswith("**oom** size=1024 img_size=224: ")
     cpu = client.get_metric_history(ok.info.run_id, "system/cpu_utilization_percentage")
     assert cpu and all(0 <= m.value <= 100 for m in cpu)

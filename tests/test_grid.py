@@ -95,3 +95,10 @@ def test_shipped_specs_keep_their_trial_ids_and_params():
         trials = grid.expand(spec_file.load(root / "specs" / name))
         got = [{"id": t.trial_id, "params": t.spec.flat_params()} for t in trials]
         assert got == expected, name
+
+
+def test_run_names_keep_the_varied_values_short(write_spec):
+    trials = grid.expand(spec_file.load(write_spec(SWEEP)))
+    assert trials[0].label == "size=48 accumulation=4 num_workers=0 pin_memory=True"
+    assert trials[0].run_name == "1 bs=48 acc=4 w=0 pin=True"
+    assert trials[11].run_name == "12 bs=64 acc=4 w=4 pin=False"

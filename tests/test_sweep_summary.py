@@ -7,22 +7,27 @@ OK = {
     "status": "ok",
     "bound": "compute_bound",
     "images_per_s": 120.0,
-    "step_s_p90": 0.07,
+    "step_s_p90": 0.05,
+    "batch.effective": "8",
     "peak_mem_reserved_gb": 0.5,
 }
-FAST = dict(OK, label="size=16", images_per_s=200.0)
+# Faster over the windows, slower at its p90 step (8 / 0.05 = 160 img/s against 16 / 0.2 = 80): decide,
+# which plans with the p90 figure, ranks it second, and so does the parent's table now (it ranked it first).
+FAST = dict(OK, label="size=16", images_per_s=200.0, step_s_p90=0.2, **{"batch.effective": "16"})
 OOM = {"label": "size=1024", "status": "oom", "error": "CUDA out of memory. Tried to allocate 2.00 GiB"}
 
 
-def test_the_parent_ranks_by_throughput_with_failures_last():
+def test_the_parent_ranks_as_decide_does_with_failures_last():
     note = sweep_note("q", [OK, OOM, FAST], resumed=2)
     assert note.splitlines()[0] == "**q**: 3 trials measured (2 ok, 1 oom), 2 already recorded."
     shaky = sweep_note("q", [OK, dict(FAST, unstable="true", window_spread=0.93, bound_evidence="loader ≤1%")])
     assert shaky.splitlines()[0].startswith("**q**: 2 trials measured (2 ok). 1 ok trial is unsettled: their timed")
-    assert "| 200.0 (unsettled: windows 93% apart) | 0.070 | compute_bound (loader ≤1%) |" in shaky
+    assert "| 80.0 | 200.0 (unsettled: 93% apart) | compute_bound | 0.50 |" in shaky
+    assert note.splitlines()[2] == "| # | trial | img/s (p90 step) | img/s (windows) | bound | peak GiB |"
     table = [ln for ln in note.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
-    assert [ln.split(" | ")[1] for ln in table] == ["size=16", "size=8", "size=1024"]
-    assert "oom: CUDA out of memory" in table[2]
+    assert [ln.split(" | ")[1] for ln in table] == ["size=8", "size=16", "size=1024"]
+    assert table[0] == "| 1 | size=8 | 160.0 | 120.0 | compute_bound | 0.50 |"
+    assert table[2] == "| 3 | size=1024 | oom: CUDA out of memory. Tried to allocate 2.00 GiB | - | - | - |"
 
 
 def test_summary_metrics_and_the_one_line_result():

@@ -34,6 +34,32 @@ class Trial:
             return "base"
         return " ".join(f"{_short(k)}={_fmt(v)}" for k, v in self.overrides.items())
 
+    @property
+    def run_name(self) -> str:
+        """The name of its MLflow run: the index and the values it varies, short enough that the UI's runs
+        table shows them whole (`5 bs=32 w=2`, where the label is `size=32 num_workers=2`)."""
+        if not self.overrides:
+            return f"{self.index + 1} base"
+        values = " ".join(f"{_ABBREV.get(k, _short(k))}={_fmt(v)}" for k, v in self.overrides.items())
+        return f"{self.index + 1} {values}"
+
+
+# Run names: the fields sweeps vary most, abbreviated as people write them; any other field by its last part.
+_ABBREV = {
+    "batch.size": "bs",
+    "batch.accumulation": "acc",
+    "loader.num_workers": "w",
+    "loader.pin_memory": "pin",
+    "loader.prefetch_factor": "pf",
+    "loader.persistent_workers": "pw",
+    "model.name": "model",
+    "model.img_size": "px",
+    "model.compile": "compile",
+    "model.channels_last": "cl",
+    "model.grad_checkpointing": "ckpt",
+    "precision": "prec",
+}
+
 
 def _short(path: str) -> str:
     return path.rsplit(".", 1)[-1]

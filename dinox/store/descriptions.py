@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dinox import record as rec
-from dinox.store.trial_record import IPS_WINDOWS
+from dinox.store.trial_record import IPS_P90, IPS_WINDOWS
 
 NOTE_TAG = "mlflow.note.content"
 UNSETTLED_WHY = "their timed windows disagreed beyond measure.unstable_threshold, so their figures may move"
@@ -59,7 +59,8 @@ def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
-    """The parent run's description: counts, then every trial ranked by throughput (failures last)."""
+    """The parent run's description: counts, then a compact table of every trial in decide's order (the p90-step
+    figure; failures last, with what stopped them); each trial's own description holds its bound's evidence."""
     counted = Counter(str(r["status"]) for r in rows)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
     shaky = sum(1 for r in rows if r["status"] == "ok" and str(r.get("unstable")) == "true")
@@ -71,22 +72,31 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     ]
     if shaky:
         lines[0] += f" {shaky} ok trial{'s are' if shaky > 1 else ' is'} unsettled: {UNSETTLED_WHY}."
-    ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -float(r.get(rec.IMAGES_PER_S) or 0.0)))
-    lines += [
-        f"| # | trial | status | {IPS_WINDOWS} | step p90 s | bound | peak GiB |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    # Ranked as `dinox decide` ranks: by the p90-step figure (images per optimizer step / p90 step time).
+    ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -(_p90_ips(r) or 0.0)))
+    lines += [f"| # | trial | {IPS_P90} | {IPS_WINDOWS} | bound | peak GiB |", "|---|---|---|---|---|---|"]
     for i, r in enumerate(ranked, 1):
         ok = r["status"] == "ok" and rec.IMAGES_PER_S in r
+        p90 = _p90_ips(r)
+        p90_text = f"{p90:.1f}" if ok and p90 is not None else "-" if ok else f"{r['status']}: {_cut(r)}"
         ips = f"{float(r['images_per_s']):.1f}" if ok else "-"
         if ok and str(r.get("unstable")) == "true" and rec.WINDOW_SPREAD in r:
-            ips += f" (unsettled: windows {float(r['window_spread']):.0%} apart)"
-        p90 = f"{float(r['step_s_p90']):.3f}" if ok and rec.STEP_S_P90 in r else "-"
+            ips += f" (unsettled: {float(r['window_spread']):.0%} apart)"
         peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if rec.PEAK_MEM_RESERVED_GB in r else "-"
-        status = r["status"] if ok else f"{r['status']}: {str(r.get('error') or '')[:80]}"
-        bound = str(r.get("bound") or "-") + (f" ({r['bound_evidence']})" if ok and r.get("bound_evidence") else "")
-        lines.append(f"| {i} | {r['label']} | {status} | {ips} | {p90} | {bound} | {peak} |")
+        lines.append(f"| {i} | {r['label']} | {p90_text} | {ips} | {r.get('bound') or '-'} | {peak} |")
     return "\n".join(lines)
+
+
+def _p90_ips(r: dict[str, Any]) -> float | None:
+    """The conservative figure decide plans with: images per optimizer step / p90 step time."""
+    step, images = r.get(rec.STEP_S_P90), r.get("batch.effective")
+    if step is None or images is None or not float(step) > 0:
+        return None
+    return float(images) / float(step)
+
+
+def _cut(r: dict[str, Any]) -> str:
+    return str(r.get("error") or "")[:80]
 
 
 def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:

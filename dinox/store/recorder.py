@@ -215,10 +215,10 @@ class SweepRecorder:
         """A run for a trial (role trial) or for one probe of a batch.size auto search (role probe: kept
         apart from trials by resume and decide, there to show how the batch was found). Only creates it, so
         a store failure after this still leaves the caller its id (log_params and close_trial follow)."""
-        prefix = f"probe batch={trial.spec.batch.size} " if role == "probe" else ""
+        probe = f" probe bs={trial.spec.batch.size}" if role == "probe" else ""
         run = self.client.create_run(
             self.experiment_id,
-            run_name=f"{trial.index + 1:03d} {prefix}{trial.label}",
+            run_name=trial.run_name + probe,
             tags={
                 "mlflow.parentRunId": self.parent_run_id,
                 rec.ROLE: role,
