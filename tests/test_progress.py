@@ -22,11 +22,32 @@ def test_on_a_terminal_the_bar_carries_the_trial_and_its_phase(monkeypatch):
     p = Progress(3, print, live=True)
     p.phase("size=8", "window 2/3")
     p.advance()
-    assert "size=8: window 2/3" in out.getvalue() and "1/3 trials" in out.getvalue()
+    assert "size=8: window 2/3 0:00" in out.getvalue() and "1/3 trials" in out.getvalue()
     p.phase("size=16", "warm-up")  # two trials side by side (--devices): both on the bar
     p.phase("size=32", "window 1 (of 2-5)")
-    assert "size=16: warm-up | size=32: window 1 (of 2-5)" in out.getvalue()
+    assert "size=16: warm-up 0:00 | size=32: window 1 (of 2-5) 0:00" in out.getvalue()
     p.close()
+
+
+def test_the_bar_keeps_ticking_through_a_long_phase(monkeypatch):
+    """A warm-up step of minutes on a CPU (the headline spec's ViT-g) froze the bar at `[00:14<?]`: it redraws
+    every second on its own, with how long the phase in flight has run."""
+    from dinox.sweep import progress
+
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stderr", out)
+    monkeypatch.setattr(progress, "TICK_S", 0.05)
+    p = Progress(2, print, live=True)
+    p.phase("size=64", "warm-up")
+    start = p.phases["size=64"][1]
+    assert p.describe(now=start + 135) == "size=64: warm-up 2:15"
+    assert p.describe(now=start + 3 * 3600 + 61) == "size=64: warm-up 3:01:01"
+    before = out.getvalue().count("\r")
+    import time
+
+    time.sleep(0.5)
+    p.close()
+    assert out.getvalue().count("\r") >= before + 3, "no redraw while nothing happened"
 
 
 def test_the_phase_file_is_passed_on_when_it_changes(tmp_path):
