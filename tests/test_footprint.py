@@ -150,3 +150,33 @@ def test_an_auto_batch_on_a_cpu_without_a_cap_stays_within_the_host_s_available_
     assert BatchSearch.for_spec(capped).bound_by_host(capped, est) == ""  # the cap bounds it already
     assert killed_for_memory(TrialResult("crashed", error="child killed by SIGKILL (the kernel OOM killer sends this)"))
     assert not killed_for_memory(TrialResult("crashed", error="child killed by SIGSEGV"))
+
+
+def test_a_step_of_hours_is_said_before_it_starts():
+    """The step's floor: its training FLOPs at the device's measured matmul rate. 3e10 FLOP/image x 64 images
+    at 0.02 TFLOP/s is 96 s a step: said, with the trial and its steps; at 20 TFLOP/s nothing is said."""
+    import dataclasses
+
+    from dinox.plan.grid import Trial
+
+    s = spec()
+    trial = Trial(0, 1, {"batch.size": 64}, s, "t")
+    slow = Estimates(dataclasses.replace(CPU, matmul_tflops=0.02), {footprint.estimate_key(s): COST}, {})
+    assert slow.step_floor_s(s) == pytest.approx(3e10 * 64 / 0.02e12)
+    assert s.measure.warmup_steps + s.measure.window_bounds[0] * s.measure.bench_steps == 45  # 96 s each: 1.2 h
+    assert slow.slow_steps([trial]) == [
+        "note: 1 trial(s) take at least 1.0 min a step on AMD EPYC (2 cpus): #1 (size=64) at least 1.6 min a step "
+        "and 1.2 h for its 45 steps, at this device's measured fp32 matmul rate "
+        "(0.02 TFLOP/s); a spec for another machine: `dinox plan` there, or hardware.device on this one"
+    ]
+    fast = Estimates(dataclasses.replace(CPU, matmul_tflops=20.0), {footprint.estimate_key(s): COST}, {})
+    assert fast.slow_steps([trial]) == [] and Estimates(CPU, {}, {}).step_floor_s(s) is None
+
+
+def test_the_estimate_child_measures_the_matmul_rate():
+    import torch
+
+    from dinox.measure.estimate import matmul_tflops
+
+    rate = matmul_tflops(torch.device("cpu"), seconds=0.05)
+    assert rate is not None and 1e-4 < rate < 50  # a CPU: between a tenth of a GFLOP/s and 50 TFLOP/s

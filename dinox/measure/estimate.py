@@ -171,7 +171,27 @@ def machine(device_kind: str) -> Machine:
         total = torch.cuda.get_device_properties(device).total_memory / GIB
     elif device.type == "cpu":
         total = host
-    return Machine(device.type, name, total, host, runtime, kinds, has, **gpus)
+    return Machine(device.type, name, total, host, runtime, kinds, has, **gpus, matmul_tflops=matmul_tflops(device))
+
+
+def matmul_tflops(device: torch.device, seconds: float = 0.2) -> float | None:
+    """The device's fp32 matmul rate, measured for about `seconds`: the fastest work it does, so FLOPs over
+    it give a step's floor. None where it cannot be measured."""
+    try:
+        n = 2048 if device.type == "cuda" else 512
+        a = torch.randn(n, n, device=device)
+        b = torch.randn(n, n, device=device)
+        torch.mm(a, b)  # the first call pays for lazy loading and kernel choice
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        sync()
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            torch.mm(a, b)
+            sync()
+            done += 1
+        return 2 * n**3 * done / (time.perf_counter() - start) / 1e12
+    except RuntimeError:
+        return None
 
 
 def run_child(request_json: str, result_json: str, forked: bool = False) -> int:

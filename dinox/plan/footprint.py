@@ -56,6 +56,7 @@ class Machine:
     cuda_devices: int = 0  # how many CUDA devices torch sees (--devices all)
     cuda_numa: tuple[int, ...] = ()  # each one's NUMA node, -1 where the machine does not say
     cuda_uuids: tuple[str, ...] = ()  # each one's UUID (GPU-...): the same device for NVML and every child
+    matmul_tflops: float | None = None  # fp32 matmul rate measured on the device (~0.2 s): a step's floor
 
     def missing(self, kinds: set[str]) -> list[str]:
         """The device kinds asked for (auto always resolves) that this machine lacks."""
@@ -154,6 +155,15 @@ def compute_metrics(
     return metrics, tags
 
 
+SLOW_STEP_S = 60.0  # a step floor above this is said before a sweep starts
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
 @dataclass
 class Estimates:
     """The estimate child's answer for a set of trials; empty when it could not run."""
@@ -196,6 +206,32 @@ class Estimates:
         """The trials (of a fixed batch) the memory plan predicts to run out of memory."""
         fixed = [t for t in trials if not t.spec.batch.auto]
         return [t for t in fixed if (plan := self.memory(t.spec)) is not None and plan.over]
+
+    def step_floor_s(self, spec: TrialSpec) -> float | None:
+        """The least one optimizer step of `spec` can take on one device: its training FLOPs at the device's
+        measured fp32 matmul rate, the fastest work a device does (real layers are slower, lower precision
+        faster on a GPU). None without a model cost or a measured rate."""
+        cost = self.cost(spec)
+        rate = self.machine.matmul_tflops if self.machine is not None else None
+        if cost is None or not rate or spec.batch.auto:
+            return None
+        return cost.flops_per_image * spec.batch.size * spec.accumulation / (rate * 1e12)
+
+    def slow_steps(self, trials: list[Trial], over_s: float = SLOW_STEP_S) -> list[str]:
+        """A line on what a trial of hours will cost, for `plan` and `run` to say before it starts (the
+        headline spec's ViT-g on a CPU: no warm-up step finished in 5 minutes, and nothing said why)."""
+        floors = [(f, t) for t in trials if (f := self.step_floor_s(t.spec)) is not None and f > over_s]
+        if not floors or self.machine is None:
+            return []
+        floor, t = max(floors, key=lambda p: p[0])
+        m = t.spec.measure
+        steps = m.warmup_steps + m.window_bounds[0] * m.bench_steps
+        return [
+            f"note: {len(floors)} trial(s) take at least {_duration(over_s)} a step on {self.machine.device_name}: "
+            f"#{t.index + 1} ({t.label}) at least {_duration(floor)} a step and {_duration(floor * steps)} for its "
+            f"{steps} steps, at this device's measured fp32 matmul rate ({self.machine.matmul_tflops:.3g} TFLOP/s); "
+            "a spec for another machine: `dinox plan` there, or hardware.device on this one"
+        ]
 
     def largest_fit(self, spec: TrialSpec, limit_gb: float) -> int | None:
         """The largest physical batch the memory plan puts within HEADROOM of `limit_gb` (None: no plan), from

@@ -58,7 +58,7 @@ def _estimate_notes(trials: list[Trial], estimates: Estimates) -> list[str]:
             lines.append(f"  #{t.index + 1} predicted OOM: {mem.over}")
         elif estimates.cost(t.spec) is None:
             lines.append(f"  #{t.index + 1} no estimate: {estimates.why_missing(t.spec) or 'unknown'}")
-    return lines
+    return lines + estimates.slow_steps(trials)
 
 
 def _windows(m: MeasureSpec) -> str:

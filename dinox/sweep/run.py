@@ -244,6 +244,8 @@ class Sweep:
             why = self.estimates.why_missing(self.trials[0].spec)
             self.echo(f"warning: no memory or FLOPs estimates ({why}); measuring anyway")
             return
+        for line in self.estimates.slow_steps(self.trials):
+            self.echo(line)
         over = self.estimates.predicted_ooms(self.trials)
         if over and not self.options.skip_predicted_oom:
             self.echo(
