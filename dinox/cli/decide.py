@@ -229,7 +229,7 @@ def run_decision(
     click.echo(report.render_terminal(decision))
     click.echo(f"report: {files[0]} ({files[1].name} beside it)  decision: {files[2]}")
     if log:
-        note = f"**{decision.verdict}**\n\n```\n{report.render_terminal(decision)}\n```"
+        note = report.render_note(decision)
         params, metrics = decision_json.log_params(decision), decision_json.log_metrics(decision)
         run_id = log_decision(uri, home, decision.verdict, params, metrics, files, note)
         click.echo(f"logged as decision run {run_id}")

@@ -67,6 +67,39 @@ def render_terminal(d: Decision) -> str:
     return "\n".join(lines)
 
 
+def render_note(d: Decision) -> str:
+    """The decision run's Description in the MLflow UI: the verdict as a sentence and the models as a Markdown
+    table the UI wraps to its width (a monospace block of the terminal summary was cut at the right edge)."""
+    flag = " (on an UNSTABLE measurement)" if d.unstable else ""
+    out = [f"**{d.verdict}**{flag}: {_inert(d.reason)}", ""]
+    out += [f"**Warning:** {_inert(d.unstable)}", ""] if d.unstable else []
+    priced = any(mv.cost is not None for mv in d.models)
+    out += [
+        f"| model | {IPS_P90} | {IPS_P50} | days | " + ("cost | " if priced else "") + "verdict |",
+        "|---|---|---|---|" + ("---|" if priced else "") + "---|",
+    ]
+    for mv in d.models:
+        b = mv.best
+        cells = [_inert(d.where(mv)), _cell(b and b.conservative_ips), _cell(b and b.median_ips)]
+        cells.append(fmt_days(b.days) if b is not None else "-")
+        if priced:
+            cells.append(fmt_cost(mv.cost) if mv.cost is not None else "-")
+        cells.append("GO" if mv.go else "NO-GO")
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", f"Budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}. The report: report.html."]
+    return "\n".join(out)
+
+
+def _inert(text: str) -> str:
+    """A name from the store, inert in the UI's Markdown: no tags, no emphasis, no links (`|` is `¦` already)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "".join(f"\\{c}" if c in "\\`*_[]" else c for c in text)
+
+
+def _cell(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "-"
+
+
 def _num(value: float | None, width: int, digits: int) -> str:
     return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
 
