@@ -149,6 +149,7 @@ def test_the_ui_answers_without_a_click(oom_sweep):
     cpu = client.get_metric_history(ok.info.run_id, "system/cpu_utilization_percentage")
     assert cpu and all(0 <= m.value <= 100 for m in cpu)
     assert client.get_metric_history(ok.info.run_id, "system/system_memory_usage_megabytes")
+    assert not [m for m in ok.data.metrics if m.startswith("system/disk_")]  # the root disk's space: not the trial's
 
 
 def test_local_results_csv_matches_the_store(oom_sweep):

@@ -21,9 +21,12 @@ def test_the_parent_ranks_as_decide_does_with_failures_last():
     note = sweep_note("q", [OK, OOM, FAST], resumed=2)
     assert note.splitlines()[0] == "**q**: 3 trials measured (2 ok, 1 oom), 2 already recorded."
     shaky = sweep_note("q", [OK, dict(FAST, unstable="true", window_spread=0.93, bound_evidence="loader ≤1%")])
-    assert shaky.splitlines()[0].startswith("**q**: 2 trials measured (2 ok). 1 ok trial is unsettled: their timed")
+    assert shaky.splitlines()[0] == "**q**: 2 trials measured (2 ok), 1 of the ok ones unsettled."
+    assert shaky.splitlines()[-1].startswith("Unsettled: their timed windows disagreed beyond")
+    # The winner first, in a line MLflow's collapsed Description shows: who, how fast, how sure.
+    assert note.splitlines()[2] == "Best: **size=8**, 160.0 img/s (p90 step), compute_bound, its timed windows agreed."
     assert "| 80.0 | 200.0 (unsettled: 93% apart) | compute_bound | 0.50 |" in shaky
-    assert note.splitlines()[2] == "| # | trial | img/s (p90 step) | img/s (windows) | bound | peak GiB |"
+    assert note.splitlines()[4] == "| # | trial | img/s (p90 step) | img/s (windows) | bound | peak GiB |"
     table = [ln for ln in note.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
     assert [ln.split(" | ")[1] for ln in table] == ["size=8", "size=16", "size=1024"]
     assert table[0] == "| 1 | size=8 | 160.0 | 120.0 | compute_bound | 0.50 |"

@@ -67,13 +67,15 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     lines = [
         f"**{name}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
         + (f", {resumed} already recorded" if resumed else "")
+        + (f", {shaky} of the ok ones unsettled" if shaky else "")
         + ".",
         "",
     ]
-    if shaky:
-        lines[0] += f" {shaky} ok trial{'s are' if shaky > 1 else ' is'} unsettled: {UNSETTLED_WHY}."
     # Ranked as `dinox decide` ranks: by the p90-step figure (images per optimizer step / p90 step time).
     ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -(_p90_ips(r) or 0.0)))
+    if ranked and (best := ranked[0])["status"] == "ok" and (p90 := _p90_ips(best)) is not None:
+        steady = "its timed windows unsettled" if str(best.get("unstable")) == "true" else "its timed windows agreed"
+        lines += [f"Best: **{best['label']}**, {p90:.1f} {IPS_P90}, {best.get('bound') or '-'}, {steady}.", ""]
     lines += [f"| # | trial | {IPS_P90} | {IPS_WINDOWS} | bound | peak GiB |", "|---|---|---|---|---|---|"]
     for i, r in enumerate(ranked, 1):
         ok = r["status"] == "ok" and rec.IMAGES_PER_S in r
@@ -84,6 +86,8 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
             ips += f" (unsettled: {float(r['window_spread']):.0%} apart)"
         peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if rec.PEAK_MEM_RESERVED_GB in r else "-"
         lines.append(f"| {i} | {r['label']} | {p90_text} | {ips} | {r.get('bound') or '-'} | {peak} |")
+    if shaky:
+        lines += ["", f"Unsettled: {UNSETTLED_WHY}."]
     return "\n".join(lines)
 
 
