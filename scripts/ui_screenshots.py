@@ -1,12 +1,12 @@
 """Screenshots of what a newcomer sees in the MLflow UI after the quickstart, taken with headless Chromium.
 
-    python scripts/ui_screenshots.py --out shots               # a fresh quickstart store in a temp folder
+    python scripts/ui_screenshots.py --out shots               # a fresh quickstart store in shots/quickstart
     python scripts/ui_screenshots.py --store /path/to/mlflow.db --experiment quickstart --out shots
 
 Without --store it runs the README's first screen in OUT/quickstart (`dinox run specs/quickstart.yaml`,
-then `dinox decide --spec specs/quickstart.yaml`; the store stays there to open again), starts `mlflow server` on a free loopback port, and writes
-runs_table.png, parent_run.png, trial_run.png, compare.png and decision_run.png: the pages the README sends a
-newcomer to. It prints each page's URL and seconds. Needs `chromium` (or CHROMIUM=/path/to/binary).
+then `dinox decide --spec specs/quickstart.yaml`; the store stays there to open again), starts `mlflow
+server` on a free loopback port, and writes runs_table.png, parent_run.png, trial_run.png, compare.png and
+decision_run.png: the pages the README sends a newcomer to. It prints each page's URL and seconds. Needs `chromium` (or CHROMIUM=/path/to/binary).
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def machine(device_kind: str) -> Machine:
     return Machine(device.type, name, total, host, runtime, kinds, has, **gpus, matmul_tflops=matmul_tflops(device))
 
 
-def matmul_tflops(device: torch.device, seconds: float = 0.2) -> float | None:
+def matmul_tflops(device: torch.device, seconds: float = 0.1) -> float | None:
     """The device's fp32 matmul rate, measured for about `seconds`: the fastest work it does, so FLOPs over
     it give a step's floor. None where it cannot be measured."""
     try:

@@ -56,7 +56,7 @@ class Machine:
     cuda_devices: int = 0  # how many CUDA devices torch sees (--devices all)
     cuda_numa: tuple[int, ...] = ()  # each one's NUMA node, -1 where the machine does not say
     cuda_uuids: tuple[str, ...] = ()  # each one's UUID (GPU-...): the same device for NVML and every child
-    matmul_tflops: float | None = None  # fp32 matmul rate measured on the device (~0.2 s): a step's floor
+    matmul_tflops: float | None = None  # fp32 matmul rate measured on the device (0.1 s): a step's floor
 
     def missing(self, kinds: set[str]) -> list[str]:
         """The device kinds asked for (auto always resolves) that this machine lacks."""
