@@ -6,7 +6,8 @@
 Without --store it runs the README's first screen in OUT/quickstart (`dinox run specs/quickstart.yaml`,
 then `dinox decide --spec specs/quickstart.yaml`; the store stays there to open again), starts `mlflow
 server` on a free loopback port, and writes runs_table.png, parent_run.png, trial_run.png, compare.png and
-decision_run.png: the pages the README sends a newcomer to. It prints each page's URL and seconds. Needs `chromium` (or CHROMIUM=/path/to/binary).
+decision_run.png: the pages the README sends a newcomer to. It prints each page's URL and seconds.
+Needs `chromium` (or CHROMIUM=/path/to/binary).
 """
 
 from __future__ import annotations
