@@ -48,7 +48,7 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
             rec.IMAGES_PER_S_MIN: min(stats.window_images_per_s),
             rec.IMAGES_PER_S_MAX: max(stats.window_images_per_s),
             rec.WINDOW_SPREAD: stats.spread,
-            "windows": len(stats.windows),
+            rec.WINDOWS: len(stats.windows),
             rec.WARMUP_S: stats.warmup_s,
             rec.LOADER_START_S: stats.loader_start_s,
             rec.FIRST_STEP_S: stats.first_step_s,
@@ -154,7 +154,11 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         copies_alone,
         held[1],
     )
-    for name, stage in ((rec.LOADER_COST, loader), (rec.TRANSFER_COST, copies)):
+    names = (
+        (loader, rec.LOADER_COST, rec.LOADER_COST_LOW, rec.LOADER_COST_HIGH),
+        (copies, rec.TRANSFER_COST, rec.TRANSFER_COST_LOW, rec.TRANSFER_COST_HIGH),
+    )
+    for stage, cost, low, high in names:
         interval = stage.interval(threshold)
-        metrics[name], metrics[f"{name}_low"], metrics[f"{name}_high"] = stage.cost, interval.low, interval.high
+        metrics[cost], metrics[low], metrics[high] = stage.cost, interval.low, interval.high
     return loader, copies

@@ -23,7 +23,7 @@ def unsettled(metrics: dict[str, float], unstable: bool) -> str:
     m = metrics
     if not unstable or rec.IMAGES_PER_S_MIN not in m:
         return ""
-    return f"unsettled: windows {m['images_per_s_min']:.1f}-{m['images_per_s_max']:.1f} img/s"
+    return f"unsettled: windows {m[rec.IMAGES_PER_S_MIN]:.1f}-{m[rec.IMAGES_PER_S_MAX]:.1f} img/s"
 
 
 def trial_body(
@@ -37,9 +37,9 @@ def trial_body(
     doubt = unsettled(m, tags.get(rec.UNSTABLE) == "true")
     why = tags.get(rec.BOUND_EVIDENCE, "")
     return (
-        f"{m['images_per_s']:.1f} {IPS_WINDOWS}{f' ({doubt})' if doubt else ''}, step p50 {m['step_s_p50']:.3f}s "
-        f"p90 {m['step_s_p90']:.3f}s, {bound}{f' ({why})' if why else ''}, "
-        f"peak {m.get('peak_mem_reserved_gb', 0):.2f} GiB, trial {m.get('trial_wall_s', 0):.1f}s"
+        f"{m[rec.IMAGES_PER_S]:.1f} {IPS_WINDOWS}{f' ({doubt})' if doubt else ''}, step p50 {m[rec.STEP_S_P50]:.3f}s "
+        f"p90 {m[rec.STEP_S_P90]:.3f}s, {bound}{f' ({why})' if why else ''}, "
+        f"peak {m.get(rec.PEAK_MEM_RESERVED_GB, 0):.2f} GiB, trial {m.get(rec.TRIAL_WALL_S, 0):.1f}s"
     )
 
 
@@ -81,10 +81,10 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
         ok = r["status"] == "ok" and rec.IMAGES_PER_S in r
         p90 = _p90_ips(r)
         p90_text = f"{p90:.1f}" if ok and p90 is not None else "-" if ok else f"{r['status']}: {_cut(r)}"
-        ips = f"{float(r['images_per_s']):.1f}" if ok else "-"
+        ips = f"{float(r[rec.IMAGES_PER_S]):.1f}" if ok else "-"
         if ok and str(r.get("unstable")) == "true" and rec.WINDOW_SPREAD in r:
-            ips += f" (unsettled: {float(r['window_spread']):.0%} apart)"
-        peak = f"{float(r['peak_mem_reserved_gb']):.2f}" if rec.PEAK_MEM_RESERVED_GB in r else "-"
+            ips += f" (unsettled: {float(r[rec.WINDOW_SPREAD]):.0%} apart)"
+        peak = f"{float(r[rec.PEAK_MEM_RESERVED_GB]):.2f}" if rec.PEAK_MEM_RESERVED_GB in r else "-"
         lines.append(f"| {i} | {r['label']} | {p90_text} | {ips} | {r.get('bound') or '-'} | {peak} |")
     if shaky:
         lines += ["", f"Unsettled: {UNSETTLED_WHY}."]

@@ -97,8 +97,8 @@ class SweepReport:
         t = self.timeline()
         if t:
             per_trial = (
-                f"       per trial (mean): start-up {t['startup_s']:.1f}s, setup {t['setup_s']:.1f}s, "
-                f"measurement {t['measure_s']:.1f}s, teardown {t['teardown_s']:.1f}s, recording {t['recording_s']:.1f}s"
+                f"       per trial (mean): start-up {t[rec.STARTUP_S]:.1f}s, setup {t[rec.SETUP_S]:.1f}s, "
+                f"measurement {t[rec.MEASURE_S]:.1f}s, teardown {t[rec.TEARDOWN_S]:.1f}s, recording {t['recording_s']:.1f}s"
             )
             lines.append((per_trial, False))
         if self.store_failures:
@@ -142,7 +142,7 @@ def describe(trial: Trial, r: TrialResult) -> str:
     m = r.metrics
     head = f"[{trial.index + 1:>{len(str(trial.total))}}/{trial.total}] {r.status:<8} {trial.label}"
     if rec.BATCH_AUTO_FIT in m and not trial.spec.batch.auto:
-        head += f" (batch.size auto -> {trial.spec.size}: {int(m['batch_auto_fit'])} fit, less the margin)"
+        head += f" (batch.size auto -> {trial.spec.size}: {int(m[rec.BATCH_AUTO_FIT])} fit, less the margin)"
     return f"{head} | {descriptions.trial_body(r.status, r.bound, m, r.error, r.tags)}"
 
 
