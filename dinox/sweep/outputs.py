@@ -98,7 +98,8 @@ class SweepReport:
         if t:
             per_trial = (
                 f"       per trial (mean): start-up {t[rec.STARTUP_S]:.1f}s, setup {t[rec.SETUP_S]:.1f}s, "
-                f"measurement {t[rec.MEASURE_S]:.1f}s, teardown {t[rec.TEARDOWN_S]:.1f}s, recording {t['recording_s']:.1f}s"
+                f"measurement {t[rec.MEASURE_S]:.1f}s, teardown {t[rec.TEARDOWN_S]:.1f}s, "
+                f"recording {t['recording_s']:.1f}s"
             )
             lines.append((per_trial, False))
         if self.store_failures:
