@@ -21,6 +21,7 @@ from dinox import record as rec
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
 from dinox.decide.grouping import device_of, memory_groups, model_key, only_device, telling
+from dinox.decide.knobs import Combination, KnobEffect, combinations, knob_effects
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
 from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy
@@ -53,6 +54,8 @@ class Decision:
     what_if: list[WhatIf] = field(default_factory=list)  # the recommended at 0.5x / 1x / 2x the schedule
     needs: list[Need] = field(default_factory=list)  # what each NO-GO configuration would need
     projections: list[Projection] = field(default_factory=list)  # onto N devices, at a measured efficiency
+    knobs: list[KnobEffect] = field(default_factory=list)  # what each varied param bought, measured
+    combined: list[Combination] = field(default_factory=list)  # several at once, against the product
 
     @property
     def device_names(self) -> list[str]:
@@ -208,6 +211,8 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         reason=_reason(records, models, recommended, budget, needed),
         needed_ips=needed,
         memory=memory_checks(records),
+        knobs=(effects := knob_effects(records)),
+        combined=combinations(records, effects),
         scaling=rows,
         left_out=left_out,
         unstable=_unstable_warning(recommended),

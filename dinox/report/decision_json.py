@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from dinox import record as rec
+from dinox.decide.knobs import KnobEffect
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
@@ -62,6 +63,24 @@ def _payload(d: Decision) -> dict[str, Any]:
             for n in d.needs
         ],
         "projections": [asdict(p) | {"images_per_s": p.ips} for p in d.projections],
+        "knobs": [_knob(k) for k in d.knobs],
+        "combined": [asdict(c) for c in d.combined],
+    }
+
+
+def _knob(k: KnobEffect) -> dict[str, Any]:
+    """What one change of one param did, over the pairs equal in everything else."""
+    return {
+        "field": k.field,
+        "from": k.before,
+        "to": k.after,
+        "pairs": k.pairs,
+        "ratio_p90": k.ratio,
+        "ratio_min": min(k.ratios) if k.ratios else None,
+        "ratio_max": max(k.ratios) if k.ratios else None,
+        "within_noise": k.within_noise,
+        "memory_gb": k.memory,
+        "status_changes": dict(k.statuses),
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, fmt_cost, fmt_days
 from dinox.decide.checks import MemoryCheck
+from dinox.decide.knobs import Combination, KnobEffect
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
@@ -50,6 +51,8 @@ def render_terminal(d: Decision) -> str:
             f"{'GO' if mv.go else 'NO-GO':<6} {statuses}"
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}")
+    if d.knobs:  # the three biggest effects; report.md has them all
+        lines.append("knobs: " + "; ".join(k.describe() for k in d.knobs[:3]))
     if d.cheapest is not None and d.cheapest.cost is not None and (d.cheapest is not d.recommended or d.per_device):
         c = d.cheapest
         lines.append(f"cheapest in time: {d.where(c)}, {fmt_days(c.best.days)} days for {fmt_cost(c.cost)}")  # type: ignore[union-attr]
@@ -100,6 +103,38 @@ def _cell(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
+def _knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list[str]:
+    """The breakdown the field reports guessed at, measured: each varied param, what changing it did."""
+    if not knobs:
+        return []
+    out = [
+        "## What each knob bought, measured",
+        "",
+        f"Pairs of trials equal in everything but one param; the ratio is the change's {IPS_P90} over the "
+        "trial without it (median, and the range over the pairs). A change inside the pair's own noise (the "
+        "larger spread of its two trials' timed windows) is said to be within noise, not given a number.",
+        "",
+        "| change | ratio | range | pairs | peak memory | status changes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k in knobs:
+        ratio = "within noise" if k.within_noise else (f"{k.ratio:.2f}x" if k.ratio is not None else "-")
+        span = f"{min(k.ratios):.2f}-{max(k.ratios):.2f}x" if k.ratios else "-"
+        memory = f"{k.memory:+.2f} GiB" if k.memory is not None else "-"
+        statuses = ", ".join(f"{n} {c}" for c, n in sorted(k.statuses.items())) or "-"
+        out.append(f"| `{k.field}` {k.before} -> {k.after} | {ratio} | {span} | {k.pairs} | {memory} | {statuses} |")
+    if combined:
+        out += [
+            "",
+            "Several changed at once, against the product of their single effects (do the speedups multiply?):",
+            "",
+            "| changes | measured | product of the single effects |",
+            "|---|---|---|",
+        ]
+        out += [f"| {'; '.join(c.changes)} | {c.measured:.2f}x | {c.product:.2f}x |" for c in combined[:12]]
+    return [*out, ""]
+
+
 def _num(value: float | None, width: int, digits: int) -> str:
     return f"{value:>{width}.{digits}f}" if value is not None else f"{'-':>{width}}"
 
@@ -132,6 +167,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     out += ["## Models", ""]
     for mv in d.models:
         out += _model_section(mv, b, d.where(mv))
+    out += _knobs_section(d.knobs, d.combined)
     out += _loader_section(d.loader, d.policy.knee_tolerance)
     out += _memory_section(d.memory)
     if d.scaling:

@@ -1,0 +1,188 @@
+"""What each knob bought, measured: for every param a sweep varies, the pairs of trials equal in everything
+else, and what changing it did to the throughput (the p90-step figure decide plans with), to the peak memory
+and to the status (a knob that makes a batch run out of memory).
+
+The field reports dinox grew from multiplied assumed speedups ("compile 1.2x, channels_last 1.15x, ...");
+this is the same table from the trials themselves, each ratio with its range, its pair count, and whether it
+stands out of the trials' own noise (the larger window spread of the two trials of a pair).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from dinox import record as rec
+from dinox.spec.sections import ROLES
+from dinox.store.trial_record import TrialRecord
+
+DERIVED = "batch.effective"  # follows batch.size x accumulation: never a knob of its own
+# Where the trials say nothing of their own noise (one window each), a change this small is called noise.
+DEFAULT_NOISE = 0.02
+
+
+@dataclass
+class Pair:
+    before: TrialRecord
+    after: TrialRecord
+
+
+@dataclass
+class KnobEffect:
+    """One change of one param (`field` from `before` to `after`) over the pairs that differ only in it."""
+
+    field: str
+    before: str
+    after: str
+    ratios: list[float] = field(default_factory=list)  # after / before, the p90-step figure, ok pairs only
+    noise: list[float] = field(default_factory=list)  # each ok pair's own noise (its trials' larger spread)
+    memory_gb: list[float] = field(default_factory=list)  # after - before, peak reserved memory, ok pairs
+    statuses: Counter = field(default_factory=Counter)  # "ok -> oom" and the like, pairs whose status changed
+
+    @property
+    def pairs(self) -> int:
+        return len(self.ratios) + sum(self.statuses.values())
+
+    @property
+    def ratio(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def within_noise(self) -> bool:
+        """Every pair's change inside that pair's own noise: the knob did nothing the trials can tell."""
+        return bool(self.ratios) and all(abs(r - 1) <= n for r, n in zip(self.ratios, self.noise, strict=True))
+
+    @property
+    def memory(self) -> float | None:
+        return statistics.median(self.memory_gb) if self.memory_gb else None
+
+    def describe(self) -> str:
+        """One line: `model.compile False -> True: 1.18x (1.12-1.25x, 4 pairs), memory +0.40 GiB`."""
+        parts = []
+        if self.ratio is not None:
+            n = len(self.ratios)
+            span = f"{min(self.ratios):.2f}-{max(self.ratios):.2f}x, {n} pair{'s' if n > 1 else ''}"
+            parts.append(f"within noise ({span})" if self.within_noise else f"{self.ratio:.2f}x ({span})")
+        if self.memory is not None:
+            parts.append(f"memory {self.memory:+.2f} GiB")
+        parts += [f"{n} pair{'s' if n > 1 else ''} {change}" for change, n in sorted(self.statuses.items())]
+        return f"{self.field} {self.before} -> {self.after}: " + ", ".join(parts)
+
+
+def knob_effects(records: list[TrialRecord]) -> list[KnobEffect]:
+    """Every varied param's effect, biggest first: status changes (a batch that no longer fits), then the
+    ratios out of noise by their distance from 1, then those within noise. Pairs never cross devices."""
+    usable = [r for r in records if r.status in ("ok", "oom")]
+    varied = _varied(usable)
+    effects: dict[tuple[str, str, str], KnobEffect] = {}
+    for name in varied:
+        for group in _groups_without(usable, name):
+            for pair in _pairs(group, name):
+                b, a = pair.before.params[name], pair.after.params[name]
+                effect = effects.setdefault((name, b, a), KnobEffect(name, b, a))
+                _add(effect, pair)
+    out = [e for e in effects.values() if e.pairs]
+    return sorted(out, key=lambda e: (-sum(e.statuses.values()), e.within_noise, -abs((e.ratio or 1.0) - 1)))
+
+
+@dataclass(frozen=True)
+class Combination:
+    """Several knobs changed at once: the measured ratio against the product of their single effects (the
+    field reports' "speedups multiply", checked)."""
+
+    changes: tuple[str, ...]  # "model.compile False -> True", ...
+    measured: float
+    product: float
+
+
+def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[Combination]:
+    """Each pair of ok trials that differ in two or more varied params, all in the direction the single
+    effects were measured in (and in nothing else): what they did together, against the product."""
+    single = {(k.field, k.before, k.after): k.ratio for k in effects if k.ratio is not None}
+    fields = sorted({k.field for k in effects})
+    ok = [r for r in records if r.status == "ok" and _ips(r)]
+    found: dict[tuple[str, ...], Combination] = {}
+    for a in ok:
+        for b in ok:
+            diff = [f for f in fields if a.params.get(f) != b.params.get(f)]
+            keys = [(f, a.params.get(f, ""), b.params.get(f, "")) for f in diff]
+            if len(diff) < 2 or not all(k in single for k in keys) or not _same_else(a, b, diff):
+                continue
+            changes = tuple(f"{f} {x} -> {y}" for f, x, y in keys)
+            product = math.prod(single[k] for k in keys)  # type: ignore[misc]
+            found.setdefault(changes, Combination(changes, _ips(b) / _ips(a), product))  # type: ignore[operator]
+    return sorted(found.values(), key=lambda c: (-len(c.changes), c.changes))
+
+
+def _same_else(a: TrialRecord, b: TrialRecord, diff: list[str]) -> bool:
+    keys = {k for k in (*a.params, *b.params) if ROLES.describes(k)} - {*diff, DERIVED}
+    return all(a.params.get(k) == b.params.get(k) for k in keys) and a.tags.get(rec.DEVICE_NAME) == b.tags.get(
+        rec.DEVICE_NAME
+    )
+
+
+def _varied(records: list[TrialRecord]) -> list[str]:
+    """The params that describe the workload and take more than one value among the records."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for r in records:
+        for k, v in r.params.items():
+            if ROLES.describes(k):
+                values[k].add(v)
+    return sorted(k for k, vs in values.items() if len(vs) > 1 and k != DERIVED)
+
+
+def _groups_without(records: list[TrialRecord], name: str) -> list[list[TrialRecord]]:
+    """Trials equal in every workload param but `name` (and the effective batch, which follows the batch size
+    and the accumulation), on the same device."""
+    groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        if name in r.params:
+            key = tuple(sorted((k, v) for k, v in r.params.items() if k not in (name, DERIVED) and ROLES.describes(k)))
+            groups[(key, r.tags.get(rec.DEVICE_NAME, ""))].append(r)
+    return list(groups.values())
+
+
+def _pairs(group: list[TrialRecord], name: str) -> list[Pair]:
+    """Within trials equal but for `name`, each pair of values in order (False before True, 8 before 16, the
+    values as the sweep listed them otherwise): one trial per value, the latest where a value repeats."""
+    by_value: dict[str, TrialRecord] = {}
+    for r in group:
+        by_value[r.params[name]] = r
+    values = sorted(by_value, key=_order)
+    return [Pair(by_value[b], by_value[a]) for i, b in enumerate(values) for a in values[i + 1 :]]
+
+
+def _order(value: str) -> tuple[int, float, str]:
+    low = value.strip().lower()
+    if low in ("false", "true"):
+        return (0, float(low == "true"), "")
+    try:
+        return (1, float(value), "")
+    except ValueError:
+        return (2, 0.0, value)
+
+
+def _add(effect: KnobEffect, pair: Pair) -> None:
+    b, a = pair.before, pair.after
+    if b.status != a.status:
+        effect.statuses[f"{b.status} -> {a.status}"] += 1
+        return
+    if b.status != "ok":
+        return  # both out of memory: the knob changed nothing that was measured
+    rb, ra = _ips(b), _ips(a)
+    if rb is None or ra is None:
+        return
+    effect.ratios.append(ra / rb)
+    spreads = [s for r in (a, b) if (s := r.metrics.get(rec.WINDOW_SPREAD)) is not None]
+    effect.noise.append(max(spreads) if spreads else DEFAULT_NOISE)
+    mb, ma = b.metrics.get(rec.PEAK_MEM_RESERVED_GB), a.metrics.get(rec.PEAK_MEM_RESERVED_GB)
+    if mb is not None and ma is not None:
+        effect.memory_gb.append(ma - mb)
+
+
+def _ips(r: TrialRecord) -> float | None:
+    """The p90-step figure decide plans with (images per optimizer step / p90 step time)."""
+    step, images = r.metrics.get(rec.STEP_S_P90), r.effective_batch
+    return images / step if step and images else None

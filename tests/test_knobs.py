@@ -1,0 +1,106 @@
+"""What each knob bought: the pairs equal but for one param, their ratio, range, memory and status changes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from mlflow import MlflowClient
+
+from dinox.decide import budget, knobs
+from dinox.decide import verdict as decide
+from dinox.report import decision_json
+from dinox.report import text as report
+from tests import study
+
+M = {"model.name": "resnet50"}
+# Per (compile, channels_last, precision): throughput (the p90 figure) at batch 64, or None for an OOM. compile
+# buys 1.20x, channels_last 1.10x, bf16 2.0x, each alone; bf16 at batch 128 without compile runs out of memory.
+IPS = {
+    (c, cl, p): 100.0 * (1.2 if c else 1.0) * (1.1 if cl else 1.0) * (2.0 if p == "bf16-mixed" else 1.0)
+    for c, cl, p in itertools.product((False, True), (False, True), ("32", "bf16-mixed"))
+}
+
+
+def _row(c: bool, cl: bool, p: str, size: int = 64, status: str = "ok", spread: float = 0.01) -> dict:
+    r = study.trial(M, size, 1, IPS[(c, cl, p)] if status == "ok" else None, status, run_id=f"{c}-{cl}-{p}-{size}")
+    r["params"].update({"model.compile": str(c), "model.channels_last": str(cl), "precision": p})
+    r["metrics"]["peak_mem_reserved_gb"] = 4.0 + (1.0 if c else 0.0) - (1.5 if p == "bf16-mixed" else 0.0)
+    r["metrics"]["window_spread"] = spread
+    return r
+
+
+def rows() -> list[dict]:
+    grid = [_row(c, cl, p) for c, cl, p in itertools.product((False, True), (False, True), ("32", "bf16-mixed"))]
+    # batch 128: compile off fits at fp32, runs out of memory at bf16 (a knob that makes a batch OOM)
+    return grid + [_row(False, False, "32", 128), _row(False, False, "bf16-mixed", 128, status="oom")]
+
+
+def test_each_knob_its_ratio_pairs_range_memory_and_the_oom_it_causes(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study.log(MlflowClient(uri), "knobs", rows())  # through MLflow, as decide reads any store
+    from dinox.store.readback import fetch_trials
+
+    records, _sources, _home = fetch_trials(uri, ["knobs"], [])
+    effects = {(k.field, k.before, k.after): k for k in knobs.knob_effects(records)}
+    compile_ = effects[("model.compile", "False", "True")]
+    assert compile_.pairs == 4 and compile_.ratio == pytest.approx(1.2) and not compile_.within_noise
+    assert compile_.memory == pytest.approx(1.0)
+    cl = effects[("model.channels_last", "False", "True")]
+    assert cl.ratio == pytest.approx(1.1) and cl.pairs == 4
+    bf16 = effects[("precision", "32", "bf16-mixed")]
+    assert bf16.ratio == pytest.approx(2.0) and bf16.memory == pytest.approx(-1.5)
+    assert bf16.pairs == 5 and bf16.statuses == {"ok -> oom": 1}  # the 128 pair: fp32 fit, bf16 did not
+    size = effects[("batch.size", "64", "128")]  # fp32: the same figure; bf16: out of memory at 128
+    assert size.statuses == {"ok -> oom": 1} and size.pairs == 2 and size.ratio == pytest.approx(1.0)
+    assert size.within_noise  # its throughput change is inside the trials' own 1% spread; its OOM is not noise
+    # Status changes first, then by the size of the effect.
+    assert list(effects) == [
+        ("precision", "32", "bf16-mixed"),
+        ("batch.size", "64", "128"),
+        ("model.compile", "False", "True"),
+        ("model.channels_last", "False", "True"),
+    ]
+
+    d = decide.decide(records, budget.Budget(days=15, target_images=10**8))
+    md = report.render_markdown(d, [])
+    assert "## What each knob bought, measured" in md
+    assert "| `model.compile` False -> True | 1.20x | 1.20-1.20x | 4 | +1.00 GiB | - |" in md
+    assert "| `precision` 32 -> bf16-mixed | 2.00x | 2.00-2.00x | 5 | -1.50 GiB | 1 ok -> oom |" in md
+    assert "| `batch.size` 64 -> 128 | within noise | 1.00-1.00x | 2 | +0.00 GiB | 1 ok -> oom |" in md
+    line = next(ln for ln in report.render_terminal(d).splitlines() if ln.startswith("knobs: "))
+    assert line.startswith(
+        "knobs: precision 32 -> bf16-mixed: 2.00x (2.00-2.00x, 4 pairs), memory -1.50 GiB, 1 pair ok -> oom; "
+    )
+    # compile, channels_last and bf16 together measured against the product of each alone (1.2 x 1.1 x 2.0)
+    assert (
+        "| model.channels_last False -> True; model.compile False -> True; precision 32 -> bf16-mixed | 2.64x | 2.64x |"
+        in md
+    )
+    payload = decision_json.to_json(d)
+    (three,) = [c for c in payload["combined"] if len(c["changes"]) == 3]
+    assert three["measured"] == pytest.approx(2.64) and three["product"] == pytest.approx(2.64)
+    (c,) = [k for k in payload["knobs"] if k["field"] == "model.compile"]
+    assert c == {
+        "field": "model.compile",
+        "from": "False",
+        "to": "True",
+        "pairs": 4,
+        "ratio_p90": pytest.approx(1.2),
+        "ratio_min": pytest.approx(1.2),
+        "ratio_max": pytest.approx(1.2),
+        "within_noise": False,
+        "memory_gb": pytest.approx(1.0),
+        "status_changes": {},
+    }
+
+
+def test_a_change_inside_the_trials_own_noise_is_said_to_be_noise():
+    base = _row(False, False, "32", spread=0.10)
+    other = _row(True, False, "32", spread=0.10)
+    other["metrics"]["step_s_p90"] = base["metrics"]["step_s_p90"] / 1.05  # 5% faster, windows 10% apart
+    (k,) = knobs.knob_effects(study.records([base, other]))
+    assert (
+        k.within_noise
+        and k.describe() == "model.compile False -> True: within noise (1.05-1.05x, 1 pair), memory +1.00 GiB"
+    )
