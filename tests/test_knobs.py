@@ -104,3 +104,15 @@ def test_a_change_inside_the_trials_own_noise_is_said_to_be_noise():
         k.within_noise
         and k.describe() == "model.compile False -> True: within noise (1.05-1.05x, 1 pair), memory +1.00 GiB"
     )
+
+
+def test_the_knobs_plot_is_written(tmp_path):
+    from PIL import Image
+
+    from dinox.report.plots import write_plots
+
+    records = study.records(rows())
+    d = decide.decide(records, budget.Budget(days=15, target_images=10**8))
+    (path,) = [p for p in write_plots(d, records, tmp_path) if p.name == "knobs.png"]
+    with Image.open(path) as im:
+        assert im.size[0] > 600 and im.size[1] > 200

@@ -27,7 +27,35 @@ def write_plots(d: Decision, records: list[TrialRecord], out: Path) -> list[Path
     paths = [_throughput_vs_batch(d, records, out / "throughput_vs_batch.png"), _days(d, out / "days_vs_budget.png")]
     if d.loader.knees:
         paths.append(_workers(d, out / "throughput_vs_workers.png"))
+    if any(k.ratio is not None for k in d.knobs):
+        paths.append(_knobs(d, out / "knobs.png"))
     return paths
+
+
+def _knobs(d: Decision, path: Path) -> Path:
+    """One bar per change: its median ratio, a line over its range, grey where it is within noise, and the
+    batches it put out of memory written beside it."""
+    shown = [k for k in d.knobs if k.ratio is not None][:15]
+    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.45 * len(shown) + 1.4)))
+    labels = [_short(f"{k.field} {k.before} -> {k.after}", 55) for k in shown]
+    ratios = [k.ratio for k in shown]
+    colors = ["lightgrey" if k.within_noise else ("tab:green" if k.ratio >= 1 else "tab:red") for k in shown]
+    ax.barh(labels, [r - 1 for r in ratios], left=1, color=colors)  # type: ignore[operator]
+    for i, k in enumerate(shown):
+        ax.hlines(i, min(k.ratios), max(k.ratios), color="black", linewidth=1.5)
+        note = "within noise" if k.within_noise else f"{k.ratio:.2f}x"
+        note += f", {k.pairs} pair{'s' if k.pairs > 1 else ''}"
+        note += "".join(f", {n} {c}" for c, n in sorted(k.statuses.items()))
+        ax.text(max(max(k.ratios), 1.0), i, f"  {note}", va="center", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    hi = max(max(k.ratios) for k in shown)
+    lo = min(min(k.ratios) for k in shown)
+    ax.set_xlim(min(lo, 1.0) - 0.05, max(hi, 1.0) + (hi - min(lo, 1.0)) * 0.6 + 0.1)  # room for the notes
+    ax.set_xlabel(f"ratio of {IPS_P90}, the change over the trial without it (bar: median; line: range over pairs)")
+    ax.set_title("What each knob bought, measured (grey: within the trials' own noise)")
+    ax.invert_yaxis()
+    ax.grid(alpha=0.3, axis="x")
+    return _save(fig, path)
 
 
 def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) -> Path:
