@@ -101,6 +101,9 @@ MEMORY_LIMIT = _tag("trial", "dinox.memory_limit", "how hardware.memory_limit_gb
 MEM_SOURCE = _tag("trial", "dinox.mem_source", "where the peak memory figures came from")
 OPTIMIZER_FUSED = _tag("trial", "dinox.optimizer_fused", "whether the optimizer ran fused kernels")
 PIN_MEMORY_APPLIED = _tag("trial", "dinox.pin_memory_applied", "whether pinned memory was in effect (CUDA only)")
+RUNTIME = _tag(
+    "trial", "dinox.runtime", "the process-wide settings the trial ran with, read back (cudnn, matmul, gc, ...)"
+)
 DEVICE_PREFETCH = _tag("trial", "dinox.device_prefetch", "side_stream or in_series: how the next batch was copied")
 DATA_REPEATS = _tag("trial", "dinox.data_repeats", "a small set seen N times over in one epoch of the window")
 SHARD_LAYOUT = _tag("trial", "dinox.shard_layout", "webdataset shards: png16, raw16 or images")

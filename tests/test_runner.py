@@ -182,3 +182,44 @@ def test_a_decompression_bomb_is_an_error_naming_the_file_with_every_decoder(wri
         assert r.status == "error", (decoder, r.status, r.error)
         assert f"cannot decode {victim}" in r.error and ("50000x50000" in r.error or "bomb" in r.error), r.error
         assert r.metrics.get("peak_mem_reserved_gb", 0) < 2  # never allocated
+
+
+def test_each_runtime_knob_reaches_the_child_and_is_read_back(write_spec, tmp_path, fork_server):
+    """Set in the spec, applied in the forked child where each must be (the allocator's configuration before
+    any allocation, timm's switch before the model), and read back from torch, timm and gc inside the trial."""
+    knobs = (
+        "runtime: {cudnn_benchmark: true, matmul_precision: medium, expandable_segments: true, gc: disabled}\n"
+        "loader: {non_blocking: true}\noptimizer: {set_to_none: false}\n"
+    )
+    spec = TINY.format(name="knobs").replace(
+        "kwargs: {patch_size: 8}", "kwargs: {patch_size: 8}, fused_attention: false"
+    )
+    (set_, unset) = [
+        grid.expand(spec_file.load(write_spec(text, f"{i}.yaml")))[0]
+        for i, text in enumerate((spec + knobs, TINY.format(name="knobs")))
+    ]
+    r = runner.run_trial(set_, tmp_path / "set", server=fork_server).result
+    assert r.status == "ok", r.error
+    assert r.tags["dinox.runtime"].startswith(
+        "cudnn_benchmark=True matmul_precision=medium alloc_conf=expandable_segments:True fused_attention=False "
+        "non_blocking=True set_to_none=False gc_in_windows=disabled gc_frozen_objects=0"
+    ), r.tags["dinox.runtime"]
+    assert set_.spec.flat_params()["runtime.gc"] == "disabled" and "model.fused_attention" in set_.spec.flat_params()
+    r = runner.run_trial(unset, tmp_path / "unset", server=fork_server).result
+    assert r.tags["dinox.runtime"].startswith(
+        "cudnn_benchmark=False matmul_precision=highest alloc_conf=- fused_attention=True non_blocking=False "
+        "set_to_none=True gc_in_windows=enabled gc_frozen_objects=0"
+    ), r.tags["dinox.runtime"]
+    # Left out, the knobs are no params: the trial keeps the id it had before they existed.
+    assert not [
+        k
+        for k in unset.spec.flat_params()
+        if k.startswith("runtime.") or k.endswith(("non_blocking", "set_to_none", "fused_attention"))
+    ]
+
+
+def test_a_frozen_gc_moves_the_trials_objects_out_of_the_collectors_reach(write_spec, tmp_path, fork_server):
+    (trial,) = grid.expand(spec_file.load(write_spec(TINY.format(name="gc") + "runtime: {gc: frozen}\n")))
+    r = runner.run_trial(trial, tmp_path, server=fork_server).result
+    seen = dict(kv.split("=", 1) for kv in r.tags["dinox.runtime"].split())
+    assert seen["gc_in_windows"] == "enabled" and int(seen["gc_frozen_objects"]) > 10_000, seen

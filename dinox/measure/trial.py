@@ -33,7 +33,7 @@ from dinox.data import build_dataset  # noqa: E402
 from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
 from dinox.isolate import lifeline, ranks  # noqa: E402
-from dinox.measure import device, models, objectives  # noqa: E402
+from dinox.measure import device, models, objectives, runtime  # noqa: E402
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
 from dinox.measure.result import PHASE_FILE, TrialResult, describe_exception, is_oom  # noqa: E402
@@ -76,6 +76,9 @@ class TrialRun:
         self.micro_count = 0
         self.last_loss: torch.Tensor | None = None
         self.ddp: Any = None
+        set_to_none = spec.optimizer.set_to_none
+        self.set_to_none = True if set_to_none is None else set_to_none
+        self.runtime_seen: dict[str, str] = {}  # what the gc held during the windows
 
     def measure(self) -> TrialResult:
         if self.on_phase is not None:
@@ -86,8 +89,10 @@ class TrialRun:
         if self.dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.dev)
         self.marks["setup_done"] = time.time()
-        stats = self._loop()
+        with runtime.gc_for_windows(self.spec, self.runtime_seen):
+            stats = self._loop()
         self.marks["measured"] = time.time()
+        self.tags[rec.RUNTIME] = runtime.applied(self.dev, self.non_blocking, self.set_to_none, self.runtime_seen)
         summary = summarize(stats, self.spec.measure, self.spec.model.compile is not False)
         self.metrics.update(summary.metrics)
         self.tags.update(summary.tags)
@@ -112,6 +117,7 @@ class TrialRun:
 
     def _setup_device(self) -> None:
         spec, tags = self.spec, self.tags
+        runtime.before_device(spec)
         self.dev = device.resolve_device(spec.hardware.device)
         if self.distributed is not None:
             self.dev = device.join_world(spec, self.dev, tags)
@@ -119,6 +125,7 @@ class TrialRun:
         total_bytes = device.apply_memory_limit(self.dev, spec.hardware.memory_limit_gb, tags)
         self.metrics[rec.DEVICE_MEM_TOTAL_GB] = total_bytes / GIB
         self.autocast_dtype, self.scaler = device.apply_precision(self.dev, spec.precision, tags)
+        runtime.after_precision(spec)
         # DINO trains a headless backbone; classification labels come from the objective's class count.
         self.num_classes = 0 if spec.objective.kind == "dino" else spec.objective.num_classes  # type: ignore[union-attr]
         self.plan = view_plan(spec)
@@ -155,6 +162,8 @@ class TrialRun:
         self.prep = DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes) if pipeline.images else None
         self.pin = lo.pin_memory and self.dev.type == "cuda"
         self.tags[rec.PIN_MEMORY_APPLIED] = str(self.pin)
+        # Asynchronous copies only from pinned memory (otherwise they are synchronous anyway), unless asked.
+        self.non_blocking = self.pin if lo.non_blocking is None else lo.non_blocking
         iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
         seed = getattr(spec.data, "seed", 0)
         sampler = None
@@ -184,6 +193,7 @@ class TrialRun:
     def _setup_model(self) -> None:
         spec = self.spec
         t = time.time()
+        runtime.before_model(spec)
         model = models.build(spec.model, self.num_classes, self.plan.sizes)
         # The backbone's size is "the model's size" (what decide compares); a DINO head comes on top.
         self.metrics[rec.PARAMS_M] = models.count_params_m(model)
@@ -209,8 +219,7 @@ class TrialRun:
     # --- the step functions the loop calls -------------------------------------------------------------
 
     def _move(self, x: torch.Tensor) -> torch.Tensor:
-        # Asynchronous copies only from pinned memory; otherwise they are synchronous anyway.
-        return self._layout(x.to(self.dev, non_blocking=self.pin))
+        return self._layout(x.to(self.dev, non_blocking=self.non_blocking))
 
     def _layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.spec.model.channels_last and x.dim() == 4 else x
@@ -224,7 +233,7 @@ class TrialRun:
         else:
             images = [self._move(v) for v in images] if isinstance(images, (list, tuple)) else self._move(images)
             images = prep.images(images) if prep is not None else images
-        return images, labels.to(self.dev, non_blocking=self.pin)
+        return images, labels.to(self.dev, non_blocking=self.non_blocking)
 
     def halve(self, batch: Any) -> tuple[Any, int]:
         """The first half of a device batch (each of DINO's views, and the labels), and its size: even where
@@ -261,7 +270,7 @@ class TrialRun:
             self.scaler.update()
         else:
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=self.set_to_none)
         self.objective.after_optimizer_step()
 
     def _copy_ahead(self) -> CopyAhead | None:

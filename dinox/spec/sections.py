@@ -29,7 +29,20 @@ from pydantic_core import PydanticCustomError
 from dinox.spec.base import MAX_BATCH, MAX_IMAGES, MAX_PIXELS, MAX_STEPS, Section, tag_or
 from dinox.spec.data_sources import DataSource, SyntheticData
 from dinox.spec.fields import models_in
-from dinox.spec.roles import BATCH, CONFIG, DECISION, MEASURE, MEMORY, SEARCH, SHAPE, STEER, RoleTable, added, shown
+from dinox.spec.roles import (
+    BATCH,
+    CONFIG,
+    DECISION,
+    MEASURE,
+    MEMORY,
+    SEARCH,
+    SHAPE,
+    STEER,
+    Param,
+    RoleTable,
+    added,
+    shown,
+)
 
 Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -73,6 +86,9 @@ class ModelSpec(Section):
         False, description="false | true | a torch.compile mode"
     )
     channels_last: Annotated[bool, shown(MEMORY)] = False
+    fused_attention: Annotated[bool | None, added(MEMORY)] = Field(
+        None, description="timm's fused attention (F.scaled_dot_product_attention): true / false; null: timm's default"
+    )
 
 
 class ClassificationObjective(Section):
@@ -159,6 +175,9 @@ class OptimizerSpec(Section):
     fused: Annotated[bool | None, shown(MEMORY)] = Field(
         None, description="null: fused kernels where the device supports them"
     )
+    set_to_none: Annotated[bool | None, added(MEMORY)] = Field(
+        None, description="zero_grad(set_to_none=...): false zeroes the gradients in place; null: true (torch)"
+    )
 
 
 class LoaderSpec(Section):
@@ -173,6 +192,11 @@ class LoaderSpec(Section):
         description="copy (and finish on the device) the next micro-batch on a side CUDA stream while the current "
         "one computes, as timm's PrefetchLoader (train.py's default); false: in series on the compute stream, as a "
         "loop that calls .to(device, non_blocking=True) itself",
+    )
+    non_blocking: Annotated[bool | None, added(CONFIG)] = Field(
+        None,
+        description="copies to the device with non_blocking=...; null: as pin_memory (a non-blocking copy "
+        "needs pinned memory to overlap); no effect on a CPU device",
     )
 
 
@@ -280,6 +304,28 @@ def _experiment_name(value: str) -> str:
     return value
 
 
+class RuntimeSpec(Section):
+    """Process-wide settings, applied in the trial's child before the model is built. Left out (the default),
+    nothing is changed and no param is written; each field left null likewise."""
+
+    cudnn_benchmark: Annotated[bool | None, added(CONFIG)] = Field(
+        None, description="torch.backends.cudnn.benchmark; null: true on CUDA (fixed shapes); no effect off CUDA"
+    )
+    matmul_precision: Annotated[Literal["highest", "high", "medium"] | None, added(CONFIG)] = Field(
+        None, description="torch.set_float32_matmul_precision; null: from precision (tf32: high, else highest)"
+    )
+    expandable_segments: Annotated[bool | None, added(MEMORY)] = Field(
+        None,
+        description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:..., set before the first CUDA allocation; "
+        "no effect off CUDA",
+    )
+    gc: Annotated[Literal["enabled", "disabled", "frozen"] | None, added(CONFIG)] = Field(
+        None,
+        description="Python's garbage collector: enabled; disabled during the timed windows; frozen "
+        "(gc.freeze() after setup: the model's objects are never scanned again); null: enabled",
+    )
+
+
 class TrialSpec(Section):
     """One grid point: every knob single-valued."""
 
@@ -295,6 +341,7 @@ class TrialSpec(Section):
     data: DataSource = SyntheticData()
     hardware: HardwareSpec = HardwareSpec()
     measure: MeasureSpec = MeasureSpec()
+    runtime: RuntimeSpec | None = None
     budget: Annotated[BudgetSpec | None, DECISION] = None
 
     @property
@@ -335,12 +382,13 @@ class TrialSpec(Section):
 
 
 def _drop_absent_sections(model: BaseModel, data: dict[str, Any]) -> None:
-    """An optional section left out (data.augment: null) is no param at all: adding one to the spec leaves the
-    ids of the trials that do not use it as they were."""
+    """An optional section left out (data.augment: null), or a knob added later left null, is no param at all:
+    adding one to the spec leaves the ids and params of the trials that do not use it as they were."""
     for name, info in type(model).model_fields.items():
         value = getattr(model, name)
-        if value is None and models_in(info.annotation):
-            data.pop(name, None)
+        marker = next((m for m in info.metadata if isinstance(m, Param)), None)
+        if value is None and (models_in(info.annotation) or (marker is not None and marker.added)):
+            data.pop(name, None)  # a knob added later, left unset, is no param either
         elif isinstance(value, BaseModel):
             _drop_absent_sections(value, data[name])
 
