@@ -421,3 +421,21 @@ def test_under_mlflow_run_a_refusal_explains_its_failed_run_and_a_stop_says_what
         str(SweepStopped("interrupted by SIGINT", 1))
         == "interrupted by SIGINT; the trial in flight and the sweep are marked KILLED"
     )
+
+
+def test_a_ladder_sweep_ends_with_its_table(tmp_path):
+    (tmp_path / "l.yaml").write_text(
+        TINY.format(name="ladder") + "sweep:\n  ladder:\n    - {model.channels_last: true}\n    - {batch.size: 8}\n"
+    )
+    proc = run_dinox(["run", "l.yaml", "--no-system-metrics"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index("ablation ladder (each rung adds its change to the ones above):")
+    head, base, first, second = lines[start + 1 : start + 5]
+    assert head.split() == ["rung", "change", "img/s", "(p90", "step)", "step", "speedup", "cumulative", "peak", "GiB"]
+    assert base.split()[:2] == ["0", "base"] and base.split()[3:5] == ["-", "-"]
+    assert first.split()[:2] == ["1", "model.channels_last=True"] and first.split()[3].endswith("x")
+    assert second.split()[:2] == ["2", "batch.size=8"] and second.split()[4].endswith("x")
+    # The cumulative speedup is the rung's figure over the base's, as printed.
+    ips = [float(ln.split()[2]) for ln in (base, first, second)]
+    assert float(second.split()[4].rstrip("x")) == pytest.approx(ips[2] / ips[0], abs=0.01)

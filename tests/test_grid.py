@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from dinox.plan import grid
 from dinox.spec import file as spec_file
 
@@ -102,3 +104,49 @@ def test_run_names_keep_the_varied_values_short(write_spec):
     assert trials[0].label == "size=48 accumulation=4 num_workers=0 pin_memory=True"
     assert trials[0].run_name == "1 bs=48 acc=4 w=0 pin=True"
     assert trials[11].run_name == "12 bs=64 acc=4 w=4 pin=False"
+
+
+LADDER = """\
+name: l
+model: {name: resnet18}
+sweep:
+  ladder:
+    - {model.channels_last: true}
+    - {precision: bf16-mixed, batch.size: 16}
+    - {batch.size: 32}
+"""
+
+
+def test_a_ladder_applies_its_changes_cumulatively_one_trial_per_rung(write_spec):
+    trials = grid.expand(spec_file.load(write_spec(LADDER)))
+    assert [t.overrides for t in trials] == [
+        {},
+        {"model.channels_last": True},
+        {"model.channels_last": True, "precision": "bf16-mixed", "batch.size": 16},
+        {"model.channels_last": True, "precision": "bf16-mixed", "batch.size": 32},
+    ]
+    assert trials[0].spec.model.channels_last is False and trials[3].spec.batch.size == 32
+    assert grid.count(spec_file.load(write_spec(LADDER))) == 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("  cases:\n    - {batch.size: 8}\n", "spec.yaml:4: sweep.ladder: a ladder is its own sweep form"),
+        ("  grid:\n    batch.size: [8, 16]\n", "spec.yaml:6: sweep.ladder[1]: batch.size is also swept by sweep.grid"),
+    ],
+)
+def test_a_ladder_is_refused_beside_cases_and_where_the_grid_sweeps_its_field(write_spec, extra, message):
+    from dinox.spec.file import SpecError
+
+    with pytest.raises(SpecError) as e:
+        spec_file.load(write_spec(LADDER + extra))
+    assert message in str(e.value), str(e.value)
+
+
+def test_a_bad_rung_is_named_at_its_line(write_spec):
+    from dinox.spec.file import SpecError
+
+    with pytest.raises(SpecError) as e:
+        grid.expand(spec_file.load(write_spec(LADDER.replace("{batch.size: 32}", "{loader.num_wrkers: 2}"))))
+    assert "spec.yaml:7: sweep.ladder[2]['loader.num_wrkers']" in str(e.value), str(e.value)

@@ -78,19 +78,36 @@ def trial_id(spec: TrialSpec) -> str:
 
 
 def points(doc: SpecDocument) -> list[tuple[dict[str, Any], dict[str, tuple[str, ...]]]]:
-    """Every sweep point as (overrides, where each override is written in the file)."""
+    """Every sweep point as (overrides, where each override is written in the file). A ladder's rungs take the
+    place of cases: rung k holds the base with the first k changes applied, later ones winning."""
     grid = doc.sweep.grid
     keys = list(grid)
-    cases = doc.sweep.cases or [{}]
+    cases = (
+        rungs(doc)
+        if doc.sweep.ladder
+        else [
+            (case, {k: ("sweep", "cases", str(ci), k) for k in case}) for ci, case in enumerate(doc.sweep.cases or [{}])
+        ]
+    )
     out = []
-    for ci, case in enumerate(cases):
+    for case, case_where in cases:
         for combo in itertools.product(*(grid[k] for k in keys)):
-            overrides = dict(case)
-            where = {k: ("sweep", "cases", str(ci), k) for k in case}
+            overrides, where = dict(case), dict(case_where)
             for k, v in zip(keys, combo, strict=True):
                 overrides[k] = v
                 where[k] = ("sweep", "grid", k)
             out.append((overrides, where))
+    return out
+
+
+def rungs(doc: SpecDocument) -> list[tuple[dict[str, Any], dict[str, tuple[str, ...]]]]:
+    """The ladder's rungs, the base first, each with where its values are written."""
+    out: list[tuple[dict[str, Any], dict[str, tuple[str, ...]]]] = [({}, {})]
+    for i, change in enumerate(doc.sweep.ladder):
+        values, where = dict(out[-1][0]), dict(out[-1][1])
+        for k, v in change.items():
+            values[k], where[k] = v, ("sweep", "ladder", str(i), k)
+        out.append((values, where))
     return out
 
 
@@ -108,7 +125,7 @@ def set_path(mapping: dict[str, Any], dotted: str, value: Any) -> None:
 
 def count(doc: SpecDocument) -> int:
     """How many trials the sweep expands to, without expanding it."""
-    n = max(1, len(doc.sweep.cases))
+    n = len(doc.sweep.ladder) + 1 if doc.sweep.ladder else max(1, len(doc.sweep.cases))
     for values in doc.sweep.grid.values():
         n *= len(values)
     return n

@@ -228,11 +228,30 @@ def _check_sweep_paths(doc: SpecDocument) -> None:
                     doc.line_of(("sweep", "cases", str(i))),
                 )
             )
+    if doc.sweep.ladder and doc.sweep.cases:
+        problems.append(
+            Problem(
+                "sweep.ladder",
+                "a ladder is its own sweep form: give sweep.cases or sweep.ladder, not both",
+                doc.line_of(("sweep", "ladder")),
+            )
+        )
+    for i, change in enumerate(doc.sweep.ladder):
+        located += [(k, ("sweep", "ladder", str(i), k)) for k in change]
+        both = sorted(grid_keys & set(change))
+        if both:
+            problems.append(
+                Problem(
+                    f"sweep.ladder[{i}]",
+                    f"{', '.join(both)} is also swept by sweep.grid; sweep it in one place",
+                    doc.line_of(("sweep", "ladder", str(i))),
+                )
+            )
     for dotted, where in located:
         head = dotted.split(".")[0]
         message = f"{head} cannot be swept" if head in ("sweep", "name") else path_problem(TrialSpec, dotted)
         if message:
-            section = "sweep.grid" if where[1] == "grid" else f"sweep.cases[{where[2]}]"
+            section = "sweep.grid" if where[1] == "grid" else f"sweep.{where[1]}[{where[2]}]"
             problems.append(Problem(f"{section}[{dotted!r}]", message, doc.line_of(where)))
     if problems:
         raise SpecError(doc.path, problems)

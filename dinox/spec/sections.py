@@ -292,6 +292,11 @@ class SweepSpec(Section):
     cases: list[Annotated[dict[str, JsonValue], Field(min_length=1)]] = Field(
         default_factory=list, description="values that change together; crossed with grid"
     )
+    ladder: list[Annotated[dict[str, JsonValue], Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="an ablation ladder: changes applied cumulatively to the base, one trial per rung (the first: "
+        "the base itself); crossed with grid, not with cases",
+    )
 
 
 _NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,99}")

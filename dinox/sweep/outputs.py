@@ -14,6 +14,7 @@ from dinox import record as rec
 from dinox.measure.result import TrialResult
 from dinox.plan.grid import Trial
 from dinox.store import descriptions
+from dinox.store.trial_record import IPS_P90
 from dinox.sweep.journal import WorkdirError
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
@@ -159,3 +160,38 @@ def write_sweep_files(sweep_dir: Path, spec_text: str, trials: list[Trial]) -> N
         (sweep_dir / "spec.normalized.yaml").write_text(yaml.safe_dump(normalized, sort_keys=False))
     except OSError as e:
         raise WorkdirError(e.errno, f"cannot write {sweep_dir}: {e.strerror or e}") from e
+
+
+def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]]) -> list[str]:
+    """An ablation ladder as the field reports' tables should have been: each rung's change, its p90-step
+    figure, the speedup over the rung before and over the base, and its peak memory, all measured."""
+    by_index = {int(r["index"]): r for r in rows}  # type: ignore[call-overload]
+    head = ["rung", "change", IPS_P90, "step speedup", "cumulative", "peak GiB"]
+    table: list[list[str]] = []
+    base = before = None
+    for i in range(len(ladder) + 1):
+        change = "base" if i == 0 else " ".join(f"{k}={v}" for k, v in ladder[i - 1].items())
+        r = by_index.get(i)
+        ips = _p90(r) if r is not None and r["status"] == "ok" else None
+        if r is None:
+            cells = ["(recorded earlier)", "", "", ""]
+        elif ips is None:
+            cells = [str(r["status"]), "-", "-", "-"]
+        else:
+            step = f"{ips / before:.2f}x" if before else "-"
+            total = f"{ips / base:.2f}x" if base else "-"
+            peak = r.get(rec.PEAK_MEM_RESERVED_GB)
+            cells = [f"{ips:.1f}", step, total, f"{float(peak):.2f}" if peak is not None else "-"]  # type: ignore[arg-type]
+        base = base if base is not None or i else ips
+        before = ips
+        table.append([str(i), change, *cells])
+    widths = [max(len(h), *(len(row[c]) for row in table)) for c, h in enumerate(head)]
+    lines = ["ablation ladder (each rung adds its change to the ones above):"]
+    lines += ["  " + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    return lines
+
+
+def _p90(r: dict[str, object]) -> float | None:
+    step, images = r.get(rec.STEP_S_P90), r.get("batch.effective")
+    return float(images) / float(step) if step and images else None  # type: ignore[arg-type]

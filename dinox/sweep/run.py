@@ -41,7 +41,7 @@ from dinox.sweep.flights import Flights, InFlight
 from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_raise
 from dinox.sweep.journal import Journal, WorkdirError
 from dinox.sweep.lanes import Lane, Lanes, Stopping, side_by_side
-from dinox.sweep.outputs import FINAL, SweepReport, describe, row, write_csv, write_sweep_files
+from dinox.sweep.outputs import FINAL, SweepReport, describe, ladder_lines, row, write_csv, write_sweep_files
 from dinox.sweep.progress import Progress
 from dinox.sweep.prune import Pruner
 
@@ -147,6 +147,9 @@ class Sweep:
             e.killed = end.abort(self, "FAILED", f"the sweep stopped: {e}")  # type: ignore[attr-defined]
             raise
         end.finish(self)
+        if self.doc.sweep.ladder and not self.doc.sweep.grid:
+            for line in ladder_lines(self.doc.sweep.ladder, self.report.rows):
+                self.echo(line)
         return self.report
 
     def _setup_store(self) -> None:
