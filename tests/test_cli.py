@@ -423,19 +423,42 @@ def test_under_mlflow_run_a_refusal_explains_its_failed_run_and_a_stop_says_what
     )
 
 
-def test_a_ladder_sweep_ends_with_its_table(tmp_path):
-    (tmp_path / "l.yaml").write_text(
-        TINY.format(name="ladder") + "sweep:\n  ladder:\n    - {model.channels_last: true}\n    - {batch.size: 8}\n"
+def test_a_ladder_of_runtime_knobs_reaches_each_child_and_ends_with_its_table(tmp_path):
+    """One sweep, three forked trials: the base (every knob left out: no param, the defaults read back), a rung
+    that sets every knob (each applied where it must be, read back from torch, timm and gc inside the trial),
+    and one that freezes the collector; `dinox run` ends with the ladder's table."""
+    every = (
+        "{runtime.cudnn_benchmark: true, runtime.matmul_precision: medium, runtime.expandable_segments: true, "
+        "runtime.gc: disabled, loader.non_blocking: true, optimizer.set_to_none: false, model.fused_attention: false}"
     )
+    ladder = f"sweep:\n  ladder:\n    - {every}\n    - {{runtime.gc: frozen}}\n"
+    (tmp_path / "l.yaml").write_text(TINY.format(name="ladder") + ladder)
     proc = run_dinox(["run", "l.yaml", "--no-system-metrics"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    base, knobs, frozen = sorted(runs, key=lambda r: int(r.data.tags["dinox.trial_index"]))
+    assert base.data.tags["dinox.runtime"].startswith(
+        "cudnn_benchmark=False matmul_precision=highest alloc_conf=- fused_attention=True non_blocking=False "
+        "set_to_none=True gc_in_windows=enabled gc_frozen_objects=0"
+    ), base.data.tags["dinox.runtime"]
+    assert not [p for p in base.data.params if p.startswith("runtime.") or p.endswith(("_blocking", "_to_none"))]
+    assert knobs.data.tags["dinox.runtime"].startswith(
+        "cudnn_benchmark=True matmul_precision=medium alloc_conf=expandable_segments:True fused_attention=False "
+        "non_blocking=True set_to_none=False gc_in_windows=disabled gc_frozen_objects=0"
+    ), knobs.data.tags["dinox.runtime"]
+    seen = dict(kv.split("=", 1) for kv in frozen.data.tags["dinox.runtime"].split())
+    assert seen["gc_in_windows"] == "enabled" and int(seen["gc_frozen_objects"]) > 10_000, seen
+    assert frozen.data.params["runtime.gc"] == "frozen" and frozen.data.params["runtime.cudnn_benchmark"] == "True"
+
     lines = proc.stdout.splitlines()
     start = lines.index("ablation ladder (each rung adds its change to the ones above):")
-    head, base, first, second = lines[start + 1 : start + 5]
+    head, first, second, third = lines[start + 1 : start + 5]
     assert head.split() == ["rung", "change", "img/s", "(p90", "step)", "step", "speedup", "cumulative", "peak", "GiB"]
-    assert base.split()[:2] == ["0", "base"] and base.split()[3:5] == ["-", "-"]
-    assert first.split()[:2] == ["1", "model.channels_last=True"] and first.split()[3].endswith("x")
-    assert second.split()[:2] == ["2", "batch.size=8"] and second.split()[4].endswith("x")
+    assert first.split()[:2] == ["0", "base"] and first.split()[3:5] == ["-", "-"]
+    assert second.split()[:2] == ["1", "runtime.cudnn_benchmark=True"] and third.split()[:2] == [
+        "2",
+        "runtime.gc=frozen",
+    ]
     # The cumulative speedup is the rung's figure over the base's, as printed.
-    ips = [float(ln.split()[2]) for ln in (base, first, second)]
-    assert float(second.split()[4].rstrip("x")) == pytest.approx(ips[2] / ips[0], abs=0.01)
+    ips = [float(ln.split()[-4]) for ln in (first, second, third)]
+    assert float(third.split()[-2].rstrip("x")) == pytest.approx(ips[2] / ips[0], abs=0.01)
