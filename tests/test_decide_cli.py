@@ -94,6 +94,7 @@ def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
         "decision.json",
         "throughput_vs_batch.png",
         "days_vs_budget.png",
+        "knobs.png",  # the study varies batch, accumulation and checkpointing: what each bought
     }
     # The run's Description in the UI: a sentence and a Markdown table the UI wraps (a monospace block of the
     # terminal summary was cut at the right edge), names inert.
@@ -105,7 +106,7 @@ def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
     assert "| model | img/s (p90 step) | img/s (p50 step) | days | verdict |" in note.splitlines()
     assert any(ln.startswith("| vit\\_large\\_patch14\\_dinov2") and ln.endswith("| GO |") for ln in note.splitlines())
     page = (work / "go" / "report.html").read_text()
-    assert page.startswith("<!DOCTYPE html>") and page.count('src="data:image/png;base64,') == 2
+    assert page.startswith("<!DOCTYPE html>") and page.count('src="data:image/png;base64,') == 3  # with knobs.png
     assert "<table>" in page and "Proceed with <strong>vit_large_patch14_dinov2" in page
 
 

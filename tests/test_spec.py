@@ -213,3 +213,13 @@ def test_dinox_and_mlflow_agree_on_which_param_names_mlflow_takes(name):
     except MlflowException:
         mlflow_takes = False
     assert (param_problem(name, "v") == "") == mlflow_takes, name
+
+
+def test_a_key_that_looks_like_a_union_tag_is_named_not_a_traceback(write_spec):
+    """Found by the fuzz corpus: a top-level key with brackets (`"x[0]  cases": ...`) left no field path, and
+    the unknown-field message indexed into it: IndexError, exit 1."""
+    from dinox.plan import grid
+
+    with pytest.raises(spec_file.SpecError) as e:
+        grid.expand(spec_file.load(write_spec('name: s\nmodel: {name: resnet18}\n"x[0]  cases": [1]\n')))
+    assert "x[0]  cases: unknown field" in str(e.value), str(e.value)

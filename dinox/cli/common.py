@@ -28,8 +28,9 @@ def show_error(e: DinoxError) -> None:
 def load_trials(
     path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()
 ) -> tuple[SpecDocument, list[Trial]]:
-    """The spec (with any --set overrides) and its trials, or exit 2 with one line per problem. With preflight,
-    also the model names and data files (this imports timm, so it is kept to the commands that need it)."""
+    """The spec (with any --set overrides) and its trials; raises SpecError (one line per problem, a problem
+    from a --set naming it), which the command group prints with exit 2. With preflight, also the model names
+    and data files (this imports timm, so it is kept to the commands that need it)."""
     from dinox.plan import grid
     from dinox.spec import file as spec_file
     from dinox.spec import overrides

@@ -109,7 +109,9 @@ def field_problems(err: ValidationError, root: Any) -> list[FieldProblem]:
     """pydantic errors as field problems: one per field, with a did-you-mean for unknown keys and the value."""
     grouped: dict[tuple[str, ...], tuple[list[str], Any]] = {}
     for e in err.errors(include_url=False):
-        loc = _clean_loc(root, tuple(str(p) for p in e["loc"]))
+        raw = tuple(str(p) for p in e["loc"])
+        # A key of the user's own that looks like a union tag ("x[0]" at the top) is still the key at fault.
+        loc = _clean_loc(root, raw) or raw[-1:]
         message = e["msg"]
         if e["type"] == "extra_forbidden":
             owner = _model_fields_at(root, loc[:-1])
