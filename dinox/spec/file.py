@@ -217,17 +217,6 @@ def _check_sweep_paths(doc: SpecDocument) -> None:
     problems: list[Problem] = []
     grid_keys = set(doc.sweep.grid)
     located: list[tuple[str, tuple[str, ...]]] = [(k, ("sweep", "grid", k)) for k in doc.sweep.grid]
-    for i, case in enumerate(doc.sweep.cases):
-        located += [(k, ("sweep", "cases", str(i), k)) for k in case]
-        both = sorted(grid_keys & set(case))
-        if both:
-            problems.append(
-                Problem(
-                    f"sweep.cases[{i}]",
-                    f"{', '.join(both)} is also swept by sweep.grid; sweep it in one place",
-                    doc.line_of(("sweep", "cases", str(i))),
-                )
-            )
     if doc.sweep.ladder and doc.sweep.cases:
         problems.append(
             Problem(
@@ -236,17 +225,12 @@ def _check_sweep_paths(doc: SpecDocument) -> None:
                 doc.line_of(("sweep", "ladder")),
             )
         )
-    for i, change in enumerate(doc.sweep.ladder):
-        located += [(k, ("sweep", "ladder", str(i), k)) for k in change]
-        both = sorted(grid_keys & set(change))
-        if both:
-            problems.append(
-                Problem(
-                    f"sweep.ladder[{i}]",
-                    f"{', '.join(both)} is also swept by sweep.grid; sweep it in one place",
-                    doc.line_of(("sweep", "ladder", str(i))),
-                )
-            )
+    for form, entries in (("cases", doc.sweep.cases), ("ladder", doc.sweep.ladder)):
+        for i, entry in enumerate(entries):
+            located += [(k, ("sweep", form, str(i), k)) for k in entry]
+            if both := sorted(grid_keys & set(entry)):
+                message = f"{', '.join(both)} is also swept by sweep.grid; sweep it in one place"
+                problems.append(Problem(f"sweep.{form}[{i}]", message, doc.line_of(("sweep", form, str(i)))))
     for dotted, where in located:
         head = dotted.split(".")[0]
         message = f"{head} cannot be swept" if head in ("sweep", "name") else path_problem(TrialSpec, dotted)
