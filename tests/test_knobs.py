@@ -116,3 +116,14 @@ def test_the_knobs_plot_is_written(tmp_path):
     (path,) = [p for p in write_plots(d, records, tmp_path) if p.name == "knobs.png"]
     with Image.open(path) as im:
         assert im.size[0] > 600 and im.size[1] > 200
+
+
+def test_named_values_pair_in_the_order_the_sweep_ran_them():
+    """A ladder's fp32 rung before its bf16-mixed rung reads `fp32 -> bf16-mixed` (alphabetical order read it
+    backwards, `bf16-mixed -> fp32: 0.67x`)."""
+    fp32, bf16 = _row(False, False, "32"), _row(False, False, "bf16-mixed")
+    fp32["params"]["precision"] = "fp32"
+    for i, r in enumerate((fp32, bf16)):
+        r["tags"]["dinox.trial_index"] = str(i)
+    (k,) = knobs.knob_effects(study.records([bf16, fp32]))
+    assert (k.before, k.after) == ("fp32", "bf16-mixed") and k.ratio == pytest.approx(2.0)

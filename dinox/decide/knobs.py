@@ -145,23 +145,29 @@ def _groups_without(records: list[TrialRecord], name: str) -> list[list[TrialRec
 
 
 def _pairs(group: list[TrialRecord], name: str) -> list[Pair]:
-    """Within trials equal but for `name`, each pair of values in order (False before True, 8 before 16, the
-    values as the sweep listed them otherwise): one trial per value, the latest where a value repeats."""
+    """Within trials equal but for `name`, each pair of values in order (False before True, 8 before 16, other
+    values in the order the sweep ran them: fp32 before bf16-mixed on a ladder): one trial per value, the
+    latest where a value repeats."""
     by_value: dict[str, TrialRecord] = {}
+    first: dict[str, int] = {}
     for r in group:
-        by_value[r.params[name]] = r
-    values = sorted(by_value, key=_order)
+        value = r.params[name]
+        by_value[value] = r
+        tag = r.tags.get(rec.TRIAL_INDEX, "")
+        index = int(tag) if tag.isdigit() else 1 << 30
+        first[value] = min(first.get(value, index), index)
+    values = sorted(by_value, key=lambda v: _order(v, first[v]))
     return [Pair(by_value[b], by_value[a]) for i, b in enumerate(values) for a in values[i + 1 :]]
 
 
-def _order(value: str) -> tuple[int, float, str]:
+def _order(value: str, first_index: int) -> tuple[int, float, str]:
     low = value.strip().lower()
     if low in ("false", "true"):
         return (0, float(low == "true"), "")
     try:
         return (1, float(value), "")
     except ValueError:
-        return (2, 0.0, value)
+        return (2, float(first_index), value)
 
 
 def _add(effect: KnobEffect, pair: Pair) -> None:
