@@ -3,5 +3,7 @@
 - ``budget``: the schedule and the days and money it must fit in; ``verdict``: the verdict per model and the
   decision; ``money``: what a schedule costs and what would change the answer.
 - ``grouping``: trials grouped by model and by the params that bound memory; ``checks``: predicted against
-  measured memory, scaling across devices; ``loader_findings``: the worker knee and pinned-memory pairs.
+  measured memory, scaling across devices; ``loader_findings``: the worker knee and pinned-memory pairs;
+  ``knobs``: what each varied param bought, from the pairs of trials equal in everything else.
+- ``types``: the verdict's types (the policy, a candidate trial, a model's verdict).
 """

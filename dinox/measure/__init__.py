@@ -3,7 +3,8 @@
 - ``trial``: the child's entry (``python -m dinox.measure.trial``): builds model, data and step, measures,
   writes a ``result.TrialResult``. ``estimate``: the meta-device estimate child (parameters, FLOPs, saved
   activations).
-- ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes.
+- ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes;
+  ``runtime``: the spec's process-wide settings applied and read back.
 - ``loop``: the timed step loop; ``batches`` the loader as the loop sees it; ``ahead`` the next batch copied
   ahead; ``timeline`` the device's own clock; ``windows`` what the loop measures as plain records.
 - ``step_metrics``: those records as the trial's metrics; ``bound``: what holds the step back, and why.

@@ -43,6 +43,7 @@ from dinox.spec.roles import (
     added,
     shown,
 )
+from dinox.spec.runtime import RuntimeSpec
 
 Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -307,28 +308,6 @@ def _experiment_name(value: str) -> str:
     if not _NAME.fullmatch(value):
         raise PydanticCustomError("experiment_name", "1 to 100 letters, digits, '_', '.' or '-', not starting with '.'")
     return value
-
-
-class RuntimeSpec(Section):
-    """Process-wide settings, applied in the trial's child before the model is built. Left out (the default),
-    nothing is changed and no param is written; each field left null likewise."""
-
-    cudnn_benchmark: Annotated[bool | None, added(CONFIG)] = Field(
-        None, description="torch.backends.cudnn.benchmark; null: true on CUDA (fixed shapes); no effect off CUDA"
-    )
-    matmul_precision: Annotated[Literal["highest", "high", "medium"] | None, added(CONFIG)] = Field(
-        None, description="torch.set_float32_matmul_precision; null: from precision (tf32: high, else highest)"
-    )
-    expandable_segments: Annotated[bool | None, added(MEMORY)] = Field(
-        None,
-        description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:..., set before the first CUDA allocation; "
-        "no effect off CUDA",
-    )
-    gc: Annotated[Literal["enabled", "disabled", "frozen"] | None, added(CONFIG)] = Field(
-        None,
-        description="Python's garbage collector: enabled; disabled during the timed windows; frozen "
-        "(gc.freeze() after setup: the model's objects are never scanned again); null: enabled",
-    )
 
 
 class TrialSpec(Section):
