@@ -127,3 +127,21 @@ def test_named_values_pair_in_the_order_the_sweep_ran_them():
         r["tags"]["dinox.trial_index"] = str(i)
     (k,) = knobs.knob_effects(study.records([bf16, fp32]))
     assert (k.before, k.after) == ("fp32", "bf16-mixed") and k.ratio == pytest.approx(2.0)
+
+
+def test_a_param_swept_over_many_values_gives_a_row_per_step_not_per_pair():
+    """5,000 records over 2,500 image sizes gave 3.1 million rows in 54 s (every pair of values); neighbours
+    only: one row per step between sizes, plus compile's."""
+    rows = []
+    for i in range(1000):
+        for c in (False, True):
+            r = _row(c, False, "32")
+            r["params"]["model.img_size"], r["run_id"] = str(32 + i), f"{i}-{c}"
+            rows.append(r)
+    effects = knobs.knob_effects(study.records(rows))
+    sizes = [k for k in effects if k.field == "model.img_size"]
+    assert len(sizes) == 999 and {(k.before, k.after) for k in sizes[:1]} <= {
+        (str(32 + i), str(33 + i)) for i in range(999)
+    }
+    (compile_,) = [k for k in effects if k.field == "model.compile"]
+    assert compile_.pairs == 1000

@@ -18,6 +18,7 @@ from dinox import record as rec
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord
 
+MAX_COMBINED = 500  # trials of one group compared pairwise for the combinations (a sweep has far fewer)
 DERIVED = "batch.effective"  # follows batch.size x accumulation: never a knob of its own
 # Where the trials say nothing of their own noise (one window each), a change this small is called noise.
 DEFAULT_NOISE = 0.02
@@ -102,17 +103,26 @@ def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[
     effects were measured in (and in nothing else): what they did together, against the product."""
     single = {(k.field, k.before, k.after): k.ratio for k in effects if k.ratio is not None}
     fields = sorted({k.field for k in effects})
-    ok = [r for r in records if r.status == "ok" and _ips(r)]
     found: dict[tuple[str, ...], Combination] = {}
-    for a in ok:
-        for b in ok:
-            diff = [f for f in fields if a.params.get(f) != b.params.get(f)]
-            keys = [(f, a.params.get(f, ""), b.params.get(f, "")) for f in diff]
-            if len(diff) < 2 or not all(k in single for k in keys) or not _same_else(a, b, diff):
-                continue
-            changes = tuple(f"{f} {x} -> {y}" for f, x, y in keys)
-            product = math.prod(single[k] for k in keys)  # type: ignore[misc]
-            found.setdefault(changes, Combination(changes, _ips(b) / _ips(a), product))  # type: ignore[operator]
+    # Only trials equal in every param but the varied ones can pair: grouped first, so a store of thousands
+    # of trials is never compared all against all.
+    groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
+    for r in records:
+        if r.status == "ok" and _ips(r):
+            rest = sorted(
+                (k, v) for k, v in r.params.items() if k not in fields and k != DERIVED and ROLES.describes(k)
+            )
+            groups[(tuple(rest), r.tags.get(rec.DEVICE_NAME, ""))].append(r)
+    for ok in groups.values():
+        for a in ok[:MAX_COMBINED]:
+            for b in ok[:MAX_COMBINED]:
+                diff = [f for f in fields if a.params.get(f) != b.params.get(f)]
+                keys = [(f, a.params.get(f, ""), b.params.get(f, "")) for f in diff]
+                if len(diff) < 2 or not all(k in single for k in keys) or not _same_else(a, b, diff):
+                    continue
+                changes = tuple(f"{f} {x} -> {y}" for f, x, y in keys)
+                product = math.prod(single[k] for k in keys)  # type: ignore[misc]
+                found.setdefault(changes, Combination(changes, _ips(b) / _ips(a), product))  # type: ignore[operator]
     return sorted(found.values(), key=lambda c: (-len(c.changes), c.changes))
 
 
@@ -145,9 +155,10 @@ def _groups_without(records: list[TrialRecord], name: str) -> list[list[TrialRec
 
 
 def _pairs(group: list[TrialRecord], name: str) -> list[Pair]:
-    """Within trials equal but for `name`, each pair of values in order (False before True, 8 before 16, other
-    values in the order the sweep ran them: fp32 before bf16-mixed on a ladder): one trial per value, the
-    latest where a value repeats."""
+    """Within trials equal but for `name`, each value and the next in order (False then True, 8 then 16 then
+    32, other values in the order the sweep ran them: fp32 then bf16-mixed on a ladder): one trial per value,
+    the latest where a value repeats. Neighbours only: a param swept over many values gives a row per step,
+    not one per pair of values (5,000 hostile records would give millions)."""
     by_value: dict[str, TrialRecord] = {}
     first: dict[str, int] = {}
     for r in group:
@@ -157,7 +168,7 @@ def _pairs(group: list[TrialRecord], name: str) -> list[Pair]:
         index = int(tag) if tag.isdigit() else 1 << 30
         first[value] = min(first.get(value, index), index)
     values = sorted(by_value, key=lambda v: _order(v, first[v]))
-    return [Pair(by_value[b], by_value[a]) for i, b in enumerate(values) for a in values[i + 1 :]]
+    return [Pair(by_value[b], by_value[a]) for b, a in zip(values, values[1:], strict=False)]
 
 
 def _order(value: str, first_index: int) -> tuple[int, float, str]:

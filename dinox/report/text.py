@@ -103,6 +103,9 @@ def _cell(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
+MAX_KNOB_ROWS = 30  # the biggest effects; decision.json keeps every row
+
+
 def _knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list[str]:
     """The breakdown the field reports guessed at, measured: each varied param, what changing it did."""
     if not knobs:
@@ -117,12 +120,14 @@ def _knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list
         "| change | ratio | range | pairs | peak memory | status changes |",
         "|---|---|---|---|---|---|",
     ]
-    for k in knobs:
+    for k in knobs[:MAX_KNOB_ROWS]:
         ratio = "within noise" if k.within_noise else (f"{k.ratio:.2f}x" if k.ratio is not None else "-")
         span = f"{min(k.ratios):.2f}-{max(k.ratios):.2f}x" if k.ratios else "-"
         memory = f"{k.memory:+.2f} GiB" if k.memory is not None else "-"
         statuses = ", ".join(f"{n} {c}" for c, n in sorted(k.statuses.items())) or "-"
         out.append(f"| `{k.field}` {k.before} -> {k.after} | {ratio} | {span} | {k.pairs} | {memory} | {statuses} |")
+    if len(knobs) > MAX_KNOB_ROWS:
+        out += ["", f"... and {len(knobs) - MAX_KNOB_ROWS} smaller changes (decision.json has them all)."]
     if combined:
         out += [
             "",
