@@ -72,14 +72,14 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
         "",
     ]
     # Ranked as `dinox decide` ranks: by the p90-step figure (images per optimizer step / p90 step time).
-    ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -(_p90_ips(r) or 0.0)))
-    if ranked and (best := ranked[0])["status"] == "ok" and (p90 := _p90_ips(best)) is not None:
+    ranked = sorted(rows, key=lambda r: (r["status"] != "ok", -(p90_images_per_s(r) or 0.0)))
+    if ranked and (best := ranked[0])["status"] == "ok" and (p90 := p90_images_per_s(best)) is not None:
         steady = "its timed windows unsettled" if str(best.get("unstable")) == "true" else "its timed windows agreed"
         lines += [f"Best: **{best['label']}**, {p90:.1f} {IPS_P90}, {best.get('bound') or '-'}, {steady}.", ""]
     lines += [f"| # | trial | {IPS_P90} | {IPS_WINDOWS} | bound | peak GiB |", "|---|---|---|---|---|---|"]
     for i, r in enumerate(ranked, 1):
         ok = r["status"] == "ok" and rec.IMAGES_PER_S in r
-        p90 = _p90_ips(r)
+        p90 = p90_images_per_s(r)
         p90_text = f"{p90:.1f}" if ok and p90 is not None else "-" if ok else f"{r['status']}: {_cut(r)}"
         ips = f"{float(r[rec.IMAGES_PER_S]):.1f}" if ok else "-"
         if ok and str(r.get("unstable")) == "true" and rec.WINDOW_SPREAD in r:
@@ -91,8 +91,9 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     return "\n".join(lines)
 
 
-def _p90_ips(r: dict[str, Any]) -> float | None:
-    """The conservative figure decide plans with: images per optimizer step / p90 step time."""
+def p90_images_per_s(r: dict[str, Any]) -> float | None:
+    """A result row's conservative figure, the one decide plans with: images per optimizer step / p90 step
+    time (the parent's table and the ladder's read it)."""
     step, images = r.get(rec.STEP_S_P90), r.get("batch.effective")
     if step is None or images is None or not float(step) > 0:
         return None

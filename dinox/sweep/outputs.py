@@ -172,7 +172,7 @@ def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]])
     for i in range(len(ladder) + 1):
         change = "base" if i == 0 else " ".join(f"{k}={v}" for k, v in ladder[i - 1].items())
         r = by_index.get(i)
-        ips = _p90(r) if r is not None and r["status"] == "ok" else None
+        ips = descriptions.p90_images_per_s(r) if r is not None and r["status"] == "ok" else None
         if r is None:
             cells = ["(recorded earlier)", "", "", ""]
         elif ips is None:
@@ -190,8 +190,3 @@ def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]])
     lines += ["  " + "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
     return lines
-
-
-def _p90(r: dict[str, object]) -> float | None:
-    step, images = r.get(rec.STEP_S_P90), r.get("batch.effective")
-    return float(images) / float(step) if step and images else None  # type: ignore[arg-type]
