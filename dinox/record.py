@@ -104,6 +104,13 @@ PIN_MEMORY_APPLIED = _tag("trial", "dinox.pin_memory_applied", "whether pinned m
 RUNTIME = _tag(
     "trial", "dinox.runtime", "the process-wide settings the trial ran with, read back (cudnn, matmul, gc, ...)"
 )
+PROFILE = _tag(
+    "trial",
+    "dinox.profile",
+    "measure.profile's summary, JSON: the top ops by self host/device time (name, calls, ms and share per step), "
+    "the profiled steps' images/s and on CUDA the idle split; the trace is the artifact profile/trace.json.gz",
+)
+PROFILE_DIR = "profile"  # the artifact folder of a profiled trial's trace
 DEVICE_PREFETCH = _tag("trial", "dinox.device_prefetch", "side_stream or in_series: how the next batch was copied")
 DATA_REPEATS = _tag("trial", "dinox.data_repeats", "a small set seen N times over in one epoch of the window")
 SHARD_LAYOUT = _tag("trial", "dinox.shard_layout", "webdataset shards: png16, raw16 or images")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -173,6 +174,14 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
     is_flag=True,
     help="Do not sample CPU, memory and GPU utilisation into each trial run's system/ metrics.",
 )
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    metavar="TRIAL|all",
+    help="Trace these trials' steps (measure.profile): a trial's number as its run's name starts, or its trial id; "
+    "repeatable. They are measured again even where the experiment holds them.",
+)
 @SET
 def run(
     spec_file: str,
@@ -187,6 +196,7 @@ def run(
     devices: str | None,
     skip_predicted_oom: bool,
     no_system_metrics: bool,
+    profiles: tuple[str, ...],
     sets: tuple[str, ...],
 ) -> None:
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
@@ -204,6 +214,7 @@ def run(
     """
     request = _devices(devices)
     doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
+    trials, again = _profiled(trials, profiles)
     trials, shard = _of_shard(trials, shard)
     if not trials:
         click.echo(f"dinox: shard {shard} of {spec_file} holds no trial; nothing to do")
@@ -231,6 +242,7 @@ def run(
         live,
         request,
         remeasure_unsettled,
+        again,
     )
     _sweep(doc, trials, options, tracking_uri, Path(workdir), server)
 
@@ -278,6 +290,27 @@ def _sweep(
     if report.parent_run_id:  # else nothing was left to measure, and the sweep said so
         for line, to_stderr in report.summary(uri):
             click.echo(line, err=to_stderr)
+
+
+def _profiled(trials: list[Trial], names: tuple[str, ...]) -> tuple[list[Trial], frozenset[str]]:
+    """--profile: the named trials with measure.profile on (not part of a trial's id), and their ids, which the
+    sweep measures again even where recorded."""
+    if not names:
+        return trials, frozenset()
+    by_name = {str(t.index + 1): t.trial_id for t in trials} | {t.trial_id: t.trial_id for t in trials}
+    unknown = [n for n in names if n != "all" and n not in by_name]
+    if unknown:
+        raise BadInput(
+            f"--profile {unknown[0]}: no such trial; give its number (1-{len(trials)}, as its run's name starts), "
+            "its trial id, or all"
+        )
+    ids = {t.trial_id for t in trials} if "all" in names else {by_name[n] for n in names}
+
+    def traced(t: Trial) -> Trial:
+        measure = t.spec.measure.model_copy(update={"profile": True})
+        return dataclasses.replace(t, spec=t.spec.model_copy(update={"measure": measure}))
+
+    return [traced(t) if t.trial_id in ids else t for t in trials], frozenset(ids)
 
 
 def _of_shard(trials: list[Trial], shard: str | None) -> tuple[list[Trial], str | None]:

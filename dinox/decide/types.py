@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from dinox.decide.budget import DecisionError
 from dinox.decide.grouping import device_label
+from dinox.store.profile_table import ProfileSummary
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Candidate:
     bound_evidence: str = ""  # the costs the bound was read from ("loader 72-80%, copies ≤1%")
     window_min_ips: float | None = None  # the slowest and fastest timed window, images/s
     window_max_ips: float | None = None
+    profile: ProfileSummary | None = None  # measure.profile's summary, where the trial was traced
 
 
 @dataclass

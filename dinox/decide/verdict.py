@@ -27,6 +27,7 @@ from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, proje
 from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy
 from dinox.measure.result import one_line
 from dinox.spec.sections import ROLES
+from dinox.store.profile_table import ProfileSummary
 from dinox.store.trial_record import IPS_P90, TrialRecord, record_problem
 
 # Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
@@ -136,6 +137,7 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         bound_evidence=r.bound_evidence,
         window_min_ips=m.get(rec.IMAGES_PER_S_MIN),
         window_max_ips=m.get(rec.IMAGES_PER_S_MAX),
+        profile=ProfileSummary.parse(r.tags.get(rec.PROFILE)),
     )
 
 

@@ -115,7 +115,13 @@ def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
     tags[rec.WORLD_SIZE] = str(world)
     tags[rec.UNSTABLE] = str(any(res.tags.get(rec.UNSTABLE) == "true" for res in ranks.values())).lower()
     return TrialResult(
-        "ok", bound=slowest.bound, metrics=m, tags=tags, step_s=list(slowest.step_s), marks=dict(ranks[0].marks)
+        "ok",
+        bound=slowest.bound,
+        metrics=m,
+        tags=tags,
+        step_s=list(slowest.step_s),
+        marks=dict(ranks[0].marks),
+        artifacts=list(ranks[0].artifacts),
     )
 
 

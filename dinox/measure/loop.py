@@ -110,6 +110,10 @@ class Loop:
         self.optimizer_step()
         rec.step_end()
 
+    def untimed_step(self) -> None:
+        """One step from the loader that leaves no marker (a profiled step, a rank keeping pace with one)."""
+        self.step(_NoMarkers())
+
     def _copied_micro_step(self, rec: WindowRecorder | _NoMarkers, source: str) -> None:
         """A micro-batch fetched (from the loader) and copied just before it computes; with `ahead`, taken from
         the side stream while the one after it is fetched and its copy issued (the copy span is then the

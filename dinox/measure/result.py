@@ -32,6 +32,8 @@ class TrialResult:
     # Wall-clock (time.time()) marks of the child's phases, so the parent can split the trial's time
     # into start-up, setup and measurement without trusting either side's clock alone.
     marks: dict[str, float] = field(default_factory=dict)
+    # Files the child wrote for the run to keep (measure.profile's trace): absolute paths, logged as artifacts.
+    artifacts: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

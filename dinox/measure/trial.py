@@ -17,6 +17,7 @@ _T_START = time.time()
 faulthandler.enable()
 
 import contextlib  # noqa: E402  (the marks above must come before the heavy imports)
+import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
@@ -33,7 +34,7 @@ from dinox.data import build_dataset  # noqa: E402
 from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
 from dinox.isolate import lifeline, ranks  # noqa: E402
-from dinox.measure import device, models, objectives, runtime  # noqa: E402
+from dinox.measure import device, models, objectives, profile, runtime  # noqa: E402
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
 from dinox.measure.result import PHASE_FILE, TrialResult, describe_exception, is_oom  # noqa: E402
@@ -67,6 +68,7 @@ class TrialRun:
         metrics: dict[str, float],
         tags: dict[str, str],
         on_phase: Callable[[str], None] | None = None,
+        out_dir: Path = Path(),
     ):
         self.spec, self.marks, self.metrics, self.tags = spec, marks, metrics, tags
         self.on_phase = on_phase
@@ -79,6 +81,8 @@ class TrialRun:
         set_to_none = spec.optimizer.set_to_none
         self.set_to_none = True if set_to_none is None else set_to_none
         self.runtime_seen: dict[str, str] = {}  # what the gc held during the windows
+        self.out_dir = out_dir  # where the trial's files go (beside its result): the profile's trace
+        self.artifacts: list[str] = []
 
     def measure(self) -> TrialResult:
         if self.on_phase is not None:
@@ -91,18 +95,47 @@ class TrialRun:
         self.marks["setup_done"] = time.time()
         with runtime.gc_for_windows(self.spec, self.runtime_seen):
             stats = self._loop()
-        self.marks["measured"] = time.time()
+            self.marks["measured"] = time.time()
+            # The peaks before the profile: the profiler's buffers are not the trial's.
+            device.record_memory(self.dev, self.metrics, self.tags)
+            if self.spec.measure.profile:
+                self._profile()
         self.tags[rec.RUNTIME] = runtime.applied(self.dev, self.non_blocking, self.set_to_none, self.runtime_seen)
         summary = summarize(stats, self.spec.measure, self.spec.model.compile is not False)
         self.metrics.update(summary.metrics)
         self.tags.update(summary.tags)
         loss = self.last_loss
         self.metrics[rec.LOSS] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
-        device.record_memory(self.dev, self.metrics, self.tags)
         del self.loader  # shut the workers down before the process reports
         if why := self._over_limit():
             return TrialResult("oom", error=why, metrics=self.metrics, tags=self.tags)
-        return TrialResult("ok", bound=summary.bound, metrics=self.metrics, tags=self.tags, step_s=summary.step_s)
+        return TrialResult(
+            "ok",
+            bound=summary.bound,
+            metrics=self.metrics,
+            tags=self.tags,
+            step_s=summary.step_s,
+            artifacts=self.artifacts,
+        )
+
+    def _profile(self) -> None:
+        """measure.profile on rank 0 (the others take the same steps unprofiled, so DDP's collectives pair up).
+        A profiler that fails costs the trace, never the measured result."""
+        steps = self.spec.measure.profiled_steps
+        if self.distributed is not None and self.distributed[0] != 0:
+            for _ in range(steps + 1):
+                self.loop.untimed_step()
+            return
+        if self.on_phase is not None:
+            self.on_phase("profile")
+        try:
+            summary = profile.profile_steps(self.loop, steps, self.dev, self.out_dir)
+        except Exception as exc:  # noqa: BLE001 - the trace is a diagnostic; the result stands without it
+            traceback.print_exc()
+            summary = {"error": describe_exception(exc)}
+        else:
+            self.artifacts.append(str(self.out_dir / profile.TRACE_FILE))
+        self.tags[rec.PROFILE] = json.dumps(summary, separators=(",", ":"))
 
     def _over_limit(self) -> str:
         """A trial within the allocator's cap that a real card of hardware.memory_limit_gb would not hold."""
@@ -138,7 +171,8 @@ class TrialRun:
         windows = m.window_bounds[1]
         steps = m.warmup_steps + (m.bench_steps + 1) * windows
         drained = 2 * lo.num_workers * (lo.prefetch_factor or 2) * (windows + 1)
-        micro = steps * self.accumulation + drained + self._ablation_steps() * self.accumulation
+        profiled = m.profiled_steps + 1 if m.profile else 0
+        micro = (steps + self._ablation_steps() + profiled) * self.accumulation + drained
         return micro * self.spec.size * self.world
 
     def _ablation_steps(self) -> int:
@@ -284,7 +318,7 @@ class TrialRun:
     def _loop(self) -> LoopStats:
         m, lo = self.spec.measure, self.spec.loader
         ablation = self._ablation_steps()
-        loop = bench.Loop(
+        self.loop = loop = bench.Loop(
             self.loader,
             self.to_device,
             self.micro_step,
@@ -314,8 +348,9 @@ def measure(
     metrics: dict[str, float],
     tags: dict[str, str],
     on_phase: Callable[[str], None] | None = None,
+    out_dir: Path = Path(),
 ) -> TrialResult:
-    return TrialRun(spec, marks, metrics, tags, on_phase).measure()
+    return TrialRun(spec, marks, metrics, tags, on_phase, out_dir).measure()
 
 
 def phase_writer(path: Path) -> Callable[[str], None]:
@@ -345,7 +380,7 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
     spec = TrialSpec.model_validate_json(open(trial_json).read())
     try:
         device.pin_cores(tags)  # before any torch op starts its thread pool
-        result = measure(spec, marks, metrics, tags, on_phase)
+        result = measure(spec, marks, metrics, tags, on_phase, Path(result_json).parent)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
         message = describe_exception(exc)

@@ -103,6 +103,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "images_per_s_p50": rec.best.median_ips,
         "mfu": rec.best.mfu,
         "days": rec.best.days,
+        "profile": rec.best.profile,
         "device": rec.device,
         "cost": rec.cost,
     }

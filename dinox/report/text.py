@@ -10,7 +10,8 @@ from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
 from dinox.report import money
-from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS
+from dinox.store.profile_table import markdown as profile_markdown
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, inert
 
 
 def _fmt_config(config: dict[str, str]) -> str:
@@ -74,8 +75,8 @@ def render_note(d: Decision) -> str:
     """The decision run's Description in the MLflow UI: the verdict as a sentence and the models as a Markdown
     table the UI wraps to its width (a monospace block of the terminal summary was cut at the right edge)."""
     flag = " (on an UNSTABLE measurement)" if d.unstable else ""
-    out = [f"**{d.verdict}**{flag}: {_inert(d.reason)}", ""]
-    out += [f"**Warning:** {_inert(d.unstable)}", ""] if d.unstable else []
+    out = [f"**{d.verdict}**{flag}: {inert(d.reason)}", ""]
+    out += [f"**Warning:** {inert(d.unstable)}", ""] if d.unstable else []
     priced = any(mv.cost is not None for mv in d.models)
     out += [
         f"| model | {IPS_P90} | {IPS_P50} | days | " + ("cost | " if priced else "") + "verdict |",
@@ -83,7 +84,7 @@ def render_note(d: Decision) -> str:
     ]
     for mv in d.models:
         b = mv.best
-        cells = [_inert(d.where(mv)), _cell(b and b.conservative_ips), _cell(b and b.median_ips)]
+        cells = [inert(d.where(mv)), _cell(b and b.conservative_ips), _cell(b and b.median_ips)]
         cells.append(fmt_days(b.days) if b is not None else "-")
         if priced:
             cells.append(fmt_cost(mv.cost) if mv.cost is not None else "-")
@@ -93,10 +94,19 @@ def render_note(d: Decision) -> str:
     return "\n".join(out)
 
 
-def _inert(text: str) -> str:
-    """A name from the store, inert in the UI's Markdown: no tags, no emphasis, no links (`|` is `¦` already)."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return "".join(f"\\{c}" if c in "\\`*_[]" else c for c in text)
+def _profile_section(d: Decision) -> list[str]:
+    """The recommended trial's measure.profile tables: where its step's time goes."""
+    mv = d.recommended
+    if mv is None or mv.best is None:
+        return []
+    out = ["## Where the recommended step's time goes", ""]
+    if mv.best.profile is None:
+        return out + [
+            f"Not profiled: `dinox run SPEC --profile {inert(mv.best.run_name.split(' ')[0])}` traces this trial "
+            "(measure.profile: true for every trial).",
+            "",
+        ]
+    return out + [f"Trial {inert(mv.best.run_name)} (run `{mv.best.run_id}`).", ""] + profile_markdown(mv.best.profile)
 
 
 def _cell(value: float | None) -> str:
@@ -172,6 +182,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     out += ["## Models", ""]
     for mv in d.models:
         out += _model_section(mv, b, d.where(mv))
+    out += _profile_section(d)
     out += _knobs_section(d.knobs, d.combined)
     out += _loader_section(d.loader, d.policy.knee_tolerance)
     out += _memory_section(d.memory)

@@ -245,6 +245,14 @@ class MeasureSpec(Section):
     ablation_steps: Annotated[PositiveInt | None, STEER] = Field(
         None, le=MAX_STEPS, description="steps of each ablation window; null: measure.bench_steps"
     )
+    profile: Annotated[bool | None, added(STEER)] = Field(
+        None,
+        description="after the measured windows, a few steps under torch.profiler: a gzipped Chrome/Perfetto trace "
+        "kept with the run and a table of the top ops (never inside the measured windows); null: no profile",
+    )
+    profile_steps: Annotated[PositiveInt | None, added(STEER)] = Field(
+        None, le=100, description="steps the profiler records; null: 3"
+    )
     bound_threshold: Annotated[float, STEER] = Field(
         0.10,
         gt=0.0,
@@ -252,6 +260,11 @@ class MeasureSpec(Section):
         description="share of step time waiting on the loader (or copying) that makes a trial io_bound "
         "(or transfer_bound)",
     )
+
+    @property
+    def profiled_steps(self) -> int:
+        """The steps measure.profile records (0: none)."""
+        return (self.profile_steps or 3) if self.profile else 0
 
     @property
     def window_bounds(self) -> tuple[int, int]:

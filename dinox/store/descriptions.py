@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from dinox import record as rec
+from dinox.store import profile_table
 from dinox.store.trial_record import IPS_P90, IPS_WINDOWS
 
 NOTE_TAG = "mlflow.note.content"
@@ -44,9 +46,22 @@ def trial_body(
 
 
 def trial_note(
-    label: str, status: str, bound: str, metrics: dict[str, float], error: str, tags: dict[str, str] | None = None
+    label: str,
+    status: str,
+    bound: str,
+    metrics: dict[str, float],
+    error: str,
+    tags: dict[str, str] | None = None,
+    run_id: str = "",
 ) -> str:
-    return f"**{status}** {label}: {trial_body(status, bound, metrics, error, tags)}"
+    """The trial run's description: its line, and under it measure.profile's tables with a link to the trace
+    (MLflow's own artifact download, relative to the UI's root)."""
+    note = f"**{status}** {label}: {trial_body(status, bound, metrics, error, tags)}"
+    summary = profile_table.ProfileSummary.parse((tags or {}).get(rec.PROFILE))
+    if summary is None:
+        return note
+    link = f"get-artifact?path={quote(profile_table.TRACE_ARTIFACT, safe='')}&run_uuid={run_id}" if run_id else ""
+    return "\n".join([note, "", *profile_table.markdown(summary, link)])
 
 
 def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:

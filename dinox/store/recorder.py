@@ -257,6 +257,9 @@ class SweepRecorder:
             self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in sorted(tags.items())])
         if log_path is not None and Path(log_path).exists() and Path(log_path).stat().st_size:
             self.client.log_artifact(run_id, str(log_path))  # same name again: overwritten, not doubled
+        for path in r.artifacts:  # measure.profile's trace; a file gone since (a cleaned workdir) is left out
+            if Path(path).is_file():
+                self.client.log_artifact(run_id, path, rec.PROFILE_DIR)
         self.client.set_tag(run_id, rec.STATUS, r.status)
         self.client.set_terminated(run_id, RUN_STATUS[r.status])
         self.confirm(run_id, r.status)

@@ -29,6 +29,13 @@ def store_text(text: str) -> str:
     return "".join(chars).replace("|", "¦")
 
 
+def inert(text: str) -> str:
+    """Store text inert in Markdown (the UI's descriptions, report.md): no tags, no emphasis, no links (`|` is
+    `¦` already, through store_text)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "".join(f"\\{c}" if c in "\\`*_[]" else c for c in text)
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     run_id: str

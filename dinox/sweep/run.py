@@ -57,6 +57,7 @@ class SweepOptions:
     live: bool = False  # a progress bar (a terminal) instead of plain lines only
     devices: Request | None = None  # --devices: trials side by side, each on its own slots
     remeasure_unsettled: bool = False  # an ok trial tagged unstable is not done: measure it again
+    again: frozenset[str] = frozenset()  # trial ids measured again even where recorded (--profile)
 
 
 def run_sweep(
@@ -165,6 +166,8 @@ class Sweep:
     def _final(self, record: TrialRecord) -> bool:
         """Recorded for good: ok, oom or skipped; an unsettled ok one only while not asked to measure it again."""
         unsettled = record.status == "ok" and record.tags.get(rec.UNSTABLE) == "true"
+        if record.tags[rec.TRIAL_ID] in self.options.again:
+            return False
         return record.status in FINAL and not (unsettled and self.options.remeasure_unsettled)
 
     def _nothing_left(self) -> bool:
@@ -368,7 +371,7 @@ class Sweep:
                 self._log(flight, result, log_path, journal=False)
             raise
         result.tags[descriptions.NOTE_TAG] = descriptions.trial_note(
-            trial.label, result.status, result.bound, result.metrics, result.error, result.tags
+            trial.label, result.status, result.bound, result.metrics, result.error, result.tags, flight.run_id or ""
         )
         self._log(flight, result, log_path, journal=True)
         self.report.rows.append(row(trial, flight.run_id or "", result))
