@@ -48,13 +48,14 @@ def run_dinox(args: list[str], cwd: Path, env: dict[str, str] | None = None, tim
 
 
 class MlflowServer:
-    """A real `mlflow server` on loopback (SQLite backend, proxied artifacts) that tests can stop and start
-    again on the same port and store."""
+    """A real `mlflow server` on loopback (a SQLite backend in `root`, or `backend`: a PostgreSQL database;
+    proxied artifacts) that tests can stop and start again on the same port and store."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, backend: str = ""):
         import socket
 
         self.root = root
+        self.backend = backend or f"sqlite:///{root / 'm.db'}"
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -73,7 +74,7 @@ class MlflowServer:
                 "mlflow",
                 "server",
                 "--backend-store-uri",
-                f"sqlite:///{self.root / 'm.db'}",
+                self.backend,
                 "--artifacts-destination",
                 str(self.root / "artifacts"),
                 "--host",
@@ -114,8 +115,30 @@ class MlflowServer:
 
 
 @pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("server"))
+def postgres():
+    """One PostgreSQL for the session (each server its own database); skipped where it is not installed."""
+    from tests.services import Postgres
+
+    pg = Postgres()
+    if why := pg.missing():
+        pytest.skip(why)
+    pg.start()
+    yield pg
+    pg.stop()
+
+
+# The backends a team's tracking server runs on: the tests that matter for several hosts run against each.
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def backend_uri(request, name: str) -> str:
+    """ "" for SQLite (the server's own file), else a new PostgreSQL database named `name`."""
+    return request.getfixturevalue("postgres").database(name) if request.param == "postgresql" else ""
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def mlflow_server(request, tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("server"), backend_uri(request, "shared"))
     server.start()
     yield server
     server.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 
 import yaml
@@ -27,10 +28,13 @@ def test_the_slurm_script_parses_and_runs_one_slice_per_array_task():
     assert subprocess.run(["bash", "-n", str(SBATCH)], capture_output=True).returncode == 0
     text = SBATCH.read_text()
     directives = dict(re.findall(r"^#SBATCH (--[\w-]+)=(\S+)", text, re.M))
-    assert re.fullmatch(r"\d+-\d+(:\d+)?", directives["--array"]) and directives["--gres"] == "gpu:1"
+    low, high = re.fullmatch(r"(\d+)-(\d+)", directives["--array"]).groups()  # type: ignore[union-attr]
+    assert directives["--gres"] == "gpu:1"
+    # The array's ids are the slices, 1 to SHARDS, and SHARDS defaults to the array's size.
+    assert low == "1" and re.search(rf"^SHARDS=\${{SHARDS:-{high}}}$", text, re.M)
     (command,) = re.findall(r"^exec (dinox run .*)$", text, re.M)
-    args = command.split()
-    assert args[args.index("--shard") + 1] == "auto"  # the slice from SLURM_ARRAY_TASK_ID, whatever the array
+    args = shlex.split(command)
+    assert args[args.index("--shard") + 1] == "${SLURM_ARRAY_TASK_ID:?run it as an array task}/${SHARDS}"
     assert _run_options(args) == {"--shard", "--workdir"} and "SLURM_ARRAY_TASK_ID" in args[-1]
     # Without a tracking server to share, the tasks would each write their own store: it refuses.
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import TINY, MlflowServer, run_dinox, trial_process
+from tests.conftest import BACKENDS, TINY, MlflowServer, backend_uri, run_dinox, trial_process
 
 
 def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -146,8 +147,13 @@ def test_pruning_on_a_real_oom_and_from_the_store(tmp_path):
     assert "] oom      size=1024 |" in proc.stdout, proc.stdout
 
 
-def test_tracking_server_dies_mid_sweep_then_sync(tmp_path):
-    server = MlflowServer(tmp_path / "server")
+@pytest.fixture(params=BACKENDS)
+def outage_backend(request):
+    return backend_uri(request, "outage")
+
+
+def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
+    server = MlflowServer(tmp_path / "server", outage_backend)
     (tmp_path / "server").mkdir()
     server.start()
     try:

@@ -1,0 +1,187 @@
+"""`dinox submit`: the sweep as a Slurm job array, read top to bottom: options, the spec and its trials, the
+store every task records into, the script, the submission, and the wait."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import click
+
+from dinox import record as rec
+from dinox.cli.common import SET, TRACKING_URI, BadInput, load_trials
+from dinox.errors import DinoxError
+
+# Stores a task on another host cannot share: each would write (or fail to find) its own.
+_LOCAL_SCHEMES = ("sqlite", "file", "")
+
+
+@click.command()
+@click.argument("spec_file", metavar="SPEC")
+@TRACKING_URI
+@click.option("--tasks", type=click.IntRange(1), required=True, help="Array tasks: the sweep's slices, one each.")
+@click.option(
+    "--array",
+    default=None,
+    metavar="IDS",
+    help="Submit only these task ids (2, or 1,3): a failed or preempted task again, its slice its own.",
+)
+@click.option("--partition", default=None, help="Slurm partition of every task.")
+@click.option("--gpus-per-task", type=click.IntRange(0), default=None)
+@click.option("--cpus-per-task", type=click.IntRange(1), default=None)
+@click.option("--mem", default=None, metavar="SIZE", help="Memory per task, as sbatch writes it (64G).")
+@click.option("--time", "time_limit", default=None, metavar="LIMIT", help="Time limit per task (06:00:00).")
+@click.option("--parallel", type=click.IntRange(1), default=None, help="At most this many tasks at once.")
+@click.option(
+    "--sbatch-option",
+    "extra",
+    multiple=True,
+    metavar="OPTION",
+    help="Another sbatch option for every task, as written (--sbatch-option=--qos=high); repeatable.",
+)
+@click.option(
+    "--workdir",
+    default=".dinox",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the job's script, its tasks' logs and their journals go (a file system the nodes share).",
+)
+@click.option("--wait", is_flag=True, help="Follow the array to its end; exit 1 if a task did not complete.")
+@SET
+def submit(
+    spec_file: str,
+    tracking_uri: str | None,
+    tasks: int,
+    array: str | None,
+    partition: str | None,
+    gpus_per_task: int | None,
+    cpus_per_task: int | None,
+    mem: str | None,
+    time_limit: str | None,
+    parallel: int | None,
+    extra: tuple[str, ...],
+    workdir: str,
+    wait: bool,
+    sets: tuple[str, ...],
+) -> None:
+    """Submit SPEC's sweep to Slurm as a job array: task I runs `dinox run SPEC --shard I/TASKS`, every task
+    recording into one tracking server (an embedded SQLite store is refused: each host would write its own).
+
+    \b
+    The script is kept with the tasks' logs; a task that failed or was preempted is submitted again alone with
+    --array I (or `sbatch --array=I` on the script): resume measures only what its slice is missing. With
+    --wait, a line whenever the tasks' states or the trials recorded change, and at the end each task that
+    did not complete with its log. Exit code 0, 1 when a task did not complete (--wait), 2 for bad input.
+    """
+    from dinox.launch import slurm
+
+    doc, trials = load_trials(spec_file, preflight=True, sets=sets)
+    if tasks > len(trials):
+        raise BadInput(f"--tasks {tasks}: the sweep has {len(trials)} trials; give at most {len(trials)}")
+    ids = _array(array, tasks)
+    name = trials[0].spec.name
+    uri = _shared_store(tracking_uri)
+    resources = slurm.Resources(partition, gpus_per_task, cpus_per_task, mem, time_limit, parallel, extra)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    job = slurm.Job(name, tasks, ids, Path(workdir).absolute() / "slurm" / f"{stamp}-{name}")
+    run_args = [sys.executable, "-m", "dinox", "run", str(Path(spec_file).absolute())]
+    run_args += [arg for s in sets for arg in ("--set", s)]
+    job.job_dir.mkdir(parents=True, exist_ok=True)
+    job.script.write_text(slurm.render(job, resources, run_args, job.job_dir, Path.cwd()))
+    env = dict(os.environ, MLFLOW_TRACKING_URI=uri)  # sbatch passes its environment on (--export=ALL)
+    job_id = slurm.sbatch(job.script, env)
+    click.echo(
+        f"dinox: {name!r} ({len(trials)} trials) submitted as Slurm job {job_id}: tasks "
+        f"{slurm.compress(ids)} of {tasks} slices, recording into {_shown(uri)}"
+    )
+    click.echo(f"       script and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
+    if not wait:
+        return
+    ended = slurm.Wait(
+        job_id, ids, lambda: slurm.query(job_id, env), _recorded(uri, name, trials), len(trials), click.echo
+    ).run()
+    failed = [t for t in ids if ended[t].state != "COMPLETED"]
+    for t in failed:
+        s = ended[t]
+        click.echo(
+            f"task {t} {s.state}{f' (exit {s.exit_code})' if s.exit_code else ''}: log {job.log(t, job_id)}; "
+            f"again: sbatch --array={t} {job.script}"
+        )
+    if failed:
+        sys.exit(1)
+    click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
+
+
+def _array(text: str | None, tasks: int) -> tuple[int, ...]:
+    from dinox.launch.slurm import expand
+
+    if text is None:
+        return tuple(range(1, tasks + 1))
+    try:
+        ids = tuple(sorted(set(expand(text))))
+    except ValueError:
+        raise BadInput(f"--array {text}: not a list of task ids (2, 1,3 or 1-3)") from None
+    if not ids or ids[0] < 1 or ids[-1] > tasks:
+        raise BadInput(f"--array {text}: task ids run from 1 to --tasks {tasks}")
+    return ids
+
+
+def _shared_store(tracking_uri: str | None) -> str:
+    """The store every task can reach, or a one-line refusal with the fix."""
+    from dinox.store.backend import resolve_tracking_uri, store_problem
+
+    uri = resolve_tracking_uri(tracking_uri)
+    scheme = urllib.parse.urlsplit(uri).scheme.lower()
+    if scheme in _LOCAL_SCHEMES or len(scheme) == 1:  # a Windows drive letter is a path too
+        raise BadInput(
+            f"tracking store {uri} is a local file: every array task would write its own on its own host; start "
+            "one `mlflow server` the nodes reach and give its URL (--tracking-uri http://HOST:5000, or export "
+            "MLFLOW_TRACKING_URI)"
+        )
+    if problem := store_problem(uri):
+        raise BadInput(f"tracking store {_shown(uri)}: {problem}")
+    if scheme in ("http", "https"):
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10)
+        except OSError as e:
+            raise BadInput(
+                f"tracking server {uri} does not answer ({getattr(e, 'reason', e)}): start it before submitting"
+            ) from None
+    return uri
+
+
+def _shown(uri: str) -> str:
+    """The URI without its password (it goes to the terminal and the logs)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+
+
+def _recorded(uri: str, name: str, trials: list):
+    """How many of the sweep's trials the store holds for good (what resume would not measure again)."""
+    from dinox.store.recorder import SweepRecorder
+    from dinox.sweep.outputs import FINAL
+
+    wanted = {t.trial_id for t in trials}
+    recorder: SweepRecorder | None = None
+
+    last = 0
+
+    def count() -> int:
+        nonlocal recorder, last
+        try:
+            if recorder is None:
+                recorder = SweepRecorder(uri)
+                recorder.connect(name)
+            records = recorder.recorded_trials()
+        except DinoxError:  # the server away for a moment: the tasks journal and sync; the count waits
+            return last
+        last = len({r.tags.get(rec.TRIAL_ID) for r in records if r.status in FINAL} & wanted)
+        return last
+
+    return count

@@ -1,0 +1,121 @@
+"""`dinox submit` on a real one-node Slurm, recording into an `mlflow server` on PostgreSQL: a sweep as an array
+of two tasks, one task cancelled mid-trial and submitted again alone, `dinox decide` over both shards, and the
+shipped sbatch template run on the same sweep. Skipped (with the reason) where Slurm or PostgreSQL is missing."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from dinox.plan import grid
+from dinox.spec import file as spec_file
+from tests.conftest import ROOT, TINY, run_dinox
+
+# Four trials, two a task; a sample takes 30 ms, so a trial lasts long enough to be caught mid-way.
+SWEEP = (
+    TINY.format(name="slurmed").replace("repeats: 1", "repeats: 2")
+    + "data: {source: synthetic, sample_delay_ms: 30}\nsweep:\n  grid:\n    batch.size: [2, 3, 4, 5]\n"
+)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    from tests.services import Slurm
+
+    cluster = Slurm(tmp_path_factory.mktemp("slurm"))
+    if why := cluster.missing():
+        pytest.skip(why)
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def _until(check, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while not (found := check()):
+        if time.time() > deadline:
+            pytest.fail(f"no {what} after {timeout:.0f} s")
+        time.sleep(0.2)
+    return found
+
+
+def _mid_trial(workdir: Path) -> Path | None:
+    """A trial of task 2 that has started and not ended: its child.log without a result beside it."""
+    for log in workdir.glob("slurm/*/task-2/sweeps/*/*/trials/*/child.log"):
+        if not (log.parent / "result.json").exists():
+            return log
+    return None
+
+
+@pytest.mark.parametrize("mlflow_server", ["postgresql"], indirect=True)
+def test_a_sweep_submitted_as_a_slurm_array_records_each_trial_once_through_a_cancelled_task(
+    tmp_path, slurm, mlflow_server
+):
+    (tmp_path / "s.yaml").write_text(SWEEP)
+    env = {**slurm.env, "MLFLOW_TRACKING_URI": mlflow_server.url}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the template calls `dinox`
+
+    first = run_dinox(["submit", "s.yaml", "--tasks", "2", "--cpus-per-task", "1"], cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job = first.stdout.split("submitted as Slurm job ")[1].split(":")[0]
+    assert f"tasks 1-2 of 2 slices, recording into {mlflow_server.url}" in first.stdout
+    _until(lambda: _mid_trial(tmp_path / ".dinox"), 120, "trial of task 2 under way")
+    assert slurm.run("scancel", f"{job}_2").returncode == 0
+
+    again = run_dinox(["submit", "s.yaml", "--tasks", "2", "--array", "2", "--wait"], cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[-1] == "dinox: all 1 tasks completed; decide: dinox decide --spec s.yaml"
+    assert any(line.endswith("(1 completed); trials recorded 4/4") for line in lines), again.stdout
+    _until(lambda: not slurm.run("squeue", "-h", "-j", job).stdout.strip(), 120, "end of the first job")
+    states = slurm.run("scontrol", "-o", "show", "job", job).stdout
+    assert "ArrayTaskId=1 " in states and "ArrayTaskId=2 " in states and "JobState=CANCELLED" in states
+
+    client = MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name("slurmed")
+    runs = client.search_runs([exp.experiment_id])
+    trials = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
+    ok = sorted(r.data.tags["dinox.trial_id"] for r in trials if r.data.tags.get("dinox.status") == "ok")
+    expected = sorted(t.trial_id for t in grid.expand(spec_file.load(str(tmp_path / "s.yaml"))))
+    assert ok == expected  # every trial ok exactly once
+    killed = [r for r in trials if "dinox.status" not in r.data.tags]
+    assert [r.info.status for r in killed] == ["KILLED"]  # the one cancelled mid-trial, closed as such
+    assert all(r.info.status != "RUNNING" for r in runs)
+    shards = sorted(r.data.tags.get("dinox.shard") for r in runs if r.data.tags.get("dinox.role") == "sweep")
+    assert shards == ["1/2", "2/2", "2/2"]  # the cancelled task's parent and the one submitted again
+
+    decided = run_dinox(["decide", "--spec", "s.yaml", "--days", "1", "--target-images", "100"], tmp_path, env)
+    assert decided.returncode == 0, decided.stdout + decided.stderr
+    assert "ok=4" in decided.stdout.split("\n")[3], decided.stdout  # the model's row: four ok trials, no more
+    report = (tmp_path / "decision" / "report.md").read_text()
+    assert "4 trials (4 ok)" in report, report
+
+    # The shipped template, on the same sweep: each task finds its slice recorded and measures nothing.
+    # The node has no GPU and 2 cores: the template's --gres, --cpus-per-task and --mem are overridden.
+    small = ["--cpus-per-task=1", "--gres=none", "--mem=1G", f"--output={tmp_path}/template-%a.out"]
+    script = str(ROOT / "scripts" / "slurm_sweep.sbatch")
+    args = ["sbatch", "--wait", "--array=1-2", "--export=ALL,SPEC=s.yaml,SHARDS=2", *small, script]
+    template = slurm.run(*args, cwd=tmp_path, env=env, timeout=300)
+    assert template.returncode == 0, template.stdout + template.stderr
+    for task in (1, 2):
+        out = (tmp_path / f"template-{task}.out").read_text()
+        assert f"dinox: shard {task}/2" not in out  # an explicit slice: nothing read from the scheduler
+        assert "nothing left to measure: all 2 trials of 'slurmed' are recorded" in out, out
+
+
+def test_submit_refuses_a_local_store_and_tasks_or_ids_the_sweep_does_not_have(tmp_path):
+    (tmp_path / "s.yaml").write_text(SWEEP)
+    refusals = {
+        ("--tasks", "2"): f"error: tracking store sqlite:///{tmp_path / 'mlflow.db'} is a local file: every array task",
+        ("--tasks", "5"): "error: --tasks 5: the sweep has 4 trials; give at most 4",
+        ("--tasks", "2", "--array", "3"): "error: --array 3: task ids run from 1 to --tasks 2",
+    }
+    for args, message in refusals.items():
+        proc = run_dinox(["submit", "s.yaml", *args], cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(message), (args, proc.stderr)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".dinox").exists()
