@@ -127,7 +127,8 @@ def postgres():
     pg.stop()
 
 
-# The backends a team's tracking server runs on: the tests that matter for several hosts run against each.
+# The backends a team's tracking server runs on: sync after an outage runs against each; the Slurm test's
+# shards, resume and decide run on PostgreSQL, test_distributed's on SQLite.
 BACKENDS = ["sqlite", "postgresql"]
 
 
@@ -136,9 +137,18 @@ def backend_uri(request, name: str) -> str:
     return request.getfixturevalue("postgres").database(name) if request.param == "postgresql" else ""
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def mlflow_server(request, tmp_path_factory):
-    server = MlflowServer(tmp_path_factory.mktemp("server"), backend_uri(request, "shared"))
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    server = MlflowServer(tmp_path_factory.mktemp("server"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_mlflow_server(tmp_path_factory, postgres):
+    """A team's server: `mlflow server` on PostgreSQL (the Slurm test records into it)."""
+    server = MlflowServer(tmp_path_factory.mktemp("pgserver"), postgres.database("team"))
     server.start()
     yield server
     server.stop()

@@ -389,7 +389,7 @@ def test_the_same_spec_measured_on_two_devices_keeps_both(sqlite_store):
     [
         ("sqlite:////dev/null", "/dev/null is not a regular file"),
         ("http://[::1", "not a URL (Invalid IPv6 URL)"),
-        ("postgresql+pg8000://u@localhost/db", "its database driver is not installed (pg8000;"),
+        ("postgresql+pg8000://u@localhost/db", "its database driver is not installed: pip install pg8000"),
         ("sqlite:///:memory:", "an in-memory SQLite store keeps nothing"),
     ],
 )

@@ -255,7 +255,7 @@ def test_bad_journal_lines_are_skipped_and_reported_and_the_rest_syncs(tmp_path)
         ("sqlite://", "an in-memory SQLite store keeps nothing once dinox exits"),
         ("sqlite:////proc/dinox-x.db", "cannot create the store /proc/dinox-x.db"),
         ("http://[::1", "tracking store http://[::1: not a URL (Invalid IPv6 URL)"),
-        ("postgresql+pg8000://u@localhost/db", "its database driver is not installed (pg8000;"),
+        ("postgresql+pg8000://u@localhost/db", "its database driver is not installed: pip install pg8000"),
         ("file:///tmp/dinox-file-store", "tracking store file:///tmp/dinox-file-store: "),
     ],
 )

@@ -52,10 +52,10 @@ def _mid_trial(workdir: Path) -> Path | None:
     return None
 
 
-@pytest.mark.parametrize("mlflow_server", ["postgresql"], indirect=True)
 def test_a_sweep_submitted_as_a_slurm_array_records_each_trial_once_through_a_cancelled_task(
-    tmp_path, slurm, mlflow_server
+    tmp_path, slurm, pg_mlflow_server
 ):
+    mlflow_server = pg_mlflow_server
     (tmp_path / "s.yaml").write_text(SWEEP)
     env = {**slurm.env, "MLFLOW_TRACKING_URI": mlflow_server.url}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the template calls `dinox`

@@ -1,6 +1,7 @@
 """The command line: click commands that read options, call the rooms above, and turn errors into exit codes.
 
-- ``main``: the ``dinox`` group (validate, plan, run, decide, sync, ui, preprocess, shards, schema).
+- ``main``: the ``dinox`` group (validate, plan, run, decide, submit, sync, ui, preprocess, shards, schema).
 - ``common``: what commands share (bad input as exit 2, loading a spec into trials); ``decide``: ``dinox
-  decide`` end to end; ``tools``: the commands around a sweep.
+  decide`` end to end; ``submit``: ``dinox submit`` (a Slurm job array) end to end; ``tools``: the commands
+  around a sweep.
 """

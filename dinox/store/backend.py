@@ -105,7 +105,8 @@ def store_problem(uri: str) -> str:
             make_url(uri).get_dialect().import_dbapi()
         except ImportError as e:
             name = getattr(e, "name", None) or str(e)
-            return f"its database driver is not installed ({name}; for PostgreSQL: pip install psycopg2-binary)"
+            wheel = {"psycopg": "'psycopg[binary]'", "psycopg2": "psycopg2-binary"}.get(name.split(".")[0], name)
+            return f"its database driver is not installed: pip install {wheel}"
         except Exception as e:  # noqa: BLE001 - SQLAlchemy's own errors for a URL it cannot read
             return f"not a database URL ({one_line(str(e), 200)})"
     return ""
