@@ -354,6 +354,9 @@ def test_a_ctrl_c_before_the_sweep_opens_is_exit_130_and_says_nothing_was_record
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal: a suite started in the background (`pytest &`) passes SIGINT on ignored, and Python
+        # then installs no handler for it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 60
     while not psutil.Process(proc.pid).children() and time.time() < deadline:  # the fork server: inside the command
