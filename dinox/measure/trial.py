@@ -106,7 +106,7 @@ class TrialRun:
         self.tags.update(summary.tags)
         loss = self.last_loss
         self.metrics[rec.LOSS] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
-        del self.loader  # shut the workers down before the process reports
+        del self.loop, self.loader  # shut the workers down before the process reports (the loop holds them too)
         if why := self._over_limit():
             return TrialResult("oom", error=why, metrics=self.metrics, tags=self.tags)
         return TrialResult(
