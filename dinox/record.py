@@ -194,7 +194,7 @@ SETUP_S = _metric("trial", "setup_s", "data, model and optimizer built")
 DATA_SETUP_S = _metric("trial", "data_setup_s", "the dataset and loader built (workers start later, lazily)")
 BUILD_S = _metric("trial", "build_s", "the model, objective and optimizer built")
 MEASURE_S = _metric("trial", "measure_s", "warm-up, timed and ablation windows")
-TEARDOWN_S = _metric("trial", "teardown_s", "after the last window until the result was written")
+TEARDOWN_S = _metric("trial", "teardown_s", "from the result written until the child process was gone")
 TRIAL_WALL_S = _metric("trial", "trial_wall_s", "the trial's wall time, start to result")
 
 # --- a sweep's parent run -------------------------------------------------------------------------------------

@@ -45,13 +45,15 @@ def one(url: str, tag: str, shards: int, per_shard: int, root: Path) -> dict[str
 
     from dinox.plan import grid
     from dinox.spec import file as spec_file
+    from tests.conftest import SIDE_BY_SIDE
 
     work = root / tag
     work.mkdir()
     classes = list(range(2, 2 + (shards * per_shard + 1) // 2))
     (work / "s.yaml").write_text(SPEC.format(tag=tag, classes=classes))
     expected = {t.trial_id for t in grid.expand(spec_file.load(str(work / "s.yaml")))}
-    env = dict(os.environ, MLFLOW_TRACKING_URI=url)
+    # N shards on this box's cores: one torch thread each, OpenMP threads that sleep when idle (SIDE_BY_SIDE).
+    env = dict(os.environ, MLFLOW_TRACKING_URI=url, **SIDE_BY_SIDE)
     env.pop("MLFLOW_RUN_ID", None)
     t = time.perf_counter()
     procs = [

@@ -33,6 +33,12 @@ def write_spec(tmp_path: Path):
     return write
 
 
+# Two `dinox run`s at once on this 2-core box: one torch thread each and OpenMP threads that sleep when idle,
+# or libgomp's spinning threads of one trial starve the other's (a tiny trial took 9 s in one run, 34 s in
+# the next). `--devices cpu:N` gives trials side by side the same; here they are separate commands.
+SIDE_BY_SIDE = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def run_dinox(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300):
     """`python -m dinox ARGS` in a fresh process, as a user would run it."""
     full_env = dict(os.environ, **(env or {}))

@@ -20,7 +20,7 @@ from dinox.plan import grid
 from dinox.report import text as report
 from dinox.spec import file as spec_file
 from dinox.store.readback import fetch_trials
-from tests.conftest import TINY, run_dinox
+from tests.conftest import SIDE_BY_SIDE, TINY, run_dinox
 
 TWO_RANKS = (
     TINY.format(name="ddp")
@@ -121,7 +121,7 @@ def test_two_shards_against_one_server_cover_the_grid_exactly_once(tmp_path, mlf
     # 3 trials: shard 1/2 holds two of them, 2/2 one. The first is task 1 of a Slurm array 1-2, the second
     # pod 1 of a Kubernetes Indexed Job of 2 completions: `--shard auto` reads which slice from each.
     (tmp_path / "s.yaml").write_text(SHARDED)
-    env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_server.url)
+    env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_server.url, **SIDE_BY_SIDE)
     env.pop("MLFLOW_RUN_ID", None)
     slurm = {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "2"}
     launches = [("auto", slurm), ("auto/2", {"JOB_COMPLETION_INDEX": "1"})]

@@ -16,7 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from dinox.sweep.journal import Journal
-from tests.conftest import TINY, run_dinox
+from tests.conftest import SIDE_BY_SIDE, TINY, run_dinox
 from tests.test_reliability import LONGER, dinox_popen, runs_of, trial_child
 
 THREE = LONGER.format(name="faults") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n"
@@ -196,7 +196,7 @@ def test_two_first_dinox_runs_on_a_new_store_at_the_same_instant_do_not_race(tmp
         work = tmp_path / f"r{round_}"
         work.mkdir()
         (work / "s.yaml").write_text(spec)
-        env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work / 'mlflow.db'}")
+        env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work / 'mlflow.db'}", **SIDE_BY_SIDE)
         env.pop("MLFLOW_RUN_ID", None)
         command = [sys.executable, "-m", "dinox", "run", "s.yaml", "--no-system-metrics", "--skip-predicted-oom"]
         procs = [

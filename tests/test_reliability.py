@@ -15,7 +15,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import BACKENDS, TINY, MlflowServer, backend_uri, run_dinox, trial_process
+from tests.conftest import BACKENDS, SIDE_BY_SIDE, TINY, MlflowServer, backend_uri, run_dinox, trial_process
 
 
 def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -194,7 +194,7 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
 def test_two_sweeps_at_once_against_one_server(mlflow_server, tmp_path):
     for name in ("a", "b"):
         (tmp_path / f"{name}.yaml").write_text(TINY.format(name="shared") + "sweep:\n  grid:\n    batch.size: [2, 3]\n")
-    env = {"MLFLOW_TRACKING_URI": mlflow_server.url}
+    env = {"MLFLOW_TRACKING_URI": mlflow_server.url, **SIDE_BY_SIDE}
     procs = [dinox_popen(["run", f"{n}.yaml", "--force", "--workdir", f".dinox-{n}"], tmp_path, env) for n in "ab"]
     for p in procs:
         out, err = p.communicate(timeout=300)

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 from dinox.plan import grid
 from dinox.spec import file as spec_file
-from tests.conftest import ROOT, TINY, run_dinox
+from tests.conftest import ROOT, SIDE_BY_SIDE, TINY, run_dinox
 
 # Four trials, two a task; a sample takes 30 ms, so a trial lasts long enough to be caught mid-way.
 SWEEP = (
@@ -57,7 +57,7 @@ def test_a_sweep_submitted_as_a_slurm_array_records_each_trial_once_through_a_ca
 ):
     mlflow_server = pg_mlflow_server
     (tmp_path / "s.yaml").write_text(SWEEP)
-    env = {**slurm.env, "MLFLOW_TRACKING_URI": mlflow_server.url}
+    env = {**slurm.env, "MLFLOW_TRACKING_URI": mlflow_server.url, **SIDE_BY_SIDE}  # two tasks on two cores
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the template calls `dinox`
 
     first = run_dinox(["submit", "s.yaml", "--tasks", "2", "--cpus-per-task", "1"], cwd=tmp_path, env=env)
