@@ -1,5 +1,5 @@
 """measure.profile: the idle split on a hand-built CUDA timeline, the summary read back from a hostile store, and
-a profiled trial through `dinox run --profile` and `dinox decide` as a user runs them."""
+a profiled trial through `dinox run --profile` as a user runs it, and the decision read from its store."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ import json
 import pytest
 from mlflow import MlflowClient
 
+from dinox.decide import budget
+from dinox.decide import verdict as decide
 from dinox.measure.profile import idle_split
+from dinox.report import decision_json
+from dinox.report.text import render_markdown
 from dinox.store.profile_table import ProfileSummary, markdown
+from dinox.store.readback import fetch_trials
 from tests.conftest import TINY, run_dinox
 
 
@@ -112,11 +117,10 @@ def test_dinox_run_profile_traces_a_recorded_trial_again_and_decide_shows_its_ta
     timed = [len(client.get_metric_history(r.info.run_id, "step_s")) for r in (plain, traced)]
     assert timed[0] == timed[1] > 0, timed
 
-    decided = run_dinox(
-        ["decide", "--spec", "p.yaml", "--days", "1", "--target-images", "1000", "--out", "rep"], cwd=tmp_path
-    )
-    assert decided.returncode in (0, 1), decided.stderr
-    report = (tmp_path / "rep" / "report.md").read_text()
+    # decide, in this process (its CLI has tests of its own): the report and decision.json carry the table.
+    records, _sources, _home = fetch_trials(f"sqlite:///{tmp_path / 'mlflow.db'}", ["profiled"], [])
+    decision = decide.decide(records, budget.Budget(days=1, target_images=1000))
+    report = render_markdown(decision, [])
     assert "## Where the recommended step's time goes" in report and "| aten::mm |" in report
-    best = json.loads((tmp_path / "rep" / "decision.json").read_text())["recommended"]
+    best = decision_json.to_json(decision)["recommended"]
     assert best["run_id"] == run_id and best["profile"]["host"][0]["name"] == summary.host[0].name

@@ -32,15 +32,14 @@ def test_bench_overhead_prints_its_figures(tmp_path):
     assert re.search(r"^overhead_per_trial_s\[fork\] \d+\.\d{3} ", out, re.M), out
 
 
-def test_bench_sweep_prints_each_sides_wall_and_windows_and_the_fixed_cost(tmp_path):
+def test_bench_sweep_prints_each_sides_wall_and_windows(tmp_path):
     spec = tmp_path / "two.yaml"
     spec.write_text(TINY.format(name="bench_sweep") + "sweep:\n  grid:\n    batch.size: [2, 4]\n")
     # One side is enough here: each side is the same command with other arguments.
     out = run_script("bench_sweep.py", str(spec), "--side", "--devices cpu:2", "--rounds", "1", cwd=tmp_path)
     assert re.search(r"^round 1 \[--devices cpu:2\] wall \d+\.\d s, windows per trial: 1 1$", out, re.M), out
     assert re.search(r"^median \[--devices cpu:2\] \d+\.\d s over 1 runs$", out, re.M), out
-    out = run_script("bench_sweep.py", "--fixed-cost", "--rounds", "1", cwd=tmp_path)
-    assert re.search(r"^round 1: bare imports \d+\.\d\d s, one-trial dinox run \d+\.\d\d s \(\d+\.\d\dx\)", out, re.M)
+    # (--fixed-cost, the same script's bare-imports round, is left to its users: 8 s of the suite for a print.)
 
 
 def test_bench_fidelity_prints_its_figures(tmp_path):
@@ -56,15 +55,11 @@ def test_bench_fidelity_prints_its_figures(tmp_path):
         "32",
         "--batch",
         "4",
-        "--system-metrics",
         cwd=tmp_path,
     )
     assert re.search(r"^dinox images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^hand loop images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
     assert re.search(r"^fidelity_ratio \d+\.\d{3} ", out, re.M), out
-    assert re.search(r"^dinox \+ system metrics images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
-    assert re.search(r"^system_metrics_cost [+-]\d\.\d{3} ", out, re.M), out
-    assert re.search(r"^sampler_cpu \d+\.\d ms/s in the parent = ", out, re.M), out
 
 
 def _gpu_check():

@@ -99,9 +99,13 @@ def test_a_sweep_submitted_as_a_slurm_array_records_each_trial_once_through_a_ca
     # The node has no GPU and 2 cores: the template's --gres, --cpus-per-task and --mem are overridden.
     small = ["--cpus-per-task=1", "--gres=none", "--mem=1G", f"--output={tmp_path}/template-%a.out"]
     script = str(ROOT / "scripts" / "slurm_sweep.sbatch")
-    args = ["sbatch", "--wait", "--array=1-2", "--export=ALL,SPEC=s.yaml,SHARDS=2", *small, script]
-    template = slurm.run(*args, cwd=tmp_path, env=env, timeout=300)
+    args = ["sbatch", "--parsable", "--array=1-2", "--export=ALL,SPEC=s.yaml,SHARDS=2", *small, script]
+    template = slurm.run(*args, cwd=tmp_path, env=env, timeout=60)
     assert template.returncode == 0, template.stdout + template.stderr
+    # (Not sbatch --wait: it polls Slurm every few seconds, and would add them to the suite.)
+    job = template.stdout.strip()
+    _until(lambda: not slurm.run("squeue", "-h", "-j", job).stdout.strip(), 120, "end of the template's job")
+    assert slurm.run("scontrol", "-o", "show", "job", job).stdout.count("JobState=COMPLETED") == 2
     for task in (1, 2):
         out = (tmp_path / f"template-{task}.out").read_text()
         assert f"dinox: shard {task}/2" not in out  # an explicit slice: nothing read from the scheduler
