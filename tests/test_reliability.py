@@ -157,7 +157,9 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
     (tmp_path / "server").mkdir()
     server.start()
     try:
-        (tmp_path / "s.yaml").write_text(LONGER.format(name="outage") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
+        # 20 timed steps a trial: long enough that trial 1 is still running when the server is killed.
+        outage = TINY.replace("bench_steps: 3", "bench_steps: 20").format(name="outage")
+        (tmp_path / "s.yaml").write_text(outage + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
         # No HTTP retries: the store's failure is found the same way, only sooner.
         env = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
         proc = dinox_popen(["run", "s.yaml"], tmp_path, env)
@@ -184,7 +186,7 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
         # Every result exactly once, each complete, nothing left RUNNING.
         assert sorted(r.data.params["batch.size"] for r in trials) == ["2", "3", "4"]
         assert all(r.data.tags["dinox.status"] == "ok" and "images_per_s" in r.data.metrics for r in trials)
-        assert all(len(client.get_metric_history(r.info.run_id, "step_s")) == 39 for r in trials)  # 40 step ends
+        assert all(len(client.get_metric_history(r.info.run_id, "step_s")) == 19 for r in trials)  # 20 step ends
         assert [r.info.status for r in runs if r.data.tags.get("dinox.role") == "sweep"] == ["FINISHED"]
         assert all(r.info.status != "RUNNING" for r in runs)
     finally:
