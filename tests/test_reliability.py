@@ -51,7 +51,8 @@ def runs_of(uri: str, experiment: str) -> list:
 
 
 # Enough timed steps (about a second) that a signal sent when a trial starts lands inside it.
-LONGER = TINY.replace("bench_steps: 3", "bench_steps: 40")
+# 20 timed steps a trial: long enough that a trial is still running when a test acts on it mid-trial.
+LONGER = TINY.replace("bench_steps: 3", "bench_steps: 20")
 THREE = LONGER.format(name="resume") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n"
 
 
@@ -157,9 +158,7 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
     (tmp_path / "server").mkdir()
     server.start()
     try:
-        # 20 timed steps a trial: long enough that trial 1 is still running when the server is killed.
-        outage = TINY.replace("bench_steps: 3", "bench_steps: 20").format(name="outage")
-        (tmp_path / "s.yaml").write_text(outage + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
+        (tmp_path / "s.yaml").write_text(LONGER.format(name="outage") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
         # No HTTP retries: the store's failure is found the same way, only sooner.
         env = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
         proc = dinox_popen(["run", "s.yaml"], tmp_path, env)
