@@ -4,6 +4,7 @@ store every task records into, the script, the submission, and the wait."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 import urllib.parse
@@ -79,7 +80,7 @@ def submit(
     """
     from dinox.launch import slurm
 
-    doc, trials = load_trials(spec_file, preflight=True, sets=sets)
+    _doc, trials = load_trials(spec_file, preflight=True, sets=sets)
     if tasks > len(trials):
         raise BadInput(f"--tasks {tasks}: the sweep has {len(trials)} trials; give at most {len(trials)}")
     ids = _array(array, tasks)
@@ -93,7 +94,11 @@ def submit(
     job.job_dir.mkdir(parents=True, exist_ok=True)
     job.script.write_text(slurm.render(job, resources, run_args, job.job_dir, Path.cwd()))
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri)  # sbatch passes its environment on (--export=ALL)
-    job_id = slurm.sbatch(job.script, env)
+    try:
+        job_id = slurm.sbatch(job.script, env)
+    except slurm.SlurmError:
+        shutil.rmtree(job.job_dir, ignore_errors=True)  # nothing submitted: no script left to mistake for a job
+        raise
     click.echo(
         f"dinox: {name!r} ({len(trials)} trials) submitted as Slurm job {job_id}: tasks "
         f"{slurm.compress(ids)} of {tasks} slices, recording into {_shown(uri)}"
