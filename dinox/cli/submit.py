@@ -16,6 +16,7 @@ import click
 from dinox import record as rec
 from dinox.cli.common import SET, TRACKING_URI, BadInput, load_trials
 from dinox.errors import DinoxError
+from dinox.launch import slurm
 
 # Stores a task on another host cannot share: each would write (or fail to find) its own.
 _LOCAL_SCHEMES = ("sqlite", "file", "")
@@ -78,8 +79,6 @@ def submit(
     --wait, a line whenever the tasks' states or the trials recorded change, and at the end each task that
     did not complete with its log. Exit code 0, 1 when a task did not complete (--wait), 2 for bad input.
     """
-    from dinox.launch import slurm
-
     _doc, trials = load_trials(spec_file, preflight=True, sets=sets)
     if tasks > len(trials):
         raise BadInput(f"--tasks {tasks}: the sweep has {len(trials)} trials; give at most {len(trials)}")
@@ -104,30 +103,31 @@ def submit(
         f"{slurm.compress(ids)} of {tasks} slices, recording into {_shown(uri)}"
     )
     click.echo(f"       script and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
-    if not wait:
-        return
-    ended = slurm.Wait(
-        job_id, ids, lambda: slurm.query(job_id, env), _recorded(uri, name, trials), len(trials), click.echo
-    ).run()
-    failed = [t for t in ids if ended[t].state != "COMPLETED"]
+    if wait:
+        recorded = _recorded(uri, name, trials)
+        _follow(slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo), job)
+        click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
+
+
+def _follow(wait: slurm.Wait, job: slurm.Job) -> None:
+    """The array to its end; each task that did not complete with its log and how to submit it again (exit 1)."""
+    ended = wait.run()
+    failed = [t for t in job.array if ended[t].state != "COMPLETED"]
     for t in failed:
         s = ended[t]
         click.echo(
-            f"task {t} {s.state}{f' (exit {s.exit_code})' if s.exit_code else ''}: log {job.log(t, job_id)}; "
+            f"task {t} {s.state}{f' (exit {s.exit_code})' if s.exit_code else ''}: log {job.log(t, wait.job_id)}; "
             f"again: sbatch --array={t} {job.script}"
         )
     if failed:
         sys.exit(1)
-    click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
 
 
 def _array(text: str | None, tasks: int) -> tuple[int, ...]:
-    from dinox.launch.slurm import expand
-
     if text is None:
         return tuple(range(1, tasks + 1))
     try:
-        ids = tuple(sorted(set(expand(text))))
+        ids = tuple(sorted(set(slurm.expand(text))))
     except ValueError:
         raise BadInput(f"--array {text}: not a list of task ids (2, 1,3 or 1-3)") from None
     if not ids or ids[0] < 1 or ids[-1] > tasks:
