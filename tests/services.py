@@ -101,7 +101,11 @@ class Postgres:
             start_new_session=True,
             **self._user(),
         )
-        _wait(self._ready, 60, "PostgreSQL", log)
+        try:
+            _wait(self._ready, 60, "PostgreSQL", log)
+        except BaseException:
+            self.stop()  # a server that never answered is still stopped by its PID
+            raise
 
     def _ready(self) -> bool:
         args = [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"]
@@ -192,7 +196,11 @@ class Slurm:
             self.procs.append(
                 subprocess.Popen(args, stdout=out, stderr=out, env=self.env, start_new_session=True)  # type: ignore[arg-type]
             )
-        _wait(self._idle, 60, "Slurm", self.root / "daemons.log")
+        try:
+            _wait(self._idle, 60, "Slurm", self.root / "daemons.log")
+        except BaseException:
+            self.stop()
+            raise
 
     def _idle(self) -> bool:
         proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=self.env, check=False)
