@@ -3,8 +3,13 @@
 
     python scripts/gpu_check.py                 # on a CUDA machine; under 8 minutes on one H100
     python scripts/gpu_check.py --print-spec    # the spec it runs, without running it (any machine)
+    python scripts/gpu_check.py --quick         # six of the cases (no compile, OOM, batch search, fp16 or
+                                                # unpinned copies): the first minutes on a new GPU node
+    python scripts/gpu_check.py --rest          # the five cases --quick leaves out
     python scripts/gpu_check.py --small         # three of the cases at CPU sizes, on any machine: the script's
                                                 # own plumbing (statuses and labels; no fidelity floor there)
+    python scripts/gpu_check.py --keep DIR      # any of the above, keeping the store (DIR/mlflow.db) and the
+                                                # sweep's results.csv in DIR, for `dinox decide` later
 
 It writes demo CT data, a spec and an MLflow store into a temporary folder (nothing outside it), runs the spec
 with `dinox run` (one trial per GPU path: bf16-mixed with channels_last and fused AdamW, fp16-mixed with its
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,7 +69,17 @@ class Case:
         return f"    - {json.dumps(self.overrides)}   # {self.label}\n"
 
 
-def cases(index_csv: str, small: bool) -> list[Case]:
+QUICK = (
+    "bf16 channels_last fused",
+    "tf32",
+    "pinned copies",
+    "DINO ViT-S/14 multi-crop",
+    "CT PNG, 0 workers (built io_bound)",
+    "large synthetic (built compute_bound)",
+)
+
+
+def cases(index_csv: str, small: bool, part: str = "all") -> list[Case]:
     """The GPU paths. `small`: tiny models and sizes (the CPU smoke test of this script's own plumbing)."""
     big = "resnet18" if small else "vit_base_patch16_224"
     img, batch = (32, 8) if small else (224, 128)
@@ -126,6 +142,8 @@ def cases(index_csv: str, small: bool) -> list[Case]:
             expect_bound="compute_bound",
         ),
     ]
+    if part != "all":
+        out = [c for c in out if (c.label in QUICK) == (part == "quick")]
     if small:  # the CPU smoke test: what a CPU can run, at CPU sizes
         out = [
             c
@@ -145,12 +163,12 @@ def cases(index_csv: str, small: bool) -> list[Case]:
     return out
 
 
-def spec_text(index_csv: str, small: bool, device: str) -> str:
+def spec_text(index_csv: str, small: bool, device: str, part: str = "all") -> str:
     text = BASE.format(workers=0 if small else 8, steps=4 if small else 20, device=device)
     if small:
         text = text.replace("pin_memory: true, prefetch_factor: 4, persistent_workers: true", "pin_memory: false")
         text = text.replace("warmup_steps: 10", "warmup_steps: 2")
-    return text + "".join(c.yaml() for c in cases(index_csv, small))
+    return text + "".join(c.yaml() for c in cases(index_csv, small, part))
 
 
 def make_ct(tmp: Path, small: bool) -> str:
@@ -181,6 +199,7 @@ def run_dinox(tmp: Path, spec: Path) -> list[dict[str, str]]:
         print(proc.stderr, file=sys.stderr)
         raise SystemExit(f"dinox run exited {proc.returncode}")
     (results,) = (tmp / ".dinox" / "sweeps" / "gpu_check").glob("*/results.csv")
+    shutil.copyfile(results, tmp / "results.csv")
     return sorted(csv.DictReader(results.open()), key=lambda r: int(r["index"]))
 
 
@@ -293,12 +312,21 @@ def _num(value: str | None) -> float | None:
 
 
 def table(lines: list[Line]) -> str:
-    head = ["trial", "status", "img/s", "dinox/hand", "bound", "idle share", "peak GiB", "MFU", "seconds"]
+    head = ["trial", "status", "img/s", "windows apart", "dinox/hand", "bound", "idle share", "peak GiB", "MFU"]
+    head.append("seconds")
     rows = []
     for ln in lines:
         r = ln.row
-        ips, idle, peak, mfu, wall = (
-            _num(r.get(k)) for k in ("images_per_s", "device_idle_share", "peak_mem_reserved_gb", "mfu", "trial_wall_s")
+        ips, spread, idle, peak, mfu, wall = (
+            _num(r.get(k))
+            for k in (
+                "images_per_s",
+                "window_spread",
+                "device_idle_share",
+                "peak_mem_reserved_gb",
+                "mfu",
+                "trial_wall_s",
+            )
         )
         why = r.get("bound_evidence") or ""
         rows.append(
@@ -306,6 +334,7 @@ def table(lines: list[Line]) -> str:
                 ln.case.label,
                 r["status"],
                 f"{ips:.1f}" if ips else "-",
+                f"{spread:.1%}" if spread is not None else "-",
                 f"{ln.ratio:.3f}" if ln.ratio else "-",
                 (r["bound"] or "-") + (f" ({why})" if why else ""),
                 f"{idle:.1%}" if idle is not None else "-",
@@ -323,12 +352,23 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--print-spec", action="store_true", help="print the spec and exit")
     p.add_argument("--small", action="store_true", help="three cases at CPU sizes, on any machine")
+    one = p.add_mutually_exclusive_group()
+    one.add_argument("--quick", action="store_true", help="six cases: the first minutes on a new GPU node")
+    one.add_argument("--rest", action="store_true", help="the cases --quick leaves out")
+    p.add_argument("--keep", type=Path, help="an empty or new folder to keep the store and results.csv in")
     a = p.parse_args()
+    part = "quick" if a.quick else "rest" if a.rest else "all"
     with tempfile.TemporaryDirectory(prefix="dinox-gpu-check-") as name:
         tmp = Path(name)
+        if a.keep:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            if any(a.keep.iterdir()):
+                print(f"gpu_check: --keep {a.keep} is not empty", file=sys.stderr)
+                return 2
+            tmp = a.keep.resolve()
         device = "cpu" if a.small else "cuda"
         if a.print_spec:
-            print(spec_text("data/processed/_index/index.csv", a.small, device), end="")
+            print(spec_text("data/processed/_index/index.csv", a.small, device, part), end="")
             return 0
         import torch
 
@@ -338,12 +378,12 @@ def main() -> int:
         t0 = time.time()
         index = make_ct(tmp, a.small)
         spec = tmp / "gpu_check.yaml"
-        spec.write_text(spec_text(index, a.small, device))
+        spec.write_text(spec_text(index, a.small, device, part))
         rows = run_dinox(tmp, spec)
         swept = time.time() - t0
         steps, warmup = (4, 2) if a.small else (40, 10)
         lines = []
-        for c, r in zip(cases(index, a.small), rows, strict=True):
+        for c, r in zip(cases(index, a.small, part), rows, strict=True):
             hand, hand_s = _hand_in_child(r, steps, warmup) if c.hand_loop and r["status"] == "ok" else (None, 0.0)
             lines.append(Line(c, r, hand, hand_s))
         name_ = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
