@@ -121,7 +121,8 @@ HIP_VERSION = _tag("trial", "dinox.hip_version", "torch's HIP (empty without)")
 TIMM_VERSION = _tag("trial", "dinox.timm_version", "the child's timm")
 
 # --- a decision run ------------------------------------------------------------------------------------------
-VERDICT = _tag("decision", "dinox.verdict", "GO or NO-GO")
+VERDICT = _tag("decision", "dinox.verdict", "GO, NO-GO or UNSETTLED (the measured range straddles the budget)")
+SETTLED = _tag("decision", "dinox.settled", "true when the evidence decided (GO or NO-GO), false for UNSETTLED")
 
 # --- a trial's metrics: throughput and step times -----------------------------------------------------------
 IMAGES_PER_S = _metric("trial", "images_per_s", "images per second over the timed windows, pooled (all ranks)")
@@ -209,7 +210,9 @@ for _status in ("ok", "oom", "error", "crashed", "timeout", "skipped", "killed")
 NEEDED_IMAGES_PER_S = _metric("decision", "needed_images_per_s", "the rate the schedule needs to fit the days")
 MODELS = _metric("decision", "models", "models compared")
 RECOMMENDED_DAYS = _metric("decision", "recommended_days", "days the recommended configuration needs")
-RECOMMENDED_IMAGES_PER_S = _metric("decision", "recommended_images_per_s", "its conservative (p90) rate")
+RECOMMENDED_IMAGES_PER_S = _metric(
+    "decision", "recommended_images_per_s", "its forecast rate (images over all its timed windows' wall time)"
+)
 SOURCES = _name("param", "decision", "sources", "the sweeps the decision read")
 BUDGET_PREFIX = "budget."  # budget.<field>: the budget the decision was made against
 POLICY_PREFIX = "policy."  # policy.<field>: how it chose (safety margin, the rates it trusts)

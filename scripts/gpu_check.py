@@ -51,7 +51,7 @@ optimizer: {{name: adamw, lr: 1.0e-3}}
 loader: {{num_workers: {workers}, pin_memory: true, prefetch_factor: 4, persistent_workers: true}}
 data: {{source: synthetic}}
 hardware: {{device: {device}}}
-measure: {{warmup_steps: 10, bench_steps: {steps}, repeats: 2, ablation_steps: {steps}, timeout_s: 600}}
+measure: {{warmup_steps: 10, bench_steps: {steps}, repeats: 3, ablation_steps: {steps}, timeout_s: 600}}
 sweep:
   cases:
 """

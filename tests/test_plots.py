@@ -1,9 +1,11 @@
 """Every plot copes with what a sweep can leave: one point, nothing but OOMs, pruned batches, a target far off."""
 
+import matplotlib.colors
 import pytest
 from PIL import Image
 
 from dinox.decide import budget
+from dinox.decide.budget import fmt_days
 from dinox.decide import verdict as decide
 from dinox.report.plots import write_plots
 from tests import study
@@ -69,6 +71,39 @@ def test_a_plot_reads_without_the_readme(tmp_path, monkeypatch):
     _plots(rows, tmp_path)
     scale, ticks, legend, texts = figures["throughput_vs_batch.png"]
     assert scale == "log" and ticks and not any("$" in t for t in ticks), ticks
-    assert "a trial: img/s (p90 step) (what decide plans with)" in legend
+    assert "a trial: img/s (windows) (what decide plans with)" in legend
     assert "its timed windows, slowest to fastest (img/s (windows))" in legend
     assert {"accumulation=4", "accumulation=8"} <= set(texts), texts
+
+
+def test_days_vs_budget_draws_each_range_and_says_an_unsettled_verdict(tmp_path, monkeypatch):
+    """No clean bar where the windows disagree: each model is a bar from its fastest to its slowest window, a
+    tick at the forecast, amber where the range straddles the budget, and the title says it is not settled."""
+    from dinox.report import plots
+
+    seen = {}
+    real_save = plots._save
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        bars = [(p.get_x(), p.get_x() + p.get_width(), p.get_facecolor()) for p in ax.patches]
+        seen[path.name] = (ax.get_title(), bars, [t.get_text() for t in ax.texts])
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    rows = study.study()
+    for row in rows:  # ViT-L's windows 20 % apart: 11.0-13.2 days around a 12-day budget
+        if row["params"]["model.name"].startswith("vit_large") and row["tags"]["dinox.status"] == "ok":
+            ips = row["metrics"]["images_per_s"]
+            row["metrics"].update(images_per_s_min=ips * 0.91, images_per_s_max=ips * 1.09)
+    tight = budget.Budget(days=12, dataset_size=study.DATASET, epochs=study.EPOCHS)
+    d = decide.decide(study.records(rows), tight)
+    assert d.verdict == "UNSETTLED"
+    plots.write_plots(d, study.records(rows), tmp_path)
+    title, bars, texts = seen["days_vs_budget.png"]
+    assert title.startswith("UNSETTLED (not settled): ")
+    large = next(m for m in d.models if m.name == "vit_large_patch14_dinov2")
+    low, high, colour = bars[[m.name for m in d.models].index("vit_large_patch14_dinov2")]
+    assert (low, high) == (pytest.approx(large.span.days_fast), pytest.approx(large.span.days_slow))
+    assert low < 12 < high and matplotlib.colors.to_hex(colour) == matplotlib.colors.to_hex("tab:orange")
+    assert any("(UNSETTLED)" in t and f"forecast {fmt_days(large.days)}" in t for t in texts), texts

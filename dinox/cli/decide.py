@@ -114,7 +114,8 @@ def decide(
     Reads trial runs (tag dinox.status) of --experiment NAME(s) or of sweep --run-id(s), takes the budget
     from --spec and/or --days with --dataset-size and --epochs (or --target-images), and writes report.md,
     decision.json and PNG plots to --out, also logged as artifacts of a dinox.role=decision run.
-    Exit code: 0 GO, 1 NO-GO, 2 error.
+    Exit code: 0 GO, 1 NO-GO, 2 error, 3 UNSETTLED (the measured range straddles the budget, or too few
+    timed windows ran to have one: the report says which trials to measure again, and how).
     """
     from dinox.decide.budget import DecisionError
     from dinox.decide.types import Policy
@@ -135,13 +136,17 @@ def decide(
         raise BadInput(e.named(OPTIONS)) from None
     uri = resolve_tracking_uri(tracking_uri)
     try:
-        decision = run_decision(uri, names, list(run_ids), budget, policy, Path(out_dir), log=not no_log)
+        decision = run_decision(
+            uri, names, list(run_ids), budget, policy, Path(out_dir), log=not no_log, spec_file=spec_file or ""
+        )
     except DinoxError:
         raise
     except Exception:  # noqa: BLE001 - exit 1 is NO-GO, which a crash must never read as
         traceback.print_exc()
         raise BadInput("dinox decide failed (the traceback above): no decision was made") from None
-    sys.exit(0 if decision.verdict == "GO" else 1)
+    from dinox.report.decision_json import EXIT_CODES
+
+    sys.exit(EXIT_CODES[decision.verdict])
 
 
 # The budget's and the policy's fields as `dinox decide` takes them.
@@ -210,7 +215,14 @@ def budget_of(
 
 
 def run_decision(
-    uri: str, experiments: list[str], run_ids: list[str], budget: Budget, policy: Policy, out: Path, log: bool
+    uri: str,
+    experiments: list[str],
+    run_ids: list[str],
+    budget: Budget,
+    policy: Policy,
+    out: Path,
+    log: bool,
+    spec_file: str = "",
 ) -> Decision:
     """Decide on the trials in the store, write the report files, say the verdict, log the decision run.
     Raises DecisionError and TrackingError, both one line for the user."""
@@ -225,6 +237,7 @@ def run_decision(
         raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {uri}")
     decision = decide(records, budget, policy)
     decision.sources = sources
+    decision.spec_file = spec_file
     files = write_reports(decision, records, out)
     click.echo(report.render_terminal(decision))
     click.echo(f"report: {files[0]} ({files[1].name} beside it)  decision: {files[2]}")

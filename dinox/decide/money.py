@@ -39,11 +39,9 @@ class WhatIf:
 
 
 def what_if(mv: ModelVerdict, budget: Budget) -> list[WhatIf]:
-    if mv.best is None:
+    if mv.span is None:
         return []
-    return [
-        WhatIf(f, mv.best.days * f, budget.cost(mv.best.days * f, mv.device_name, mv.devices)) for f in DATASET_FACTORS
-    ]
+    return [WhatIf(f, mv.days * f, budget.cost(mv.days * f, mv.device_name, mv.devices)) for f in DATASET_FACTORS]
 
 
 @dataclass
@@ -63,14 +61,14 @@ class Need:
 def needs(models: list[ModelVerdict], budget: Budget) -> list[Need]:
     out = []
     for mv in models:
-        if mv.go or mv.best is None or mv.best.excluded:
+        if mv.go or mv.span is None:
             continue
         seconds = budget.days * SECONDS_PER_DAY * budget.utilization
         price = budget.price_for(mv.device_name)
         if budget.max_cost is not None and price is not None:
             # The cost caps the days too: devices x days x 24 x price <= max_cost.
             seconds = min(seconds, budget.max_cost / (mv.devices * 24.0 * price) * SECONDS_PER_DAY * budget.utilization)
-        out.append(Need(mv.label, mv.device, mv.best.conservative_ips, budget.images_needed / seconds))
+        out.append(Need(mv.label, mv.device, mv.span.forecast_ips, budget.images_needed / seconds))
     return out
 
 
@@ -97,11 +95,9 @@ def projections(models: list[ModelVerdict], rows: list[ScalingRow], budget: Budg
     out = []
     for row in rows:
         for mv in models:
-            if mv.devices != 1 or mv.device_name != row.device_name or mv.best is None:
+            if mv.devices != 1 or mv.device_name != row.device_name or mv.ips is None:
                 continue
-            days = budget.days_for(mv.best.conservative_ips * row.gpus * row.efficiency)
+            days = budget.days_for(mv.ips * row.gpus * row.efficiency)
             cost = budget.cost(days, mv.device_name, row.gpus)
-            out.append(
-                Projection(mv.label, mv.device_name, row.gpus, row.efficiency, mv.best.conservative_ips, days, cost)
-            )
+            out.append(Projection(mv.label, mv.device_name, row.gpus, row.efficiency, mv.ips, days, cost))
     return out

@@ -4,11 +4,16 @@ dataclasses that decide builds and money, the report and the plots read."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from dinox.decide.budget import DecisionError
 from dinox.decide.grouping import device_label
 from dinox.store.profile_table import ProfileSummary
+
+# GO: the budget holds at the slow end of what was measured; NO-GO: it fails even at the fast end; UNSETTLED:
+# the measured range straddles the budget, or too few windows ran to call any range measured.
+Verdict = Literal["GO", "NO-GO", "UNSETTLED"]
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,12 @@ class Candidate:
     run_name: str
     configuration: dict[str, str]
     effective_batch: int
-    conservative_ips: float  # images per optimizer step / p90 step time: drives the verdict
+    conservative_ips: float  # images per optimizer step / p90 step time: shown, no longer planned with
     median_ips: float  # ... / p50 step time
-    measured_ips: float  # images_per_s as measured over the timed window
+    measured_ips: float  # images_per_s over the timed windows (all images / all wall): the forecast's rate
     memory_share: float | None  # peak reserved / device memory
     bound: str
-    days: float
+    days: float  # the schedule at measured_ips: the forecast
     excluded: str = ""  # why the policy does not recommend it; "" when it qualifies
     mfu: float | None = None  # model FLOPs utilisation over the timed windows
     tflops: float | None = None
@@ -54,6 +59,43 @@ class Candidate:
     window_min_ips: float | None = None  # the slowest and fastest timed window, images/s
     window_max_ips: float | None = None
     profile: ProfileSummary | None = None  # measure.profile's summary, where the trial was traced
+    windows: int | None = None  # timed windows measured (None: a record from before the count was kept)
+    days_slow: float = math.inf  # the schedule at the slowest window's rate: the verdict's margin
+    days_fast: float = math.inf  # ... at the fastest window's rate
+    epoch_start_s: float = 0.0  # an epoch boundary's cost, paid once an epoch on top of the rate
+
+    @property
+    def rates(self) -> tuple[float, float, float]:
+        """(forecast, slow end, fast end), images/s."""
+        return self.measured_ips, self.slow_ips, self.fast_ips
+
+    @property
+    def slow_ips(self) -> float:
+        return min(self.window_min_ips or self.measured_ips, self.measured_ips)
+
+    @property
+    def fast_ips(self) -> float:
+        return max(self.window_max_ips or self.measured_ips, self.measured_ips)
+
+    def overlaps(self, other: Candidate) -> bool:
+        """The two measured ranges share a rate: which of the two is faster is not settled."""
+        return self.slow_ips <= other.fast_ips and other.slow_ips <= self.fast_ips
+
+
+@dataclass
+class Span:
+    """What a model's plan rests on: the forecast (the expected rate, over all timed windows) and the range
+    the verdict is read over (its slowest and fastest window), each with the days (and cost) it gives."""
+
+    forecast_ips: float
+    slow_ips: float
+    fast_ips: float
+    days: float
+    days_slow: float
+    days_fast: float
+    cost: float | None = None
+    cost_slow: float | None = None
+    cost_fast: float | None = None
 
 
 @dataclass
@@ -75,8 +117,13 @@ class ModelVerdict:
     statuses: dict[str, int]
     candidates: list[Candidate]
     oom: list[OomBoundary]
-    best: Candidate | None = None
-    go: bool = False
+    best: Candidate | None = None  # the fastest qualifying trial by its forecast (the configuration shown)
+    verdict: Verdict | None = None  # None: no trial qualifies
+    unsettled_why: str = ""  # why the verdict is UNSETTLED: too few windows, or a range that straddles the budget
+    # Qualifying trials whose measured range overlaps the best one's: not told apart by the measurement, so the
+    # plan takes the slowest of them (the best of noisy figures is biased high: the winner's curse).
+    tied: list[Candidate] = field(default_factory=list)
+    span: Span | None = None  # the figures the verdict and the forecast use (best, or the slowest tied)
     margin_days: float | None = None
     epochs_in_budget: float | None = None
     images_in_budget: float | None = None
@@ -84,6 +131,21 @@ class ModelVerdict:
     devices: int = 1  # how many of it each trial used (hardware.gpus)
     cost: float | None = None  # the whole schedule on the best trial's devices; None without a price
     over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
+
+    @property
+    def go(self) -> bool:
+        """A settled GO: the budget holds at the slow end of what was measured."""
+        return self.verdict == "GO"
+
+    @property
+    def days(self) -> float:
+        """The forecast's days (math.inf where nothing qualifies)."""
+        return self.span.days if self.span is not None else math.inf
+
+    @property
+    def ips(self) -> float | None:
+        """The forecast's images/s."""
+        return self.span.forecast_ips if self.span is not None else None
 
     @property
     def label(self) -> str:

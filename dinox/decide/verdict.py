@@ -1,21 +1,24 @@
-"""From trial records and a budget to GO / NO-GO: pure functions, plus the report's text and JSON.
+"""From trial records and a budget to GO / NO-GO / UNSETTLED: pure functions, plus the report's text and JSON.
 
 Never talks to MLflow: ``dinox.store`` reads the records and logs what this module produces.
 
 The policy in one paragraph: only ``ok`` trials count. A trial whose peak reserved memory is above
 ``max_memory_share`` of its device is not recommended (a run that close to the edge dies on day three). With
-``effective_batch`` set, only trials with that effective batch count. Throughput for the verdict is the
-conservative one, images per optimizer step / p90 step time; the median (p50) is shown beside it. Per model,
-the best qualifying trial gives days = images needed / (images/s x 86400 x utilization). The recommendation
-is the largest model (by ``params_m``) that is GO.
+``effective_batch`` set, only trials with that effective batch count. Each trial gives a forecast (images over
+all its timed windows' wall time: the expected rate) and a measured range (its slowest and fastest window).
+Per model, the fastest qualifying trial by its forecast leads; trials whose ranges overlap the leader's are
+tied with it (the measurement cannot order them) and the plan takes the slowest of them. A model is GO when
+the budget holds at the slow end of that range and at least ``SETTLED_WINDOWS`` windows ran; NO-GO when it
+fails even at the fast end; UNSETTLED otherwise. The recommendation is the largest model that is GO; with
+none, the decision is UNSETTLED when some model is, else NO-GO.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
 
 from dinox import record as rec
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
@@ -24,11 +27,11 @@ from dinox.decide.grouping import device_of, memory_groups, model_key, only_devi
 from dinox.decide.knobs import Combination, KnobEffect, combinations, knob_effects
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
-from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy
+from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict
 from dinox.measure.result import one_line
 from dinox.spec.sections import ROLES
 from dinox.store.profile_table import ProfileSummary
-from dinox.store.trial_record import IPS_P90, TrialRecord, record_problem
+from dinox.store.trial_record import IPS_WINDOWS, SETTLED_WINDOWS, TrialRecord, record_problem, store_text
 
 # Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
 _NO_FIT = ("oom", "skipped")
@@ -36,20 +39,24 @@ _NO_FIT = ("oom", "skipped")
 
 @dataclass
 class Decision:
-    verdict: Literal["GO", "NO-GO"]
+    verdict: Verdict
     budget: Budget
     policy: Policy
     models: list[ModelVerdict]
     recommended: ModelVerdict | None
     loader: LoaderFindings
     reason: str
-    needed_ips: float  # the conservative throughput the schedule needs
+    needed_ips: float  # the throughput the schedule needs (images over the timed windows' wall time)
     sources: list[str] = field(default_factory=list)  # experiments / runs the records came from
     notes: list[str] = field(default_factory=list)
     memory: list[MemoryCheck] = field(default_factory=list)
     scaling: list[ScalingRow] = field(default_factory=list)
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (run, why): records that cannot be trusted
-    unstable: str = ""  # why the recommendation's own figure is uncertain; "" when its windows agree
+    unstable: str = ""  # why the recommendation's forecast is uncertain; "" when its windows agree
+    unsettled: list[ModelVerdict] = field(default_factory=list)  # models whose evidence cannot decide
+    remeasure: list[str] = field(default_factory=list)  # runs `dinox run --remeasure-unsettled` measures again
+    spec_file: str = ""  # the spec the trials came from, where the command line named it
+    capped: list[str] = field(default_factory=list)  # of `remeasure`, runs whose spec allows too few windows
     # The cheapest (model, device) that meets the deadline (and max_cost), where prices are known.
     cheapest: ModelVerdict | None = None
     what_if: list[WhatIf] = field(default_factory=list)  # the recommended at 0.5x / 1x / 2x the schedule
@@ -57,6 +64,15 @@ class Decision:
     projections: list[Projection] = field(default_factory=list)  # onto N devices, at a measured efficiency
     knobs: list[KnobEffect] = field(default_factory=list)  # what each varied param bought, measured
     combined: list[Combination] = field(default_factory=list)  # several at once, against the product
+
+    @property
+    def spec_arg(self) -> str:
+        """The spec as a shell word for the commands the report prints (SPEC where it is not known)."""
+        return shlex.quote(store_text(self.spec_file)) if self.spec_file else "SPEC"
+
+    @property
+    def settled(self) -> bool:
+        return self.verdict != "UNSETTLED"
 
     @property
     def device_names(self) -> list[str]:
@@ -104,8 +120,6 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
     if effective is None or measured is None or measured <= 0:
         return None
     p90, p50 = m.get(rec.STEP_S_P90), m.get(rec.STEP_S_P50)
-    conservative = effective / p90 if p90 else measured
-    median = effective / p50 if p50 else measured
     total, reserved = m.get(rec.DEVICE_MEM_TOTAL_GB), m.get(rec.PEAK_MEM_RESERVED_GB)
     share = reserved / total if total and reserved is not None else None
     excluded = ""
@@ -117,17 +131,18 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
     spread = m.get(rec.WINDOW_SPREAD)
     if not excluded and unstable and policy.exclude_unstable:
         excluded = f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
-    return Candidate(
+    windows = m.get(rec.WINDOWS)
+    c = Candidate(
         run_id=r.run_id,
         run_name=r.run_name,
         configuration=_configuration(r, varying),
         effective_batch=effective,
-        conservative_ips=conservative,
-        median_ips=median,
+        conservative_ips=effective / p90 if p90 else measured,
+        median_ips=effective / p50 if p50 else measured,
         measured_ips=measured,
         memory_share=share,
         bound=r.tags.get(rec.BOUND, ""),
-        days=budget.days_for(conservative, m.get(rec.EPOCH_START_S, 0.0)),
+        days=0.0,
         excluded=excluded,
         mfu=m.get(rec.MFU),
         tflops=m.get(rec.TFLOPS),
@@ -135,10 +150,18 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         unstable=unstable,
         loader_cost=m.get(rec.LOADER_COST),
         bound_evidence=r.bound_evidence,
-        window_min_ips=m.get(rec.IMAGES_PER_S_MIN),
-        window_max_ips=m.get(rec.IMAGES_PER_S_MAX),
+        window_min_ips=_rate(m.get(rec.IMAGES_PER_S_MIN)),
+        window_max_ips=_rate(m.get(rec.IMAGES_PER_S_MAX)),
         profile=ProfileSummary.parse(r.tags.get(rec.PROFILE)),
+        windows=int(windows) if windows is not None else None,
+        epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
     )
+    c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_start_s) for ips in c.rates)
+    return c
+
+
+def _rate(value: float | None) -> float | None:
+    return value if value is not None and value > 0 else None
 
 
 def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
@@ -167,21 +190,67 @@ def _model_verdict(
     params_m = next((r.metrics[rec.PARAMS_M] for r in records if rec.PARAMS_M in r.metrics), None)
     varying = _varying(records)
     candidates = [c for r in records if r.status == "ok" if (c := _candidate(r, budget, policy, varying))]
-    candidates.sort(key=lambda c: -c.conservative_ips)
+    candidates.sort(key=lambda c: -c.measured_ips)
     mv = ModelVerdict(key, name, kwargs, params_m, len(records), dict(statuses), candidates, _oom_boundaries(records))
     mv.device_name, mv.devices = device
     qualifying = [c for c in candidates if not c.excluded]
     if qualifying:
-        best = qualifying[0]
-        mv.best = best
-        mv.cost = budget.cost(best.days, *device)
-        mv.over_cost = over_cost(mv.cost, mv.device_name, budget)
-        mv.go = best.days <= budget.days and not mv.over_cost
-        mv.margin_days = budget.days - best.days
-        mv.images_in_budget = budget.images_in_budget(best.conservative_ips)
+        mv.verdict, group = _verdict(qualifying, budget, device)
+        mv.best, mv.tied = group[0], group[1:]
+        mv.span = span = _span(group, budget, device)
+        mv.unsettled_why = _unsettled_why(mv, budget) if mv.verdict == "UNSETTLED" else ""
+        mv.cost = span.cost
+        mv.over_cost = over_cost(span.cost_slow, mv.device_name, budget)
+        mv.margin_days = budget.days - span.days_slow
+        mv.images_in_budget = budget.images_in_budget(span.forecast_ips)
         if budget.dataset_size:
             mv.epochs_in_budget = mv.images_in_budget / budget.dataset_size
     return mv
+
+
+def _verdict(qualifying: list[Candidate], budget: Budget, device: tuple[str, int]) -> tuple[Verdict, list[Candidate]]:
+    """The model's verdict and the trials its plan rests on (the leader first, then those tied with it).
+
+    GO where some trial holds the budget (and budget.max_cost) at its slowest window with enough windows to
+    have one; the leader is the fastest of those by its forecast. NO-GO where every trial fails even at its
+    fastest window. UNSETTLED otherwise, led by the fastest trial still open. `qualifying`: fastest first."""
+
+    def holds(c: Candidate, days: float) -> bool:
+        return days <= budget.days and not over_cost(budget.cost(days, *device), device[0], budget)
+
+    settled_go = [c for c in qualifying if (c.windows or 0) >= SETTLED_WINDOWS and holds(c, c.days_slow)]
+    open_ = [c for c in qualifying if holds(c, c.days_fast)]
+    verdict: Verdict = "GO" if settled_go else "UNSETTLED" if open_ else "NO-GO"
+    pool = settled_go or open_ or qualifying
+    return verdict, [pool[0], *(c for c in pool[1:] if c.overlaps(pool[0]))]
+
+
+def _span(group: list[Candidate], budget: Budget, device: tuple[str, int]) -> Span:
+    """The plan of a leader and the trials tied with it: the slowest forecast of them, the slowest window of
+    them and the leader's fastest."""
+    planned = min(group, key=lambda c: c.measured_ips)
+    slowest = min(group, key=lambda c: c.slow_ips)
+    span = Span(
+        planned.measured_ips, slowest.slow_ips, group[0].fast_ips, planned.days, slowest.days_slow, group[0].days_fast
+    )
+    days = (span.days, span.days_slow, span.days_fast)
+    span.cost, span.cost_slow, span.cost_fast = (budget.cost(d, *device) for d in days)
+    return span
+
+
+def _unsettled_why(mv: ModelVerdict, budget: Budget) -> str:
+    """Why the evidence cannot decide: too few windows behind the plan, or a range that straddles the budget."""
+    span = mv.span
+    assert span is not None and mv.best is not None
+    few = [c for c in (mv.best, *mv.tied) if (c.windows or 0) < SETTLED_WINDOWS]
+    if few:
+        counts = ", ".join(f"{c.run_name or c.run_id}: {c.windows or 'no count of'}" for c in few[:3])
+        return (
+            f"too few timed windows to show how far the rate moves ({counts}; a GO needs {SETTLED_WINDOWS}), "
+            "so no slow end was measured"
+        )
+    ends = f"{fmt_days(span.days_fast)} days at the fastest window, {fmt_days(span.days_slow)} at the slowest"
+    return f"the budget lies inside the measured range ({ends})"
 
 
 def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
@@ -201,16 +270,21 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
     go = [mv for mv in models if mv.go]
     # The largest GO model; measured GO on several devices, the cheapest of them (else the fastest).
-    recommended = min(go, key=lambda mv: (-(mv.params_m or 0.0), _cost_or_inf(mv), _days(mv))) if go else None
+    recommended = min(go, key=_preference) if go else None
+    unsettled = sorted((mv for mv in models if mv.verdict == "UNSETTLED"), key=_preference)
+    verdict: Verdict = "GO" if recommended is not None else "UNSETTLED" if unsettled else "NO-GO"
+    # A GO stands on its own evidence; a larger model left unsettled could still change the recommendation.
+    size = (recommended.params_m or 0.0) if recommended is not None else math.inf
+    bigger = [mv for mv in unsettled if (mv.params_m or 0.0) > size]
     rows = scaling(records)
     return Decision(
-        verdict="GO" if recommended is not None else "NO-GO",
+        verdict=verdict,
         budget=budget,
         policy=policy,
         models=models,
         recommended=recommended,
         loader=loader_findings(records, policy.knee_tolerance),
-        reason=_reason(records, models, recommended, budget, needed),
+        reason=_reason(records, models, recommended, unsettled, budget, needed),
         needed_ips=needed,
         memory=memory_checks(records),
         knobs=(effects := knob_effects(records)),
@@ -218,6 +292,10 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         scaling=rows,
         left_out=left_out,
         unstable=_unstable_warning(recommended),
+        unsettled=unsettled,
+        remeasure=(again := _remeasure(records, unsettled if recommended is None else bigger)),
+        capped=[r.run_name or r.run_id for r in records if (r.run_name or r.run_id) in again and _capped(r)],
+        notes=[_bigger_note(mv) for mv in bigger],
         cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
         what_if=what_if(recommended, budget) if recommended is not None else [],
         needs=needs(models, budget),
@@ -239,12 +317,33 @@ def _model_verdicts(records: list[TrialRecord], budget: Budget, policy: Policy) 
     return models
 
 
+def _preference(mv: ModelVerdict) -> tuple[float, float, float]:
+    return -(mv.params_m or 0.0), _cost_or_inf(mv), _days(mv)
+
+
+def _remeasure(records: list[TrialRecord], models: list[ModelVerdict]) -> list[str]:
+    """The runs behind these models' plans that `dinox run --remeasure-unsettled` measures again (windows
+    that disagreed, or too few of them), by run name."""
+    ids = {c.run_id for mv in models if mv.best is not None for c in (mv.best, *mv.tied)}
+    return [r.run_name or r.run_id for r in records if r.run_id in ids and r.unsettled]
+
+
+def _capped(r: TrialRecord) -> bool:
+    """The trial's spec allows fewer windows than a GO needs: measuring it again cannot settle it."""
+    most = r.param_int("measure.repeats") or r.param_int("measure.max_repeats")
+    return most is not None and most < SETTLED_WINDOWS
+
+
+def _bigger_note(mv: ModelVerdict) -> str:
+    return f"{mv.label} is larger and UNSETTLED ({mv.unsettled_why}): settled, it could be recommended instead"
+
+
 def _cost_or_inf(mv: ModelVerdict) -> float:
     return mv.cost if mv.cost is not None else math.inf
 
 
 def _days(mv: ModelVerdict) -> float:
-    return mv.best.days if mv.best is not None else math.inf
+    return mv.days
 
 
 def status_summary(records: list[TrialRecord]) -> str:
@@ -268,6 +367,7 @@ def _reason(
     records: list[TrialRecord],
     models: list[ModelVerdict],
     recommended: ModelVerdict | None,
+    unsettled: list[ModelVerdict],
     budget: Budget,
     needed: float,
 ) -> str:
@@ -277,13 +377,23 @@ def _reason(
         return f"{mv.label} on {mv.device}" if per_device else mv.label
 
     if recommended is not None:
-        b = recommended.best
-        assert b is not None
+        span = recommended.span
+        assert span is not None
         cost = f", costing {fmt_cost(recommended.cost)}" if recommended.cost is not None else ""
         return (
             f"{recommended.label} is the largest model that finishes {budget.describe()}"
-            f"{f', on {recommended.device}' if per_device else ''}: {b.conservative_ips:.1f} {IPS_P90} -> "
-            f"{fmt_days(b.days)} days, {fmt_days(recommended.margin_days or 0.0)} days to spare{cost}"
+            f"{f', on {recommended.device}' if per_device else ''}: forecast {span.forecast_ips:.1f} "
+            f"{IPS_WINDOWS} -> {fmt_days(span.days)} days{cost}; even at the slowest window measured "
+            f"({span.slow_ips:.1f} img/s, {fmt_days(span.days_slow)} days) "
+            f"{fmt_days(recommended.margin_days or 0.0)} days to spare"
+        )
+    if unsettled:
+        mv = unsettled[0]
+        span = mv.span
+        assert span is not None
+        return (
+            f"not settled: {where(mv)} would finish {budget.describe()} at its forecast, {span.forecast_ips:.1f} "
+            f"{IPS_WINDOWS} -> {fmt_days(span.days)} days, but {mv.unsettled_why}"
         )
     if not any(r.status == "ok" for r in records):
         tried = sorted({r.batch_size for r in records if r.batch_size is not None})
@@ -292,30 +402,30 @@ def _reason(
             f"nothing fits: every configuration ran out of memory ({status_summary(records)}){smallest}. "
             "Try a smaller batch.size (or auto), model.grad_checkpointing, bf16-mixed or a larger device"
         )
-    measured = [mv for mv in models if mv.best is not None]
+    measured = [mv for mv in models if mv.span is not None]
     if not measured:
         return "no trial qualifies: none is ok within the policy (see each model's statuses and exclusions)"
-    fastest = max(measured, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
-    fb = fastest.best
-    assert fb is not None
+    fastest = max(measured, key=lambda mv: mv.span.fast_ips)  # type: ignore[union-attr]
+    fs = fastest.span
+    assert fs is not None
     epochs = f", {fastest.epochs_in_budget:.1f} epochs in the budget" if fastest.epochs_in_budget else ""
     in_time = [mv for mv in measured if mv.over_cost and _days(mv) <= budget.days]
     money = f"; {where(in_time[0])} meets the deadline but {in_time[0].over_cost}" if in_time else ""
     return (
-        f"no model finishes {budget.describe()}; it needs {needed:.1f} {IPS_P90}. The fastest, "
-        f"{where(fastest)}, reaches {fb.conservative_ips:.1f} {IPS_P90} -> {fmt_days(fb.days)} days"
-        f"{epochs}{money}"
+        f"no model finishes {budget.describe()}, even at the fastest window measured; it needs {needed:.1f} "
+        f"{IPS_WINDOWS}. The fastest, {where(fastest)}, reaches {fs.fast_ips:.1f} img/s at its fastest window "
+        f"-> {fmt_days(fs.days_fast)} days (forecast {fs.forecast_ips:.1f} {IPS_WINDOWS}, "
+        f"{fmt_days(fs.days)} days){epochs}{money}"
     )
 
 
 def _unstable_warning(recommended: ModelVerdict | None) -> str:
-    """An unstable best trial: the figure the verdict rests on moved between its own windows."""
+    """An unstable best trial: the GO holds at its slowest window, but its forecast moved between windows."""
     best = recommended.best if recommended is not None else None
     if best is None or not best.unstable:
         return ""
     spread = f"differ by {best.spread:.0%}" if best.spread is not None else "disagree"
     return (
-        f"the recommended trial is UNSTABLE: its timed windows {spread}, so its throughput is uncertain; "
-        "measure it again with a higher measure.max_repeats (or longer measure.bench_steps) on a quiet machine "
-        "before committing"
+        f"the recommended trial's timed windows {spread}: the GO holds at the slowest of them, but its forecast "
+        "is uncertain; `dinox run SPEC --remeasure-unsettled` on a quiet machine narrows it"
     )

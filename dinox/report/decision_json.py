@@ -17,8 +17,14 @@ from dinox.decide.knobs import KnobEffect
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
+from dinox.report.text import remeasure_command
 
 _JSON = TypeAdapter(dict[str, Any])
+# 2: verdict may be UNSETTLED (with settled, exit_code, unsettled, remeasure); days and images/s are the
+# forecast over the timed windows, each model's span holds the slow and fast ends the verdict reads.
+SCHEMA_VERSION = 2
+# `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
+EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
 
 
 def to_json(d: Decision) -> dict[str, Any]:
@@ -32,7 +38,14 @@ def dumps(d: Decision) -> str:
 def _payload(d: Decision) -> dict[str, Any]:
     """The file's shape, holding the decision's own dataclasses; pydantic turns them into JSON."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "verdict": d.verdict,
+        "settled": d.settled,
+        "exit_code": EXIT_CODES[d.verdict],
+        "unsettled": [
+            {"model": mv.label, "device": mv.device, "why": mv.unsettled_why, "span": mv.span} for mv in d.unsettled
+        ],
+        "remeasure": {"runs": d.remeasure, "command": remeasure_command(d) if d.remeasure else None},
         "unstable": d.unstable or None,
         "reason": d.reason,
         "recommended": _recommended(d.recommended),
@@ -40,7 +53,7 @@ def _payload(d: Decision) -> dict[str, Any]:
         "budget": {
             **d.budget.model_dump(),
             "images_needed": d.budget.images_needed,
-            "needed_images_per_s_p90": d.needed_ips,
+            "needed_images_per_s": d.needed_ips,
         },
         "policy": d.policy,
         "loader": _loader(d.loader),
@@ -56,8 +69,8 @@ def _payload(d: Decision) -> dict[str, Any]:
             {
                 "model": n.model,
                 "device": n.device,
-                "images_per_s_p90": n.has_ips,
-                "needs_images_per_s_p90": n.needs_ips,
+                "images_per_s": n.has_ips,
+                "needs_images_per_s": n.needs_ips,
                 "factor": n.factor,
             }
             for n in d.needs
@@ -87,7 +100,8 @@ def _knob(k: KnobEffect) -> dict[str, Any]:
 def _device(d: Decision, device: str) -> dict[str, Any]:
     """One device's verdict: its largest GO model, as `recommended` for the whole decision."""
     best = d.largest_go_on(device)
-    return {"device": device, "verdict": "GO" if best else "NO-GO", "recommended": _recommended(best)}
+    verdict = "GO" if best else "UNSETTLED" if any(mv.device == device for mv in d.unsettled) else "NO-GO"
+    return {"device": device, "verdict": verdict, "recommended": _recommended(best)}
 
 
 def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
@@ -99,10 +113,14 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "model_kwargs": rec.kwargs,
         "params_m": rec.params_m,
         "configuration": rec.best.configuration,
+        "tied_with": [c.run_id for c in rec.tied],
+        "forecast_images_per_s": rec.ips,
+        "span": rec.span,
         "images_per_s_p90": rec.best.conservative_ips,
         "images_per_s_p50": rec.best.median_ips,
         "mfu": rec.best.mfu,
-        "days": rec.best.days,
+        "days": rec.days,
+        "margin_days": rec.margin_days,
         "profile": rec.best.profile,
         "device": rec.device,
         "cost": rec.cost,
@@ -117,9 +135,12 @@ def _model(mv: ModelVerdict) -> dict[str, Any]:
         "params_m": mv.params_m,
         "trials": mv.trials,
         "statuses": mv.statuses,
-        "verdict": "GO" if mv.go else "NO-GO",
+        "verdict": mv.verdict,
+        "unsettled_why": mv.unsettled_why or None,
         "best": mv.best,
-        "days": mv.best.days if mv.best else None,
+        "tied": [c.run_id for c in mv.tied],
+        "span": mv.span,
+        "days": mv.days if mv.span else None,
         "device": mv.device,
         "device_name": mv.device_name,
         "devices": mv.devices,
@@ -160,6 +181,6 @@ def log_params(d: Decision) -> dict[str, str]:
 def log_metrics(d: Decision) -> dict[str, float]:
     out = {rec.NEEDED_IMAGES_PER_S: d.needed_ips, rec.MODELS: float(len(d.models))}
     if d.recommended is not None and d.recommended.best is not None:
-        out[rec.RECOMMENDED_DAYS] = d.recommended.best.days
-        out[rec.RECOMMENDED_IMAGES_PER_S] = d.recommended.best.conservative_ips
+        out[rec.RECOMMENDED_DAYS] = d.recommended.days
+        out[rec.RECOMMENDED_IMAGES_PER_S] = d.recommended.ips  # type: ignore[assignment]
     return out

@@ -23,7 +23,7 @@ th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
 code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
 blockquote { border-left: 4px solid #e0a800; background: #fff8e1; margin: 1em 0; padding: .4em 1em; }
 img { max-width: 100%; border: 1px solid #eee; }
-.verdict-GO { color: #1b7f3b; } .verdict-NO-GO { color: #b3261e; }
+.verdict-GO { color: #1b7f3b; } .verdict-NO-GO { color: #b3261e; } .verdict-UNSETTLED { color: #b26a00; }
 """
 
 

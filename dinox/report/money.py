@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dinox.decide.budget import fmt_cost, fmt_days
 from dinox.decide.verdict import Decision
-from dinox.store.trial_record import IPS_P90
+from dinox.store.trial_record import IPS_WINDOWS
 
 
 def sections(d: Decision) -> list[str]:
@@ -25,17 +25,18 @@ def _per_device(d: Decision) -> list[str]:
         "",
         "Trials measured on different hardware are decided apart: each device's largest GO model.",
         "",
-        "| device | verdict | largest GO model | img/s (p90 step) | days | cost |",
+        f"| device | verdict | largest GO model | forecast {IPS_WINDOWS} | days | cost |",
         "|---|---|---|---|---|---|",
     ]
     for device in d.device_names:
         best = d.largest_go_on(device)
-        if best is None or best.best is None:
-            out.append(f"| {device} | NO-GO | - | - | - | - |")
+        if best is None or best.span is None:
+            open_ = any(mv.device == device for mv in d.unsettled)
+            out.append(f"| {device} | {'UNSETTLED' if open_ else 'NO-GO'} | - | - | - | - |")
             continue
-        b = best.best
         out.append(
-            f"| {device} | GO | {best.label} | {b.conservative_ips:.1f} | {fmt_days(b.days)} | {_cost(best.cost)} |"
+            f"| {device} | GO | {best.label} | {best.span.forecast_ips:.1f} | {fmt_days(best.days)} | "
+            f"{_cost(best.cost)} |"
         )
     return [*out, ""]
 
@@ -55,28 +56,26 @@ def _costs(d: Decision) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for mv in d.models:
-        if mv.best is None:
+        if mv.span is None:
             continue
         price = b.price_for(mv.device_name)
         why = f" ({mv.over_cost})" if mv.over_cost else ""
         out.append(
-            f"| {mv.label} | {mv.device} | {_cost(price)} | {fmt_days(mv.best.days)} | {_cost(mv.cost)} | "
-            f"{'GO' if mv.go else 'NO-GO'}{why} |"
+            f"| {mv.label} | {mv.device} | {_cost(price)} | {fmt_days(mv.days)} | {_cost(mv.cost)} | "
+            f"{mv.verdict}{why} |"
         )
     c = d.cheapest
-    if c is not None and c.best is not None:
-        out += [
-            "",
-            f"Cheapest that meets the deadline: **{d.where(c)}**, {fmt_days(c.best.days)} days for {_cost(c.cost)}.",
-        ]
+    if c is not None and c.span is not None:
+        out += ["", f"Cheapest that meets the deadline: **{d.where(c)}**, {fmt_days(c.days)} days for {_cost(c.cost)}."]
     return [*out, ""]
 
 
 def _what_if(d: Decision) -> list[str]:
     out: list[str] = []
     rec = d.recommended
-    if rec is not None and rec.best is not None and d.what_if:
-        out += ["## What if", "", f"For **{d.where(rec)}** at {rec.best.conservative_ips:.1f} {IPS_P90}:", ""]
+    if rec is not None and rec.span is not None and d.what_if:
+        at = f"at its forecast, {rec.span.forecast_ips:.1f} {IPS_WINDOWS}"
+        out += ["## What if", "", f"For **{d.where(rec)}** {at}:", ""]
         buys = f"{rec.images_in_budget:,.0f} images" if rec.images_in_budget is not None else "-"
         if rec.epochs_in_budget is not None:
             buys += f" ({rec.epochs_in_budget:.1f} epochs)"
@@ -95,11 +94,11 @@ def _what_if(d: Decision) -> list[str]:
 def _needs(d: Decision) -> list[str]:
     out = [] if d.what_if else ["## What if", ""]
     out += [
-        "What each NO-GO configuration would need to meet the deadline"
+        "What each configuration short of a GO would need to meet the deadline at its forecast"
         + (" and budget.max_cost" if d.budget.max_cost is not None else "")
         + ":",
         "",
-        f"| model | device | has {IPS_P90} | needs | faster by |",
+        f"| model | device | has {IPS_WINDOWS} | needs | faster by |",
         "|---|---|---|---|---|",
     ]
     out += [f"| {n.model} | {n.device} | {n.has_ips:.1f} | {n.needs_ips:.1f} | {n.factor:.2f}x |" for n in d.needs]

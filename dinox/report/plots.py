@@ -75,7 +75,7 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
         if not mv.candidates and (failed["oom"].get((mv.key, mv.device)) or failed["skipped"].get((mv.key, mv.device))):
             ax.plot([], [], marker="o", color=color, label=_name(d, mv, 60))
     if values:  # what the glyphs are, in the plot itself
-        ax.scatter([], [], color="grey", alpha=0.6, s=18, label=f"a trial: {IPS_P90} (what decide plans with)")
+        ax.scatter([], [], color="grey", alpha=0.6, s=18, label=f"a trial: {IPS_WINDOWS} (what decide plans with)")
         ax.vlines(
             [],
             [],
@@ -133,27 +133,27 @@ def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> li
     several trials share a batch size, each dot is labelled with what else it varied (`num_workers=2`), so
     two dots at one batch say which is which without the README."""
     pts = sorted(
-        ((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.conservative_ips > 0),
-        key=lambda p: (p[0], p[1].conservative_ips),
+        ((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.measured_ips > 0),
+        key=lambda p: (p[0], p[1].measured_ips),
     )
     if not pts:
         return []
     best: dict[int, float] = {}
     for b, c in pts:
-        best[b] = max(best.get(b, 0.0), c.conservative_ips)
+        best[b] = max(best.get(b, 0.0), c.measured_ips)
         if c.window_min_ips is not None and c.window_max_ips is not None:
             ax.vlines(b, c.window_min_ips, c.window_max_ips, color=color, alpha=0.5, linewidth=2)
-    ax.scatter([b for b, _ in pts], [c.conservative_ips for _, c in pts], color=color, alpha=0.4, s=18)
+    ax.scatter([b for b, _ in pts], [c.measured_ips for _, c in pts], color=color, alpha=0.4, s=18)
     # Two or three trials at a batch get a label each; more would print over each other (the report lists them).
     shared = {b for b, _ in pts if 1 < sum(1 for x, _ in pts if x == b) <= 3}
     varied = _varied([c for _, c in pts])
     for b, c in pts:
         if b in shared and varied:
             text = " ".join(f"{k.rsplit('.', 1)[-1]}={c.configuration.get(k, '')}" for k in varied)
-            ax.annotate(text, (b, c.conservative_ips), xytext=(5, -3), textcoords="offset points", fontsize=7)
+            ax.annotate(text, (b, c.measured_ips), xytext=(5, -3), textcoords="offset points", fontsize=7)
     ax.plot(list(best), list(best.values()), marker="o", color=color, label=label)
     bars = [v for _, c in pts for v in (c.window_min_ips, c.window_max_ips) if v]
-    return [c.conservative_ips for _, c in pts] + bars
+    return [c.measured_ips for _, c in pts] + bars
 
 
 def _varied(candidates: list[Candidate]) -> list[str]:
@@ -165,7 +165,7 @@ def _varied(candidates: list[Candidate]) -> list[str]:
 def _needed_line(ax, needed: float, values: list[float]) -> None:
     """The throughput the schedule needs: a line when it sits near the data, else an arrow at the edge, so a
     far-off target does not squash the measured points against one side."""
-    label = f"needed: {needed:.1f} {IPS_P90}"
+    label = f"needed: {needed:.1f} {IPS_WINDOWS}"
     positive = [v for v in values if v > 0]
     if positive and max(positive) / min(positive) > 20:
         ax.set_yscale("log")  # models decades apart: each stays readable
@@ -196,22 +196,38 @@ def _short(label: str, limit: int = 60) -> str:
     return label if len(label) <= limit else label[: limit - 3] + "..."
 
 
+_LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1}  # readable across the budget line
+
+
 def _days(d: Decision, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(12 if d.per_device else 10, max(2.8, 0.6 * len(d.models) + 1.6)))
     labels = [_name(d, mv, 60 if d.per_device else 45) for mv in d.models]
-    days = [mv.best.days if mv.best else 0.0 for mv in d.models]
-    colors = ["tab:green" if mv.go else "tab:red" for mv in d.models]
-    ax.barh(labels, days, color=colors)
+    # A bar from the fast end to the slow end of what was measured (no clean bar where the windows disagree),
+    # a tick at the forecast; the colour is the verdict, amber where the range straddles the budget.
+    colour = {"GO": "tab:green", "NO-GO": "tab:red", "UNSETTLED": "tab:orange"}
+    slow = [mv.span.days_slow if mv.span else 0.0 for mv in d.models]
+    fast = [mv.span.days_fast if mv.span else 0.0 for mv in d.models]
+    xmax = max([*slow, d.budget.days])
+    # A range too narrow to see still gets a sliver, so every measured model shows its colour.
+    widths = [max(s - f, xmax * 0.004) if s else 0.0 for s, f in zip(slow, fast, strict=True)]
+    ax.barh(labels, widths, left=fast, height=0.5, color=[colour.get(mv.verdict or "", "grey") for mv in d.models])
+    forecast = [(i, mv.days) for i, mv in enumerate(d.models) if mv.span]
+    ax.scatter([x for _, x in forecast], [i for i, _ in forecast], marker="|", s=300, color="black", zorder=3)
     for i, mv in enumerate(d.models):
         cost = f", cost {fmt_cost(mv.cost)}" if mv.cost is not None else ""
-        text = f" {fmt_days(days[i])} days ({'GO' if mv.go else 'NO-GO'}){cost}" if mv.best else " no qualifying trial"
-        ax.text(days[i], i, text, va="center", fontsize=8)
+        text = (
+            f" {fmt_days(fast[i])}-{fmt_days(slow[i])} days, forecast {fmt_days(mv.days)} ({mv.verdict}){cost}"
+            if mv.span
+            else " no qualifying trial"
+        )
+        ax.text(fast[i] + widths[i] + xmax * 0.01, i, text, va="center", fontsize=8, bbox=_LABEL_BOX)
     unit = "day" if d.budget.days == 1 else "days"
     ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget: {d.budget.days:g} {unit}")
+    ax.scatter([], [], marker="|", s=120, color="black", label="forecast (all windows)")
     priced = any(mv.cost is not None for mv in d.models)
-    ax.set_xlim(0, max([*days, d.budget.days]) * (1.5 if priced else 1.25))  # room for the annotations
-    ax.set_xlabel(f"days for the schedule (best qualifying trial, {IPS_P90})")
-    ax.set_title(f"{d.verdict}: {d.budget.describe()}", fontsize=10)
+    ax.set_xlim(0, xmax * (1.7 if priced else 1.5))  # room for the annotations
+    ax.set_xlabel("days for the schedule: bar from the fastest to the slowest timed window of the plan's trials")
+    ax.set_title(f"{d.verdict}{'' if d.settled else ' (not settled)'}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()
     ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)

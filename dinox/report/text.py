@@ -11,7 +11,7 @@ from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
 from dinox.report import money
 from dinox.store.profile_table import markdown as profile_markdown
-from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, inert
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, inert
 
 
 def _fmt_config(config: dict[str, str]) -> str:
@@ -30,33 +30,50 @@ def _fmt_settings(settings: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) or "all trials"
 
 
+def _headline(d: Decision) -> str:
+    """The verdict and whether the evidence settled it, as every surface says it."""
+    return d.verdict if d.settled else f"{d.verdict} (exit 3: the measurement cannot decide)"
+
+
+def _range(mv: ModelVerdict) -> str:
+    """The days at the slow and fast ends of what was measured: `12.1-13.0`."""
+    s = mv.span
+    return f"{fmt_days(s.days_fast)}-{fmt_days(s.days_slow)}" if s is not None else "-"
+
+
+def _model_verdict(mv: ModelVerdict) -> str:
+    return mv.verdict or "-"
+
+
 def render_terminal(d: Decision) -> str:
-    flag = " (on an UNSTABLE measurement)" if d.unstable else ""
-    lines = [f"{d.verdict}{flag}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else []) + [""]
+    lines = [f"{_headline(d)}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else [])
+    lines += _unsettled_lines(d) + [""]
     width = max(5, *(len(d.where(mv)) for mv in d.models))
     priced = any(mv.cost is not None for mv in d.models)
     header = (
-        f"{'model':<{width}} {'params M':>9} {'p90 step':>10} {'p50 step':>9} {'MFU':>6} {'days':>7}  "
+        f"{'model':<{width}} {'params M':>9} {'forecast':>9} {'slowest':>9} {'fastest':>9} {'MFU':>6} "
+        f"{'days':>7} {'days range':>12}  "
         + (f"{'cost':>9}  " if priced else "")
-        + f"{'verdict':<6} trials   (img/s from the p90 and p50 step times)"
+        + f"{'verdict':<9} trials   (img/s over the timed windows: all of them, the slowest, the fastest)"
     )
     lines.append(header)
     for mv in d.models:
-        b = mv.best
+        b, s = mv.best, mv.span
         statuses = " ".join(f"{k}={v}" for k, v in sorted(mv.statuses.items()))
         mfu = f"{b.mfu:>6.1%}" if b is not None and b.mfu is not None else f"{'-':>6}"
         cost = f"{fmt_cost(mv.cost) if mv.cost is not None else '-':>9}  " if priced else ""
         lines.append(
-            f"{d.where(mv):<{width}} {_num(mv.params_m, 9, 1)} {_num(b and b.conservative_ips, 10, 1)} "
-            f"{_num(b and b.median_ips, 9, 1)} {mfu} {_num(b and b.days, 7, 1)}  {cost}"
-            f"{'GO' if mv.go else 'NO-GO':<6} {statuses}"
+            f"{d.where(mv):<{width}} {_num(mv.params_m, 9, 1)} {_num(s and s.forecast_ips, 9, 1)} "
+            f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {_num(s and s.days, 7, 1)} "
+            f"{_range(mv):>12}  {cost}{_model_verdict(mv):<9} {statuses}"
+            + (f" (tied with {len(mv.tied)}: planned at the slowest)" if mv.tied else "")
         )
-    lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}")
+    lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}")
     if d.knobs:  # the three biggest effects; report.md has them all
         lines.append("knobs: " + "; ".join(k.describe() for k in d.knobs[:3]))
     if d.cheapest is not None and d.cheapest.cost is not None and (d.cheapest is not d.recommended or d.per_device):
         c = d.cheapest
-        lines.append(f"cheapest in time: {d.where(c)}, {fmt_days(c.best.days)} days for {fmt_cost(c.cost)}")  # type: ignore[union-attr]
+        lines.append(f"cheapest in time: {d.where(c)}, {fmt_days(c.days)} days for {fmt_cost(c.cost)}")  # type: ignore[arg-type]
     if beside := d.loader.io_bound_beside:
         lines.append(
             f"WARNING: io_bound trial(s) measured beside others (--devices), their loaders shared the disk and "
@@ -68,29 +85,58 @@ def render_terminal(d: Decision) -> str:
             + "; ".join(f"{run}: {why}" for run, why in d.left_out[:3])
             + ("; ..." if len(d.left_out) > 3 else "")
         )
+    lines += [f"note: {n}" for n in d.notes]
     return "\n".join(lines)
+
+
+def remeasure_command(d: Decision) -> str:
+    return f"dinox run {d.spec_arg} --remeasure-unsettled"
+
+
+def _unsettled_lines(d: Decision) -> list[str]:
+    """What would settle it: the runs to measure again and the command, or why measuring again cannot."""
+    if d.settled and not d.remeasure:
+        return []
+    if d.remeasure:
+        shown = ", ".join(d.remeasure[:6]) + (", ..." if len(d.remeasure) > 6 else "")
+        capped = (
+            [
+                f"{len(d.capped)} of them by a spec that allows fewer than {SETTLED_WINDOWS} timed windows "
+                f"(measure.repeats or max_repeats): raise it first, or they stay unsettled"
+            ]
+            if d.capped
+            else []
+        )
+        return [f"measure again: {shown}: `{remeasure_command(d)}`", *capped]
+    return [
+        "their windows agreed: the budget lies within the measurement's own noise; longer windows "
+        "(measure.bench_steps) narrow the range, or plan on the slow end"
+    ]
 
 
 def render_note(d: Decision) -> str:
     """The decision run's Description in the MLflow UI: the verdict as a sentence and the models as a Markdown
     table the UI wraps to its width (a monospace block of the terminal summary was cut at the right edge)."""
-    flag = " (on an UNSTABLE measurement)" if d.unstable else ""
-    out = [f"**{d.verdict}**{flag}: {inert(d.reason)}", ""]
+    out = [f"**{inert(_headline(d))}**: {inert(d.reason)}", ""]
     out += [f"**Warning:** {inert(d.unstable)}", ""] if d.unstable else []
+    out += [inert(line) for line in _unsettled_lines(d)] + ([""] if _unsettled_lines(d) else [])
     priced = any(mv.cost is not None for mv in d.models)
     out += [
-        f"| model | {IPS_P90} | {IPS_P50} | days | " + ("cost | " if priced else "") + "verdict |",
-        "|---|---|---|---|" + ("---|" if priced else "") + "---|",
+        "| model | forecast img/s | slowest-fastest window | days | days range | "
+        + ("cost | " if priced else "")
+        + "verdict |",
+        "|---|---|---|---|---|" + ("---|" if priced else "") + "---|",
     ]
     for mv in d.models:
-        b = mv.best
-        cells = [inert(d.where(mv)), _cell(b and b.conservative_ips), _cell(b and b.median_ips)]
-        cells.append(fmt_days(b.days) if b is not None else "-")
+        s = mv.span
+        cells = [inert(d.where(mv)), _cell(s and s.forecast_ips)]
+        cells.append(f"{s.slow_ips:.1f}-{s.fast_ips:.1f}" if s is not None else "-")
+        cells += [fmt_days(s.days) if s is not None else "-", _range(mv)]
         if priced:
             cells.append(fmt_cost(mv.cost) if mv.cost is not None else "-")
-        cells.append("GO" if mv.go else "NO-GO")
+        cells.append(_model_verdict(mv))
         out.append("| " + " | ".join(cells) + " |")
-    out += ["", f"Budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_P90}. The report: report.html."]
+    out += ["", f"Budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}. The report: report.html."]
     return "\n".join(out)
 
 
@@ -156,23 +202,22 @@ def _num(value: float | None, width: int, digits: int) -> str:
 
 def render_markdown(d: Decision, plots: list[str]) -> str:
     b = d.budget
-    out = [f"# Throughput decision: {d.verdict}", ""]
-    out += ["## Summary", "", f"**{d.verdict}.** {d.reason}.", ""]
+    out = [f"# Throughput decision: {_headline(d)}", ""]
+    out += ["## Summary", "", f"**{_headline(d)}.** {d.reason}.", ""]
+    out += [f"> **{line}**" for line in _unsettled_lines(d)] + ([""] if _unsettled_lines(d) else [])
     if d.unstable:
-        out += [
-            f"> **Warning:** {d.unstable}. `dinox.unstable` marks such trials; `dinox decide "
-            "--exclude-unstable` decides without them.",
-            "",
-        ]
+        out += [f"> **Warning:** {d.unstable}.", ""]
+    excluded = _excluded_line(d)
     out += [
-        f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} {IPS_P90}** "
-        f"(the slow end of the step-time distribution).",
+        f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} {IPS_WINDOWS}**.",
         f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
-        f"device; the verdict's throughput, {IPS_P90}, is images per optimizer step / p90 step time ({IPS_P50}: "
-        f"the same at the median step; {IPS_WINDOWS}: images over the timed windows' wall time, as the sweep "
-        f"prints it)"
-        + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "")
-        + ".",
+        f"device. The forecast is {IPS_WINDOWS}, images over all the timed windows' wall time; the verdict is "
+        f"read over the range the windows measured: GO where the budget holds at the slowest window (with at "
+        f"least {SETTLED_WINDOWS} windows), NO-GO where it fails at the fastest, UNSETTLED in between (exit 3). "
+        f"Trials whose ranges overlap the fastest one's are tied with it, and the plan takes the slowest of them. "
+        f"{IPS_P90} and {IPS_P50} (images per optimizer step / the p90 and p50 step time) are shown, not planned "
+        "with" + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "") + ".",
+        *([excluded] if excluded else []),
     ]
     if d.sources:
         out.append(f"- Trials from: {', '.join(d.sources)}.")
@@ -217,37 +262,75 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     return "\n".join(out)
 
 
+def _excluded_line(d: Decision) -> str:
+    """--exclude-unstable: how many trials it left out, and why (the tables below mark each one)."""
+    if not d.policy.exclude_unstable:
+        return ""
+    n = sum(c.excluded.startswith("unstable") for mv in d.models for c in mv.candidates)
+    return (
+        f"- `--exclude-unstable`: {n} trial{'' if n == 1 else 's'} left out because their timed windows "
+        "disagreed beyond measure.unstable_threshold (marked `unstable` in the tables)."
+    )
+
+
 def _decision_section(d: Decision) -> list[str]:
-    """What to do: the recommended configuration, or what would make a model fit."""
+    """What to do: the recommended configuration, what would settle it, or what would make a model fit."""
     b = d.budget
-    out: list[str] = []
+    out: list[str] = ["## Decision", ""]
     if d.recommended is not None and d.recommended.best is not None:
-        rec = d.recommended
-        out += ["## Decision", "", f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
+        rec, s = d.recommended, d.recommended.span
+        assert s is not None
+        out += [f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
         out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
+        out += _tied_lines(rec)
         out += [
-            f"- Throughput: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} {IPS_P50}, "
-            f"{rec.best.measured_ips:.1f} {IPS_WINDOWS}"
+            f"- Forecast: {s.forecast_ips:.1f} {IPS_WINDOWS} -> **{fmt_days(s.days)} days** of the {b.days:g}-day "
+            f"budget, about {s.forecast_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
+            f"- Margin: at the slowest window measured, {s.slow_ips:.1f} img/s -> {fmt_days(s.days_slow)} days "
+            f"({fmt_days(rec.margin_days or 0.0)} days to spare); at the fastest, {s.fast_ips:.1f} img/s -> "
+            f"{fmt_days(s.days_fast)} days",
+            f"- Shown, not planned with: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} "
+            f"{IPS_P50}"
             + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
-            f"- Schedule: {fmt_days(rec.best.days)} days of the {b.days:g}-day budget "
-            f"({fmt_days(rec.margin_days or 0.0)} days to spare); about "
-            f"{rec.best.conservative_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
             *([f"- Device: {rec.device}"] if rec.device_name else []),
             *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
             f"- MLflow run: `{rec.best.run_id}`",
             "",
         ]
+    elif d.unsettled:
+        out += ["The measurement cannot decide. For each model it leaves open, what each end of its range says:", ""]
+        for mv in d.unsettled:
+            s = mv.span
+            assert s is not None and mv.best is not None
+            out.append(
+                f"- **{d.where(mv)}** (`{mv.best.run_name}`): forecast {s.forecast_ips:.1f} "
+                f"{IPS_WINDOWS} -> {fmt_days(s.days)} days; slowest window {s.slow_ips:.1f} img/s -> "
+                f"{fmt_days(s.days_slow)} days ({'GO' if s.days_slow <= b.days else 'NO-GO'}), fastest "
+                f"{s.fast_ips:.1f} img/s -> {fmt_days(s.days_fast)} days "
+                f"({'GO' if s.days_fast <= b.days else 'NO-GO'}). Unsettled: {mv.unsettled_why}."
+            )
+        out.append("")
     else:
-        out += ["## Decision", "", "No model fits the budget. To make it fit, one of:", ""]
-        out.append(f"- reach {d.needed_ips:.1f} {IPS_P90} for the schedule as it is;")
-        fastest = [mv for mv in d.models if mv.best is not None]
+        out += ["No model fits the budget, even at the fastest window measured. To make it fit, one of:", ""]
+        out.append(f"- reach {d.needed_ips:.1f} {IPS_WINDOWS} for the schedule as it is;")
+        fastest = [mv for mv in d.models if mv.span is not None]
         if fastest:
-            f = max(fastest, key=lambda mv: mv.best.conservative_ips)  # type: ignore[union-attr]
-            out.append(f"- or grant {fmt_days(f.best.days)} days for the fastest model, {f.label};")  # type: ignore[union-attr]
+            f = min(fastest, key=lambda mv: mv.days)
+            out.append(f"- or grant {fmt_days(f.days)} days for the fastest model, {f.label};")
             if f.epochs_in_budget is not None:
                 out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
         out.append("")
     return out
+
+
+def _tied_lines(mv: ModelVerdict) -> list[str]:
+    if not mv.tied:
+        return []
+    names = ", ".join(f"`{c.run_name or c.run_id}`" for c in mv.tied)
+    return [
+        f"- Tied with {names}: their measured ranges overlap this one's, so the measurement does not say which "
+        "is faster; the forecast is the slowest of them (any of them will do)"
+    ]
 
 
 def _params(params_m: float | None) -> str:
@@ -257,18 +340,24 @@ def _params(params_m: float | None) -> str:
 def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
     statuses = ", ".join(f"{v} {k}" for k, v in sorted(mv.statuses.items()))
     out = [
-        f"### {title}: {'GO' if mv.go else 'NO-GO'}",
+        f"### {title}: {_model_verdict(mv)}",
         "",
         f"{_params(mv.params_m)}; {mv.trials} trials ({statuses}).",
         "",
     ]
-    if mv.best is not None:
-        best = mv.best
-        line = f"Best qualifying trial: {best.conservative_ips:.1f} {IPS_P90} -> **{fmt_days(best.days)} days**"
-        if best.days <= b.days:
-            line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget."
+    if mv.span is not None:
+        s = mv.span
+        line = (
+            f"Forecast: {s.forecast_ips:.1f} {IPS_WINDOWS} -> **{fmt_days(s.days)} days** (measured range "
+            f"{s.slow_ips:.1f}-{s.fast_ips:.1f} img/s -> {_range(mv)} days)"
+            + (f", planned at the slowest of {len(mv.tied) + 1} tied trials" if mv.tied else "")
+        )
+        if mv.unsettled_why:
+            line += f"; unsettled: {mv.unsettled_why}."
+        elif s.days_slow <= b.days:
+            line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget at the slowest window."
         else:
-            line += f", {-mv.margin_days:.1f} days over the budget"  # type: ignore[operator]
+            line += f", {fmt_days(s.days_fast - b.days)} days over the budget even at the fastest window"
             line += (
                 f"; the budget buys {mv.epochs_in_budget:.1f} epochs."
                 if mv.epochs_in_budget is not None
@@ -302,17 +391,18 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
     out = []
     if common:
         out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-    columns = [*varying, IPS_P90, IPS_P50, IPS_WINDOWS, "MFU", "days", "mem", "bound (its evidence)", "note"]
+    columns = [*varying, IPS_WINDOWS, "windows (slowest-fastest)", IPS_P90, "MFU", "days", "mem", "bound", "note"]
     out += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in mv.candidates:
-        notes = [c.excluded or ("**best**" if c is mv.best else "")]
+        notes = [c.excluded or ("**best**" if c is mv.best else "tied" if c in mv.tied else "")]
         if c.unstable and not c.excluded:
             notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
         cells = [c.configuration.get(k, "") for k in varying]
+        count = f"{c.windows}: " if c.windows is not None else ""
         cells += [
-            f"{c.conservative_ips:.2f}",
-            f"{c.median_ips:.2f}",
             f"{c.measured_ips:.2f}",
+            f"{count}{c.slow_ips:.2f}-{c.fast_ips:.2f}",
+            f"{c.conservative_ips:.2f}",
             f"{c.mfu:.1%}" if c.mfu is not None else "-",
             fmt_days(c.days),
             f"{c.memory_share:.0%}" if c.memory_share is not None else "-",

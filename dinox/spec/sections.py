@@ -218,7 +218,10 @@ class MeasureSpec(Section):
         20, le=MAX_STEPS, description="timed optimizer steps per window"
     )
     min_repeats: Annotated[PositiveInt, MEASURE] = Field(
-        2, le=1000, description="timed windows at least; more while their spread exceeds unstable_threshold"
+        3,
+        le=1000,
+        description="timed windows at least (fewer than 3 never gives a settled GO); more while their spread "
+        "exceeds unstable_threshold",
     )
     max_repeats: Annotated[PositiveInt, MEASURE] = Field(
         5, le=1000, description="timed windows at most; a trial still unsettled then is tagged unstable"

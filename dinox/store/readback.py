@@ -149,7 +149,11 @@ def log_decision(
             run_id,
             params=[Param(k, v) for k, v in params.items()],
             metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()],
-            tags=[RunTag(rec.ROLE, "decision"), RunTag(rec.VERDICT, verdict)]
+            tags=[
+                RunTag(rec.ROLE, "decision"),
+                RunTag(rec.VERDICT, verdict),
+                RunTag(rec.SETTLED, str(verdict != "UNSETTLED").lower()),
+            ]
             + ([RunTag(NOTE_TAG, note)] if note else []),
         )
         for path in files:

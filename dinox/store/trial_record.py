@@ -17,6 +17,11 @@ IPS_WINDOWS = "img/s (windows)"
 IPS_P90 = "img/s (p90 step)"
 IPS_P50 = "img/s (p50 step)"
 
+# The fewest timed windows whose range a verdict may rest on (docs/measuring.md says where the rule comes
+# from): torch.utils.benchmark judges a spread only past 3 samples, and one or two windows leave no measured
+# slow end. measure.min_repeats defaults to this (tests/test_record.py holds the two together).
+SETTLED_WINDOWS = 3
+
 
 def store_text(text: str) -> str:
     """A string from the tracking store as dinox shows it anywhere: one printable line. Any tool can write a
@@ -72,6 +77,15 @@ class TrialRecord:
             return self.tags[rec.BOUND_EVIDENCE]
         cost = self.metrics.get(rec.LOADER_COST)
         return f"loader {cost:.0%} (windows)" if cost is not None and math.isfinite(cost) else ""
+
+    @property
+    def unsettled(self) -> bool:
+        """An ok trial whose figure may still move: its windows disagreed (dinox.unstable), or too few ran to
+        show a spread. `dinox run --remeasure-unsettled` measures these again; decide never calls GO on one."""
+        if self.status != "ok":
+            return False
+        windows = self.metrics.get(rec.WINDOWS)
+        return self.tags.get(rec.UNSTABLE) == "true" or (windows is not None and windows < SETTLED_WINDOWS)
 
     @property
     def batch_size(self) -> int | None:

@@ -164,8 +164,9 @@ class Sweep:
         self.done = {} if o.force else {r.tags[rec.TRIAL_ID]: r for r in self.recorded if self._final(r)}
 
     def _final(self, record: TrialRecord) -> bool:
-        """Recorded for good: ok, oom or skipped; an unsettled ok one only while not asked to measure it again."""
-        unsettled = record.status == "ok" and record.tags.get(rec.UNSTABLE) == "true"
+        """Recorded for good: ok, oom or skipped; an unsettled ok one (windows that disagreed, or too few to show
+        a spread) only while not asked to measure it again."""
+        unsettled = record.unsettled
         if record.tags[rec.TRIAL_ID] in self.options.again:
             return False
         return record.status in FINAL and not (unsettled and self.options.remeasure_unsettled)
@@ -318,12 +319,13 @@ class Sweep:
 
     def _echo_recorded(self, trial: Trial) -> None:
         prior = self.done[trial.trial_id]
-        unsettled = prior.status == "ok" and prior.tags.get(rec.UNSTABLE) == "true"
+        unsettled = prior.unsettled
         self.report.resumed_unsettled += unsettled
         again = "--remeasure-unsettled" if unsettled else "--force"
+        why = "its timed windows disagreed" if prior.tags.get(rec.UNSTABLE) == "true" else "too few timed windows"
         self.echo(
             f"[{trial.index + 1}/{trial.total}] recorded {trial.label} | {prior.status}"
-            f"{' (unsettled: its timed windows disagreed)' if unsettled else ''} in run {prior.run_id}; "
+            f"{f' (unsettled: {why})' if unsettled else ''} in run {prior.run_id}; "
             f"{again} measures it again"
         )
 
