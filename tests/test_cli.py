@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -335,6 +336,23 @@ def test_an_unsettled_trial_is_said_so_kept_on_resume_and_measured_again_on_requ
     assert third.returncode == 0 and "[1/1] ok " in third.stdout, third.stdout + third.stderr
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
     assert len(runs) == 2 and all(r.data.tags["dinox.unstable"] == "true" for r in runs)
+    # decide on it, as a CI gate would: a budget its forecast meets with room to spare is still no GO on windows
+    # that never agreed and that the spec caps at 2: exit 3, the same verdict in every file and in the store.
+    gate = run_dinox(
+        ["decide", "--spec", "spec.yaml", "--days", "30", "--target-images", "1000", "--out", "d"], cwd=tmp_path
+    )
+    assert gate.returncode == 3, gate.stdout + gate.stderr
+    assert gate.stdout.startswith("UNSETTLED (exit 3: the measurement cannot decide): not settled: "), gate.stdout
+    assert "measure again: " in gate.stdout and "`dinox run spec.yaml --remeasure-unsettled`" in gate.stdout
+    assert "by a spec that allows fewer than 3 timed windows" in gate.stdout
+    payload = json.loads((tmp_path / "d" / "decision.json").read_text())
+    assert (payload["verdict"], payload["settled"], payload["exit_code"]) == ("UNSETTLED", False, 3)
+    assert payload["remeasure"]["command"] == "dinox run spec.yaml --remeasure-unsettled"
+    assert (tmp_path / "d" / "report.md").read_text().startswith("# Throughput decision: UNSETTLED (exit 3")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (decision,) = client.search_runs(["1"], "tags.`dinox.role` = 'decision'")
+    assert decision.data.tags["dinox.verdict"] == "UNSETTLED" and decision.data.tags["dinox.settled"] == "false"
+    assert decision.data.tags["mlflow.note.content"].startswith("**UNSETTLED (exit 3")
 
 
 def test_a_ctrl_c_before_the_sweep_opens_is_exit_130_and_says_nothing_was_recorded(tmp_path):

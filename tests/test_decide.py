@@ -237,10 +237,7 @@ def test_an_unstable_recommendation_is_called_out_in_the_verdict_line_and_the_re
     assert d.verdict == "GO" and d.settled and "differ by 18%" in d.unstable
     lines = report.render_terminal(d).splitlines()
     assert lines[0].startswith("GO: ") and lines[1].startswith("WARNING: the recommended trial's timed windows")
-    assert (
-        "--remeasure-unsettled" in report.render_markdown(d, [])
-        and report_json.to_json(d)["unstable"] == d.unstable
-    )
+    assert "--remeasure-unsettled" in report.render_markdown(d, []) and report_json.to_json(d)["unstable"] == d.unstable
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ import pytest
 from PIL import Image
 
 from dinox.decide import budget
-from dinox.decide.budget import fmt_days
 from dinox.decide import verdict as decide
+from dinox.decide.budget import fmt_days
 from dinox.report.plots import write_plots
 from tests import study
 
