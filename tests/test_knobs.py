@@ -14,6 +14,7 @@ from dinox.report import text as report
 from tests import study
 
 M = {"model.name": "resnet50"}
+BUDGET = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
 # Per (compile, channels_last, precision): throughput (the p90 figure) at batch 64, or None for an OOM. compile
 # buys 1.20x, channels_last 1.10x, bf16 2.0x, each alone; bf16 at batch 128 without compile runs out of memory.
 IPS = {
@@ -86,7 +87,8 @@ def test_each_knob_its_ratio_pairs_range_memory_and_the_oom_it_causes(tmp_path):
         "from": "False",
         "to": "True",
         "pairs": 4,
-        "ratio_p90": pytest.approx(1.2),
+        "ratio": pytest.approx(1.2),
+        "no_effect": None,
         "ratio_min": pytest.approx(1.2),
         "ratio_max": pytest.approx(1.2),
         "within_noise": False,
@@ -98,7 +100,7 @@ def test_each_knob_its_ratio_pairs_range_memory_and_the_oom_it_causes(tmp_path):
 def test_a_change_inside_the_trials_own_noise_is_said_to_be_noise():
     base = _row(False, False, "32", spread=0.10)
     other = _row(True, False, "32", spread=0.10)
-    other["metrics"]["step_s_p90"] = base["metrics"]["step_s_p90"] / 1.05  # 5% faster, windows 10% apart
+    other["metrics"]["images_per_s"] = base["metrics"]["images_per_s"] * 1.05  # 5% faster, windows 10% apart
     (k,) = knobs.knob_effects(study.records([base, other]))
     assert (
         k.within_noise
@@ -145,3 +147,43 @@ def test_a_param_swept_over_many_values_gives_a_row_per_step_not_per_pair():
     }
     (compile_,) = [k for k in effects if k.field == "model.compile"]
     assert compile_.pairs == 1000
+
+
+def _ladder_rows() -> list[dict]:
+    """A ladder on a CPU: base fp32, then tf32 (which the CPU does not apply: dinox.note), then channels_last
+    inside the windows' own noise, then bf16 at twice the rate."""
+    spec = [("fp32", False, 100.0, ""), ("tf32", False, 101.0, "tf32 has no effect on cpu; measured as fp32")]
+    spec += [("tf32", True, 102.0, ""), ("bf16-mixed", True, 204.0, "")]
+    out = []
+    for i, (p, cl, ips, note) in enumerate(spec):
+        r = study.trial(M, 64, 1, ips, run_id=f"rung{i}")
+        r["params"].update({"precision": p, "model.channels_last": str(cl)})
+        r["metrics"]["window_spread"] = 0.04
+        r["tags"]["dinox.trial_index"] = str(i)
+        if note:
+            r["tags"]["dinox.note"] = note
+        out.append(r)
+    return out
+
+
+def test_a_ladder_reads_the_same_in_the_sweep_s_table_and_in_decide():
+    """The sweep's ladder table and decide's knob table say the same of each rung: no effect on this device,
+    within noise, or a speedup that is the printed figures' own ratio; no "combined" row that is equal to the
+    product of its parts by construction."""
+    from dinox.sweep.outputs import ladder_lines
+
+    rows = _ladder_rows()
+    table_rows = [
+        {"index": i, "status": "ok", "note": r["tags"].get("dinox.note", ""), **r["metrics"]}
+        for i, r in enumerate(rows)
+    ]
+    ladder = [{"precision": "tf32"}, {"model.channels_last": True}, {"precision": "bf16-mixed"}]
+    lines = ladder_lines(ladder, table_rows)
+    assert "no effect on cpu" in lines[3] and "within noise" in lines[4] and "2.00x" in lines[5], lines
+    assert "2.04x" in lines[5]  # cumulative: 204.0 / 100.0, as printed
+    d = decide.decide(study.records(rows), BUDGET)
+    said = {(k.field, k.after): k.describe() for k in d.knobs}
+    assert "no effect on cpu" in said[("precision", "tf32")]
+    assert "within noise" in said[("model.channels_last", "True")]
+    assert said[("precision", "bf16-mixed")].startswith("precision tf32 -> bf16-mixed: 2.00x")
+    assert d.combined == []  # each product of a ladder's rungs is its measurement by construction

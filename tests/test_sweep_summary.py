@@ -12,7 +12,7 @@ OK = {
     "peak_mem_reserved_gb": 0.5,
 }
 # Faster over the windows, slower at its p90 step (8 / 0.05 = 160 img/s against 16 / 0.2 = 80): decide,
-# which plans with the p90 figure, ranks it second, and so does the parent's table now (it ranked it first).
+# which plans with the windows' figure (the p90 step is shown only), ranks it first, and so does the parent.
 FAST = dict(OK, label="size=16", images_per_s=200.0, step_s_p90=0.2, **{"batch.effective": "16"})
 OOM = {"label": "size=1024", "status": "oom", "error": "CUDA out of memory. Tried to allocate 2.00 GiB"}
 
@@ -24,13 +24,20 @@ def test_the_parent_ranks_as_decide_does_with_failures_last():
     assert shaky.splitlines()[0] == "**q**: 2 trials measured (2 ok), 1 of the ok ones unsettled."
     assert shaky.splitlines()[-1].startswith("Unsettled: their timed windows disagreed beyond")
     # The winner first, in a line MLflow's collapsed Description shows: who, how fast, how sure.
-    assert note.splitlines()[2] == "Best: **size=8**, 160.0 img/s (p90 step), compute_bound, its timed windows agreed."
-    assert "| 80.0 | 200.0 (unsettled: 93% apart) | compute_bound | 0.50 |" in shaky
-    assert note.splitlines()[4] == "| # | trial | img/s (p90 step) | img/s (windows) | bound | peak GiB |"
+    assert note.splitlines()[2] == (
+        "Best by its forecast: **size=16**, 200.0 img/s (windows), compute_bound, its timed windows agreed. "
+        "`dinox decide` reads the verdict over the windows' range."
+    )
+    assert "| 200.0 (unsettled: 93% apart) | - | 80.0 | compute_bound | 0.50 |" in shaky
+    assert note.splitlines()[4] == (
+        "| # | trial | img/s (windows) | slowest-fastest window | img/s (p90 step) | bound | peak GiB |"
+    )
     table = [ln for ln in note.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
-    assert [ln.split(" | ")[1] for ln in table] == ["size=8", "size=16", "size=1024"]
-    assert table[0] == "| 1 | size=8 | 160.0 | 120.0 | compute_bound | 0.50 |"
-    assert table[2] == "| 3 | size=1024 | oom: CUDA out of memory. Tried to allocate 2.00 GiB | - | - | - |"
+    assert [ln.split(" | ")[1] for ln in table] == ["size=16", "size=8", "size=1024"]
+    assert table[1] == "| 2 | size=8 | 120.0 | - | 160.0 | compute_bound | 0.50 |"
+    ranged = sweep_note("q", [dict(OK, images_per_s_min=110.0, images_per_s_max=130.0)])
+    assert "| 1 | size=8 | 120.0 | windows 110.0-130.0 img/s | 160.0 | compute_bound | 0.50 |" in ranged
+    assert table[2] == "| 3 | size=1024 | oom: CUDA out of memory. Tried to allocate 2.00 GiB | - | - | - | - |"
 
 
 def test_summary_metrics_and_the_one_line_result():

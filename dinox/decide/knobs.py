@@ -1,6 +1,6 @@
 """What each knob bought, measured: for every param a sweep varies, the pairs of trials equal in everything
-else, and what changing it did to the throughput (the p90-step figure decide plans with), to the peak memory
-and to the status (a knob that makes a batch run out of memory).
+else, and what changing it did to the throughput (images over the timed windows, the figure decide plans
+with), to the peak memory and to the status (a knob that makes a batch run out of memory).
 
 The field reports dinox grew from multiplied assumed speedups ("compile 1.2x, channels_last 1.15x, ...");
 this is the same table from the trials themselves, each ratio with its range, its pair count, and whether it
@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 
 from dinox import record as rec
 from dinox.spec.sections import ROLES
-from dinox.store.trial_record import TrialRecord
+from dinox.store.trial_record import TrialRecord, measured_spread, no_effect, pair_noise, within_noise
 
 MAX_COMBINED = 500  # trials of one group compared pairwise for the combinations (a sweep has far fewer)
 DERIVED = "batch.effective"  # follows batch.size x accumulation: never a knob of its own
-# Where the trials say nothing of their own noise (one window each), a change this small is called noise.
-DEFAULT_NOISE = 0.02
 
 
 @dataclass
@@ -41,6 +39,7 @@ class KnobEffect:
     noise: list[float] = field(default_factory=list)  # each ok pair's own noise (its trials' larger spread)
     memory_gb: list[float] = field(default_factory=list)  # after - before, peak reserved memory, ok pairs
     statuses: Counter = field(default_factory=Counter)  # "ok -> oom" and the like, pairs whose status changed
+    unapplied: str = ""  # "no effect on cpu": the changed trials measured something else instead (dinox.note)
 
     @property
     def pairs(self) -> int:
@@ -53,7 +52,7 @@ class KnobEffect:
     @property
     def within_noise(self) -> bool:
         """Every pair's change inside that pair's own noise: the knob did nothing the trials can tell."""
-        return bool(self.ratios) and all(abs(r - 1) <= n for r, n in zip(self.ratios, self.noise, strict=True))
+        return bool(self.ratios) and all(within_noise(r, n) for r, n in zip(self.ratios, self.noise, strict=True))
 
     @property
     def memory(self) -> float | None:
@@ -65,7 +64,10 @@ class KnobEffect:
         if self.ratio is not None:
             n = len(self.ratios)
             span = f"{min(self.ratios):.2f}-{max(self.ratios):.2f}x, {n} pair{'s' if n > 1 else ''}"
-            parts.append(f"within noise ({span})" if self.within_noise else f"{self.ratio:.2f}x ({span})")
+            if self.unapplied:
+                parts.append(f"{self.unapplied} ({span})")
+            else:
+                parts.append(f"within noise ({span})" if self.within_noise else f"{self.ratio:.2f}x ({span})")
         if self.memory is not None:
             parts.append(f"memory {self.memory:+.2f} GiB")
         parts += [f"{n} pair{'s' if n > 1 else ''} {change}" for change, n in sorted(self.statuses.items())]
@@ -102,6 +104,7 @@ def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[
     """Each pair of ok trials that differ in two or more varied params, all in the direction the single
     effects were measured in (and in nothing else): what they did together, against the product."""
     single = {(k.field, k.before, k.after): k.ratio for k in effects if k.ratio is not None}
+    by_key = {(k.field, k.before, k.after): k for k in effects}
     fields = sorted({k.field for k in effects})
     found: dict[tuple[str, ...], Combination] = {}
     # Only trials equal in every param but the varied ones can pair: grouped first, so a store of thousands
@@ -122,7 +125,11 @@ def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[
                     continue
                 changes = tuple(f"{f} {x} -> {y}" for f, x, y in keys)
                 product = math.prod(single[k] for k in keys)  # type: ignore[misc]
-                found.setdefault(changes, Combination(changes, _ips(b) / _ips(a), product))  # type: ignore[operator]
+                measured = _ips(b) / _ips(a)  # type: ignore[operator]
+                # A ladder's rungs make each single effect from one pair, the very pairs a combination chains:
+                # the product is the measurement by construction and says nothing.
+                if not (all(len(by_key[k].ratios) == 1 for k in keys) and math.isclose(measured, product)):
+                    found.setdefault(changes, Combination(changes, measured, product))
     return sorted(found.values(), key=lambda c: (-len(c.changes), c.changes))
 
 
@@ -192,14 +199,15 @@ def _add(effect: KnobEffect, pair: Pair) -> None:
     if rb is None or ra is None:
         return
     effect.ratios.append(ra / rb)
-    spreads = [s for r in (a, b) if (s := r.metrics.get(rec.WINDOW_SPREAD)) is not None]
-    effect.noise.append(max(spreads) if spreads else DEFAULT_NOISE)
+    effect.noise.append(pair_noise(*(measured_spread(r.metrics) for r in (a, b))))
+    label = no_effect(a.tags)  # every pair's changed trial must say so, or the knob did apply somewhere
+    effect.unapplied = label if len(effect.ratios) == 1 or effect.unapplied == label else ""
     mb, ma = b.metrics.get(rec.PEAK_MEM_RESERVED_GB), a.metrics.get(rec.PEAK_MEM_RESERVED_GB)
     if mb is not None and ma is not None:
         effect.memory_gb.append(ma - mb)
 
 
 def _ips(r: TrialRecord) -> float | None:
-    """The p90-step figure decide plans with (images per optimizer step / p90 step time)."""
-    step, images = r.metrics.get(rec.STEP_S_P90), r.effective_batch
-    return images / step if step and images else None
+    """The figure decide plans with: images over the timed windows' wall time."""
+    ips = r.metrics.get(rec.IMAGES_PER_S)
+    return ips if ips and ips > 0 else None

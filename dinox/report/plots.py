@@ -20,7 +20,7 @@ from dinox.decide.budget import fmt_cost, fmt_days  # noqa: E402
 from dinox.decide.grouping import device_label, device_of, model_key, only_device  # noqa: E402
 from dinox.decide.types import Candidate, ModelVerdict  # noqa: E402
 from dinox.decide.verdict import Decision  # noqa: E402
-from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, TrialRecord  # noqa: E402
+from dinox.store.trial_record import IPS_WINDOWS, TrialRecord  # noqa: E402
 
 
 def write_plots(d: Decision, records: list[TrialRecord], out: Path) -> list[Path]:
@@ -51,7 +51,7 @@ def _knobs(d: Decision, path: Path) -> Path:
     hi = max(max(k.ratios) for k in shown)
     lo = min(min(k.ratios) for k in shown)
     ax.set_xlim(min(lo, 1.0) - 0.05, max(hi, 1.0) + (hi - min(lo, 1.0)) * 0.6 + 0.1)  # room for the notes
-    ax.set_xlabel(f"ratio of {IPS_P90}, the change over the trial without it (bar: median; line: range over pairs)")
+    ax.set_xlabel(f"ratio of {IPS_WINDOWS}, the change over the trial without it (bar: median; line: range over pairs)")
     ax.set_title("What each knob bought, measured (grey: within the trials' own noise)")
     ax.invert_yaxis()
     ax.grid(alpha=0.3, axis="x")

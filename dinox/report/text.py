@@ -169,7 +169,7 @@ def _knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list
     out = [
         "## What each knob bought, measured",
         "",
-        f"Pairs of trials equal in everything but one param; the ratio is the change's {IPS_P90} over the "
+        f"Pairs of trials equal in everything but one param; the ratio is the change's {IPS_WINDOWS} over the "
         "trial without it (median, and the range over the pairs). A change inside the pair's own noise (the "
         "larger spread of its two trials' timed windows) is said to be within noise, not given a number.",
         "",
@@ -177,7 +177,9 @@ def _knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list
         "|---|---|---|---|---|---|",
     ]
     for k in knobs[:MAX_KNOB_ROWS]:
-        ratio = "within noise" if k.within_noise else (f"{k.ratio:.2f}x" if k.ratio is not None else "-")
+        ratio = k.unapplied or (
+            "within noise" if k.within_noise else (f"{k.ratio:.2f}x" if k.ratio is not None else "-")
+        )
         span = f"{min(k.ratios):.2f}-{max(k.ratios):.2f}x" if k.ratios else "-"
         memory = f"{k.memory:+.2f} GiB" if k.memory is not None else "-"
         statuses = ", ".join(f"{n} {c}" for c, n in sorted(k.statuses.items())) or "-"

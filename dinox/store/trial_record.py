@@ -7,6 +7,7 @@ Runs logged by another tool with the same names (params ``batch.size``, metrics 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dinox import record as rec
@@ -21,6 +22,40 @@ IPS_P50 = "img/s (p50 step)"
 # from): torch.utils.benchmark judges a spread only past 3 samples, and one or two windows leave no measured
 # slow end. measure.min_repeats defaults to this (tests/test_record.py holds the two together).
 SETTLED_WINDOWS = 3
+
+
+# Where the trials say nothing of their own noise (one window each), a change this small is called noise.
+DEFAULT_NOISE = 0.02
+
+
+def pair_noise(*spreads: float | None) -> float:
+    """The noise a change between two trials must stand out of: the larger of their windows' spreads."""
+    known = [s for s in spreads if s is not None]
+    return max(known) if known else DEFAULT_NOISE
+
+
+def measured_spread(metrics: Mapping[str, object]) -> float | None:
+    """A trial's window spread where it measured one: a single window's 0 is no noise measured, not none."""
+    try:
+        spread, windows = metrics.get(rec.WINDOW_SPREAD), metrics.get(rec.WINDOWS)
+        if spread in (None, "") or (windows not in (None, "") and float(windows) < 2):  # type: ignore[arg-type]
+            return None
+        return float(spread)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def within_noise(ratio: float, noise: float) -> bool:
+    """One rule for "this change did nothing the trials can tell", for decide's knob table and the sweep's
+    ladder alike: the ratio inside the pair's own noise."""
+    return abs(ratio - 1) <= noise
+
+
+def no_effect(tags: dict[str, str]) -> str:
+    """What the trial measured instead of what was asked (dinox.note: "tf32 has no effect on cpu; ..."), as
+    a short label ("no effect on cpu"), or ""."""
+    note = tags.get(rec.NOTE, "")
+    return note.split(";")[0].split(" has ", 1)[-1] if " has no effect on " in note else ""
 
 
 def store_text(text: str) -> str:

@@ -14,7 +14,7 @@ from dinox import record as rec
 from dinox.measure.result import TrialResult
 from dinox.plan.grid import Trial
 from dinox.store import descriptions
-from dinox.store.trial_record import IPS_P90
+from dinox.store.trial_record import IPS_WINDOWS, measured_spread, no_effect, pair_noise, within_noise
 from dinox.sweep.journal import WorkdirError
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
@@ -124,10 +124,22 @@ def row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
         "bound_evidence": r.tags.get(rec.BOUND_EVIDENCE, ""),
         "unstable": r.tags.get(rec.UNSTABLE, ""),
         "error": r.error,
+        "note": r.tags.get(rec.NOTE, ""),
     }
     row.update({k: round(v, 6) for k, v in r.metrics.items()})
     row.update(trial.spec.flat_params())
     return row
+
+
+def _rung_step(r: dict[str, object], prior: dict[str, object] | None, ips: float, before: float | None) -> str:
+    """The speedup over the rung before, or why there is none to read."""
+    if before is None or prior is None:
+        return "-"
+    if label := no_effect({rec.NOTE: str(r.get("note") or "")}):
+        return label
+    ratio = ips / before
+    spreads = (measured_spread(x) for x in (r, prior))
+    return "within noise" if within_noise(ratio, pair_noise(*spreads)) else f"{ratio:.2f}x"
 
 
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
@@ -163,24 +175,27 @@ def write_sweep_files(sweep_dir: Path, spec_text: str, trials: list[Trial]) -> N
 
 
 def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]]) -> list[str]:
-    """An ablation ladder as the field reports' tables should have been: each rung's change, its p90-step
-    figure, the speedup over the rung before and over the base, and its peak memory, all measured."""
+    """An ablation ladder as the field reports' tables should have been: each rung's change, its figure (images
+    over the timed windows, as decide plans with), the speedup over the rung before and over the base, and its
+    peak memory, all measured. A step inside the pair's own noise, or a change the device did not apply, says
+    so as decide's knob table does, instead of a speedup no reader should multiply."""
     by_index = {int(r["index"]): r for r in rows}  # type: ignore[call-overload]
-    head = ["rung", "change", IPS_P90, "step speedup", "cumulative", "peak GiB"]
+    head = ["rung", "change", IPS_WINDOWS, "step speedup", "cumulative", "peak GiB"]
     table: list[list[str]] = []
     base = before = None
     for i in range(len(ladder) + 1):
         change = "base" if i == 0 else " ".join(f"{k}={v}" for k, v in ladder[i - 1].items())
         r = by_index.get(i)
-        ips = descriptions.p90_images_per_s(r) if r is not None and r["status"] == "ok" else None
+        ok = r is not None and r["status"] == "ok" and rec.IMAGES_PER_S in r
+        ips = float(r[rec.IMAGES_PER_S]) if ok else None  # type: ignore[index, arg-type]
         if r is None:
             cells = ["(recorded earlier)", "", "", ""]
         elif ips is None:
             cells = [str(r["status"]), "-", "-", "-"]
         else:
-            step = f"{ips / before:.2f}x" if before else "-"
-            total = f"{ips / base:.2f}x" if base else "-"
             peak = r.get(rec.PEAK_MEM_RESERVED_GB)
+            step = _rung_step(r, by_index.get(i - 1), ips, before) if i else "-"
+            total = f"{ips / base:.2f}x" if base else "-"
             cells = [f"{ips:.1f}", step, total, f"{float(peak):.2f}" if peak is not None else "-"]  # type: ignore[arg-type]
         base = base if base is not None or i else ips
         before = ips
