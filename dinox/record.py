@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["tag", "metric", "param"]
-Run = Literal["trial", "sweep", "decision", "any"]
+Run = Literal["trial", "sweep", "decision", "verify", "any"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ def _metric(run: Run, name: str, meaning: str) -> str:
 
 
 # --- tags on every run dinox makes -----------------------------------------------------------------------
-ROLE = _tag("any", "dinox.role", "what the run is: sweep (the parent), trial, probe (batch.size: auto) or decision")
+ROLE = _tag(
+    "any", "dinox.role", "what the run is: sweep (the parent), trial, probe (batch.size: auto), decision or verify"
+)
 
 # --- a trial's result ---------------------------------------------------------------------------------------
 STATUS = _tag("trial", "dinox.status", "ok, oom, error, crashed, timeout or skipped; absent on a KILLED run")
@@ -121,6 +123,8 @@ HIP_VERSION = _tag("trial", "dinox.hip_version", "torch's HIP (empty without)")
 TIMM_VERSION = _tag("trial", "dinox.timm_version", "the child's timm")
 
 # --- a decision run ------------------------------------------------------------------------------------------
+VERIFIES = _tag("verify", "dinox.verifies", "the trial run a dinox verify run trained for real")
+VERIFY_EPOCHS = _tag("verify", "dinox.verify_epochs", "each epoch of the slice as JSON: images, wall_s, partial")
 VERDICT = _tag("decision", "dinox.verdict", "GO, NO-GO or UNSETTLED (the measured range straddles the budget)")
 SETTLED = _tag("decision", "dinox.settled", "true when the evidence decided (GO or NO-GO), false for UNSETTLED")
 
@@ -207,6 +211,21 @@ for _status in ("ok", "oom", "error", "crashed", "timeout", "skipped", "killed")
     _metric("sweep", TRIALS_PREFIX + _status, f"trials that ended {_status}")
 
 # --- a decision run -------------------------------------------------------------------------------------------
+VERIFY_WALL_S = _metric("verify", "verify_wall_s", "the slice's wall time after warm-up, every epoch boundary in it")
+VERIFY_WARMUP_S = _metric("verify", "verify_warmup_s", "the warm-up steps before the slice (not forecast)")
+VERIFY_STEPS = _metric("verify", "verify_steps", "optimizer steps in the slice")
+VERIFY_IMAGES = _metric("verify", "verify_images", "images through the optimizer in the slice")
+VERIFY_IMAGES_PER_S = _metric("verify", "verify_images_per_s", "images / wall time over the slice")
+VERIFY_EPOCHS_ENDED = _metric("verify", "verify_epochs_ended", "epoch boundaries the slice crossed")
+VERIFY_EPOCH_BOUNDARY_S = _metric(
+    "verify", "verify_epoch_boundary_s", "an epoch's first step over a typical step (host time): a restart's cost"
+)
+FORECAST_S = _metric(
+    "verify", "forecast_s", "decide's forecast for the same slice: images / forecast rate + boundaries"
+)
+FORECAST_SLOW_S = _metric("verify", "forecast_slow_s", "the same at the slowest timed window's rate")
+FORECAST_FAST_S = _metric("verify", "forecast_fast_s", "the same at the fastest timed window's rate")
+FORECAST_ERROR = _metric("verify", "forecast_error", "(forecast_s - verify_wall_s) / verify_wall_s: + pessimistic")
 NEEDED_IMAGES_PER_S = _metric("decision", "needed_images_per_s", "the rate the schedule needs to fit the days")
 MODELS = _metric("decision", "models", "models compared")
 RECOMMENDED_DAYS = _metric("decision", "recommended_days", "days the recommended configuration needs")
@@ -218,7 +237,8 @@ BUDGET_PREFIX = "budget."  # budget.<field>: the budget the decision was made ag
 POLICY_PREFIX = "policy."  # policy.<field>: how it chose (safety margin, the rates it trusts)
 
 # Names the test of the record reads against, for names with a free part.
-FAMILIES = {TRIALS_PREFIX: "metric", BUDGET_PREFIX: "param", POLICY_PREFIX: "param"}
+VERIFY_PREFIX = "verify."  # verify.<setting>: the slice a dinox verify trained and the forecast it held
+FAMILIES = {TRIALS_PREFIX: "metric", BUDGET_PREFIX: "param", POLICY_PREFIX: "param", VERIFY_PREFIX: "param"}
 _WORD = re.compile(r"^[a-z0-9_.]+$")
 
 

@@ -344,7 +344,7 @@ def test_an_unsettled_trial_is_said_so_kept_on_resume_and_measured_again_on_requ
     assert gate.returncode == 3, gate.stdout + gate.stderr
     assert gate.stdout.startswith("UNSETTLED (exit 3: the measurement cannot decide): not settled: "), gate.stdout
     assert "measure again: " in gate.stdout and "`dinox run spec.yaml --remeasure-unsettled`" in gate.stdout
-    assert "by a spec that allows fewer than 3 timed windows" in gate.stdout
+    assert "a spec that allows fewer than 3 timed windows (measure.repeats or max_repeats) never settles" in gate.stdout
     payload = json.loads((tmp_path / "d" / "decision.json").read_text())
     assert (payload["verdict"], payload["settled"], payload["exit_code"]) == ("UNSETTLED", False, 3)
     assert payload["remeasure"]["command"] == "dinox run spec.yaml --remeasure-unsettled"
@@ -396,7 +396,7 @@ def test_every_name_in_the_store_is_in_the_record(oom_sweep):
     work, _ = oom_sweep
     days = ["--days", "15", "--dataset-size", "1000", "--epochs", "1", "--out", str(work / "decision")]
     proc = run_dinox(["decide", "--experiment", "oom_then_ok", *days], cwd=work)
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stderr
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     exp = client.get_experiment_by_name("oom_then_ok")
     runs = client.search_runs([exp.experiment_id])

@@ -163,10 +163,10 @@ def test_a_step_of_hours_is_said_before_it_starts():
     trial = Trial(0, 1, {"batch.size": 64}, s, "t")
     slow = Estimates(dataclasses.replace(CPU, matmul_tflops=0.02), {footprint.estimate_key(s): COST}, {})
     assert slow.step_floor_s(s) == pytest.approx(3e10 * 64 / 0.02e12)
-    assert s.measure.warmup_steps + s.measure.window_bounds[0] * s.measure.bench_steps == 45  # 96 s each: 1.2 h
+    assert s.measure.warmup_steps + s.measure.window_bounds[0] * s.measure.bench_steps == 65  # 96 s each: 1.7 h
     assert slow.slow_steps([trial]) == [
         "note: 1 trial(s) take at least 1.0 min a step on AMD EPYC (2 cpus): #1 (size=64) at least 1.6 min a step "
-        "and 1.2 h for its 45 steps, at this device's measured fp32 matmul rate "
+        "and 1.7 h for its 65 steps, at this device's measured fp32 matmul rate "
         "(0.02 TFLOP/s); a spec for another machine: `dinox plan` there, or hardware.device on this one"
     ]
     fast = Estimates(dataclasses.replace(CPU, matmul_tflops=20.0), {footprint.estimate_key(s): COST}, {})

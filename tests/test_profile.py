@@ -122,5 +122,8 @@ def test_dinox_run_profile_traces_a_recorded_trial_again_and_decide_shows_its_ta
     decision = decide.decide(records, budget.Budget(days=1, target_images=1000))
     report = render_markdown(decision, [])
     assert "## Where the recommended step's time goes" in report and "| aten::mm |" in report
-    best = decision_json.to_json(decision)["recommended"]
+    # One window a trial (a quick look): UNSETTLED, and the table is its leading trial's.
+    assert decision.verdict == "UNSETTLED"
+    (model,) = decision_json.to_json(decision)["models"]
+    best = model["best"]
     assert best["run_id"] == run_id and best["profile"]["host"][0]["name"] == summary.host[0].name

@@ -191,7 +191,7 @@ def test_duplicate_keys_are_refused_with_both_lines(write_spec):
 def test_a_fixed_repeats_overrides_the_window_bounds():
     from dinox.spec.sections import MeasureSpec
 
-    assert MeasureSpec().window_bounds == (2, 5)
+    assert MeasureSpec().window_bounds == (3, 5)  # 3: the fewest windows a GO may rest on
     assert MeasureSpec(min_repeats=3, max_repeats=8).window_bounds == (3, 8)
     assert MeasureSpec(min_repeats=3, max_repeats=8, repeats=1).window_bounds == (1, 1)  # --set measure.repeats=1
 

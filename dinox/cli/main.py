@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 import click
 
-from dinox.cli import decide, submit, tools
+from dinox.cli import decide, submit, tools, verify
 from dinox.cli.common import MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials, machine_problems, show_error
 from dinox.errors import EXIT_BAD_INPUT, DinoxError
 
@@ -333,7 +333,7 @@ def _of_shard(trials: list[Trial], shard: str | None) -> tuple[list[Trial], str 
         raise BadInput(f"--shard {e}") from None
 
 
-for command in (decide.decide, submit.submit, tools.preprocess, tools.shards, tools.sync, tools.ui):
+for command in (decide.decide, verify.verify, submit.submit, tools.preprocess, tools.shards, tools.sync, tools.ui):
     main.add_command(command)
 
 

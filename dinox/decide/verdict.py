@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dinox import record as rec
@@ -293,8 +294,8 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
         left_out=left_out,
         unstable=_unstable_warning(recommended),
         unsettled=unsettled,
-        remeasure=(again := _remeasure(records, unsettled if recommended is None else bigger)),
-        capped=[r.run_name or r.run_id for r in records if (r.run_name or r.run_id) in again and _capped(r)],
+        remeasure=_behind(records, unsettled if recommended is None else bigger, lambda r: r.unsettled),
+        capped=_behind(records, unsettled if recommended is None else bigger, lambda r: r.few_windows and r.capped),
         notes=[_bigger_note(mv) for mv in bigger],
         cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
         what_if=what_if(recommended, budget) if recommended is not None else [],
@@ -321,17 +322,11 @@ def _preference(mv: ModelVerdict) -> tuple[float, float, float]:
     return -(mv.params_m or 0.0), _cost_or_inf(mv), _days(mv)
 
 
-def _remeasure(records: list[TrialRecord], models: list[ModelVerdict]) -> list[str]:
-    """The runs behind these models' plans that `dinox run --remeasure-unsettled` measures again (windows
-    that disagreed, or too few of them), by run name."""
+def _behind(records: list[TrialRecord], models: list[ModelVerdict], which: Callable[[TrialRecord], bool]) -> list[str]:
+    """The runs behind these models' plans that `which` picks, by run name: those `dinox run
+    --remeasure-unsettled` measures again (r.unsettled), or those whose spec caps their windows below a GO's."""
     ids = {c.run_id for mv in models if mv.best is not None for c in (mv.best, *mv.tied)}
-    return [r.run_name or r.run_id for r in records if r.run_id in ids and r.unsettled]
-
-
-def _capped(r: TrialRecord) -> bool:
-    """The trial's spec allows fewer windows than a GO needs: measuring it again cannot settle it."""
-    most = r.param_int("measure.repeats") or r.param_int("measure.max_repeats")
-    return most is not None and most < SETTLED_WINDOWS
+    return [r.run_name or r.run_id for r in records if r.run_id in ids and which(r)]
 
 
 def _bigger_note(mv: ModelVerdict) -> str:

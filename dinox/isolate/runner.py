@@ -148,17 +148,20 @@ def run_trial(
     server: ForkServer | None = None,
     on_phase: Callable[[str], None] | None = None,
     env: Mapping[str, str] | None = None,
+    module: str = "dinox.measure.trial",
+    timeout_s: float | None = None,
 ) -> ChildOutcome:
     """Run one trial in a child process and return what happened to it. Never raises for a bad trial.
 
     With a fork server the child is forked from a process that has imported torch and timm already;
     without, it is a fresh interpreter (`python -m dinox.measure.trial`). Either way it is a process of its own,
-    with `env` (its devices and cores under --devices) added to this process's environment."""
+    with `env` (its devices and cores under --devices) added to this process's environment. `module` and
+    `timeout_s`: another child on the same trial (`dinox verify`'s, which trains for a slice of its own)."""
     spec_path = trial_dir / "trial.json"
     result_path = trial_dir / "result.json"
     log_path = trial_dir / "child.log"
     phase = _PhaseReader(trial_dir / PHASE_FILE, on_phase)
-    timeout = trial.spec.measure.timeout_s
+    timeout = timeout_s if timeout_s is not None else trial.spec.measure.timeout_s
     world = trial.spec.hardware.gpus
     rank_paths = [Path(ranks.result_name(str(result_path), r)) for r in range(world)] if world > 1 else []
     with _workdir(trial_dir):
@@ -173,7 +176,7 @@ def run_trial(
         if world > 1:
             proc, isolation = _launch_ranks(world, spec_path, result_path, log, env or {}), "torchrun"
         else:
-            proc, isolation = _launch("dinox.measure.trial", spec_path, result_path, log, log_path, server, env or {})
+            proc, isolation = _launch(module, spec_path, result_path, log, log_path, server, env or {})
         memory = TreeMemory(proc.pid)
         try:
             if on_spawn is not None:

@@ -16,6 +16,8 @@ from dinox.measure.bound import BOUNDS, Bound
 
 # The file beside result.json where a trial says which phase it is in (setup, warm-up, window 2/3, ...).
 PHASE_FILE = "phase"
+# The file beside a `dinox verify` child's trial.json that says how long to train (dinox.measure.verify).
+SLICE_FILE = "slice.json"
 
 Status = Literal["ok", "oom", "error", "crashed", "timeout", "skipped"]
 STATUSES: tuple[Status, ...] = typing.get_args(Status)

@@ -84,7 +84,8 @@ class TrialRun:
         self.out_dir = out_dir  # where the trial's files go (beside its result): the profile's trace
         self.artifacts: list[str] = []
 
-    def measure(self) -> TrialResult:
+    def setup(self) -> None:
+        """The device, the loader, the model and its optimizer: what a measurement and a verification share."""
         if self.on_phase is not None:
             self.on_phase("setup")
         self._setup_device()
@@ -93,6 +94,9 @@ class TrialRun:
         if self.dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.dev)
         self.marks["setup_done"] = time.time()
+
+    def measure(self) -> TrialResult:
+        self.setup()
         with runtime.gc_for_windows(self.spec, self.runtime_seen):
             stats = self._loop()
             self.marks["measured"] = time.time()
@@ -315,10 +319,9 @@ class TrialRun:
         self.tags[rec.DEVICE_PREFETCH] = "side_stream" if applied else "in_series"
         return CopyAhead(self.to_device, cuda_streams(self.dev)) if applied else None
 
-    def _loop(self) -> LoopStats:
-        m, lo = self.spec.measure, self.spec.loader
-        ablation = self._ablation_steps()
-        self.loop = loop = bench.Loop(
+    def make_loop(self) -> bench.Loop:
+        """The trial's steps, as the timed windows take them and as `dinox verify` trains with them."""
+        self.loop = bench.Loop(
             self.loader,
             self.to_device,
             self.micro_step,
@@ -331,6 +334,12 @@ class TrialRun:
             local=self.ddp.no_sync if self.ddp is not None else contextlib.nullcontext,
             ahead=self._copy_ahead(),
         )
+        return self.loop
+
+    def _loop(self) -> LoopStats:
+        m, lo = self.spec.measure, self.spec.loader
+        ablation = self._ablation_steps()
+        loop = self.make_loop()
         agree = device.all_agree(self.dev) if self.world > 1 else None
         return loop.run(
             m.warmup_steps,
@@ -366,8 +375,9 @@ def phase_writer(path: Path) -> Callable[[str], None]:
     return write
 
 
-def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
-    """Measure, write the result; 0, or under torchrun 1 for a failed rank, so torchrun stops the others."""
+def run_child(trial_json: str, result_json: str, forked: bool = False, measure_with: Callable = measure) -> int:
+    """Measure (`measure_with`: `dinox verify` trains instead), write the result; 0, or under torchrun 1 for a
+    failed rank, so torchrun stops the others."""
     distributed = device.rank_of_world()
     on_phase = phase_writer(Path(result_json).with_name(PHASE_FILE)) if not distributed or distributed[0] == 0 else None
     if distributed is not None:
@@ -380,7 +390,7 @@ def run_child(trial_json: str, result_json: str, forked: bool = False) -> int:
     spec = TrialSpec.model_validate_json(open(trial_json).read())
     try:
         device.pin_cores(tags)  # before any torch op starts its thread pool
-        result = measure(spec, marks, metrics, tags, on_phase, Path(result_json).parent)
+        result = measure_with(spec, marks, metrics, tags, on_phase, Path(result_json).parent)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
         message = describe_exception(exc)

@@ -122,6 +122,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "mfu": rec.best.mfu,
         "days": rec.days,
         "margin_days": rec.margin_days,
+        "epoch_start_s": rec.best.epoch_start_s,
         "profile": rec.best.profile,
         "device": rec.device,
         "cost": rec.cost,

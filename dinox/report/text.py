@@ -95,19 +95,20 @@ def remeasure_command(d: Decision) -> str:
 
 def _unsettled_lines(d: Decision) -> list[str]:
     """What would settle it: the runs to measure again and the command, or why measuring again cannot."""
-    if d.settled and not d.remeasure:
+    if d.settled and not (d.remeasure or d.capped):
         return []
+    out = []
     if d.remeasure:
         shown = ", ".join(d.remeasure[:6]) + (", ..." if len(d.remeasure) > 6 else "")
-        capped = (
-            [
-                f"{len(d.capped)} of them by a spec that allows fewer than {SETTLED_WINDOWS} timed windows "
-                f"(measure.repeats or max_repeats): raise it first, or they stay unsettled"
-            ]
-            if d.capped
-            else []
+        out.append(f"measure again: {shown}: `{remeasure_command(d)}`")
+    if d.capped:
+        shown = ", ".join(d.capped[:6]) + (", ..." if len(d.capped) > 6 else "")
+        out.append(
+            f"{shown}: a spec that allows fewer than {SETTLED_WINDOWS} timed windows (measure.repeats or "
+            f"max_repeats) never settles a GO: raise it, then `dinox run {d.spec_arg}`"
         )
-        return [f"measure again: {shown}: `{remeasure_command(d)}`", *capped]
+    if out:
+        return out
     return [
         "their windows agreed: the budget lies within the measurement's own noise; longer windows "
         "(measure.bench_steps) narrow the range, or plan on the slow end"
@@ -141,8 +142,9 @@ def render_note(d: Decision) -> str:
 
 
 def _profile_section(d: Decision) -> list[str]:
-    """The recommended trial's measure.profile tables: where its step's time goes."""
-    mv = d.recommended
+    """The recommended trial's measure.profile tables (an unsettled decision's leading one): where its step's
+    time goes."""
+    mv = d.recommended or (d.unsettled[0] if d.unsettled else None)
     if mv is None or mv.best is None:
         return []
     out = ["## Where the recommended step's time goes", ""]

@@ -162,3 +162,61 @@ def log_decision(
     except MlflowException as e:
         raise TrackingError(store_error(tracking_uri, e)) from None
     return run_id
+
+
+def read_run(tracking_uri: str, run_id: str) -> TrialRecord:
+    """One run as a record (`dinox verify` reads the trial it trains). Raises TrackingError."""
+    if why := store_problem(tracking_uri):
+        raise TrackingError(f"tracking store {tracking_uri}: {why}")
+    check_reachable(tracking_uri)
+    path = sqlite_path(tracking_uri)
+    if path is not None and not path.exists():
+        raise TrackingError(f"no tracking store at {path}: `dinox run SPEC` records the trials there first")
+    try:
+        return record_of(MlflowClient(tracking_uri=tracking_uri).get_run(run_id))
+    except MlflowException:
+        raise TrackingError(f"run {run_id!r} not found in {tracking_uri}") from None
+    except (OSError, ValueError, ImportError) as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+
+
+def fetch_verifications(tracking_uri: str, experiment_ids: list[str]) -> dict[str, TrialRecord]:
+    """The latest `dinox verify` run of each trial run (dinox.verifies) in these experiments. Raises
+    TrackingError."""
+    latest: dict[str, tuple[int, TrialRecord]] = {}
+    try:
+        client = MlflowClient(tracking_uri=tracking_uri)
+        for run in search_all(client, sorted(set(experiment_ids)), f"tags.`{rec.ROLE}` = 'verify'"):
+            record = record_of(run)
+            trial = record.tags.get(rec.VERIFIES, "")
+            start = run.info.start_time or 0
+            if trial and (trial not in latest or start > latest[trial][0]):
+                latest[trial] = (start, record)
+    except (MlflowException, OSError, ValueError, ImportError) as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+    return {trial: record for trial, (_start, record) in latest.items()}
+
+
+def log_verify(
+    tracking_uri: str,
+    experiment_id: str,
+    run_name: str,
+    params: dict[str, str],
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    note: str,
+) -> str:
+    """Record a `dinox verify` as a run of its own (dinox.role = verify) beside the trial it trained."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        run_id = client.create_run(experiment_id, run_name=run_name).info.run_id
+        client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            metrics=[Metric(k, float(v), now_ms(), 0) for k, v in metrics.items()],
+            tags=[RunTag(rec.ROLE, "verify"), RunTag(NOTE_TAG, note)] + [RunTag(k, v) for k, v in tags.items()],
+        )
+        client.set_terminated(run_id, "FINISHED")
+    except MlflowException as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+    return run_id

@@ -114,13 +114,25 @@ class TrialRecord:
         return f"loader {cost:.0%} (windows)" if cost is not None and math.isfinite(cost) else ""
 
     @property
+    def few_windows(self) -> bool:
+        """An ok trial with too few timed windows to show a spread: decide never calls GO on one."""
+        windows = self.metrics.get(rec.WINDOWS)
+        return self.status == "ok" and windows is not None and windows < SETTLED_WINDOWS
+
+    @property
+    def capped(self) -> bool:
+        """Its spec allows fewer windows than a GO needs (measure.repeats: 1, "a quick look"): measuring it
+        again gives as few."""
+        most = self.param_int("measure.repeats") or self.param_int("measure.max_repeats")
+        return most is not None and most < SETTLED_WINDOWS
+
+    @property
     def unsettled(self) -> bool:
-        """An ok trial whose figure may still move: its windows disagreed (dinox.unstable), or too few ran to
-        show a spread. `dinox run --remeasure-unsettled` measures these again; decide never calls GO on one."""
+        """An ok trial whose figure measuring it again may settle: its windows disagreed (dinox.unstable), or
+        fewer ran than its spec allows and a GO needs. `dinox run --remeasure-unsettled` measures these."""
         if self.status != "ok":
             return False
-        windows = self.metrics.get(rec.WINDOWS)
-        return self.tags.get(rec.UNSTABLE) == "true" or (windows is not None and windows < SETTLED_WINDOWS)
+        return self.tags.get(rec.UNSTABLE) == "true" or (self.few_windows and not self.capped)
 
     @property
     def batch_size(self) -> int | None:

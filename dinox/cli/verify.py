@@ -1,0 +1,122 @@
+"""`dinox verify`: the forecast held against real training, top to bottom: which trial (the decision's
+recommendation, or --run-id), its spec, the slice, the training, the verdict said and recorded."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from dinox.cli.common import TRACKING_URI, BadInput, load_trials
+
+
+@click.command()
+@click.argument("spec_file", metavar="SPEC")
+@click.option(
+    "--decision",
+    "decision_dir",
+    default="decision",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="A `dinox decide --out` folder: train its recommended configuration (decision.json).",
+)
+@click.option("--run-id", "run_id", default=None, metavar="ID", help="Train this trial run instead.")
+@TRACKING_URI
+@click.option(
+    "--minutes", type=float, default=None, help="Train this long after warm-up (default 3, with no --epochs)."
+)
+@click.option("--epochs", type=float, default=None, help="Train this many epochs of the spec's data.")
+@click.option(
+    "--epoch-images",
+    type=int,
+    default=None,
+    help="Synthetic data without data.num_samples: the images in one epoch (default: the budget's dataset_size "
+    "where the slice crosses it, else about a third of the slice's images).",
+)
+@click.option("--workdir", default=".dinox", show_default=True, help="Where the training child's files go.")
+def verify(
+    spec_file: str,
+    decision_dir: str,
+    run_id: str | None,
+    tracking_uri: str | None,
+    minutes: float | None,
+    epochs: float | None,
+    epoch_images: int | None,
+    workdir: str,
+) -> None:
+    """Train a measured configuration for real and hold decide's forecast against it.
+
+    \b
+    Trains the trial `dinox decide` recommended (or --run-id) through the same loader, data, epoch boundaries
+    and step as the trial, for --minutes (default 3) or --epochs, then compares the slice's wall time with the
+    forecast for the same images (decide's figure: images over the timed windows, plus each epoch boundary).
+    Records a run (dinox.role = verify) beside the trial; `dinox decide` then shows it.
+    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error.
+    """
+    from dinox.store.backend import resolve_tracking_uri
+    from dinox.store.readback import read_run
+    from dinox.verify import Forecast
+    from dinox.verify import verify as run_verify
+    from dinox.verify.run import epoch_images_for, find_trial
+
+    for name, value in (("--minutes", minutes), ("--epochs", epochs), ("--epoch-images", epoch_images)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise BadInput(f"{name} {value}: must be a positive number")
+    seconds = minutes * 60.0 if minutes is not None else (math.inf if epochs is not None else 180.0)
+    uri = resolve_tracking_uri(tracking_uri)
+    forecast, decision_run = None, ""
+    if run_id is None:
+        run_id, forecast = _recommended(Path(decision_dir))
+    _doc, trials = load_trials(spec_file, None)
+    record = read_run(uri, run_id)
+    if record.status != "ok":
+        raise BadInput(
+            f"run {run_id} is not an ok trial (dinox.status {record.status or 'missing'!r}): nothing to verify"
+        )
+    forecast = forecast or Forecast.of_record(record)
+    trial = find_trial(record, trials, spec_file)
+    epoch, why = epoch_images_for(trial, epoch_images, seconds if math.isfinite(seconds) else 0.0, forecast)
+    if epochs is not None and not math.isfinite(seconds) and why and not epoch_images and trial.spec.budget is None:
+        raise BadInput("--epochs of synthetic data needs --epoch-images (or data.num_samples, or a budget)")
+    slice_ = f"{minutes:g} minutes" if minutes is not None else (f"{epochs:g} epochs" if epochs else "3 minutes")
+    click.echo(f"dinox: verifying {record.run_name or run_id} for {slice_} (forecast: {forecast.source})")
+    if why:
+        click.echo(f"       {why}")
+    done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir), click.echo, decision_run)
+    click.echo(f"{'HELD' if done.held else 'OFF'}: {done.verdict()}")
+    click.echo(
+        f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
+        f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"
+    )
+    sys.exit(0 if done.held else 1)
+
+
+def _recommended(folder: Path):  # noqa: ANN202 - (run id, Forecast)
+    """The decision's recommended trial and the forecast decide planned it with, from decision.json."""
+    from dinox.verify import Forecast
+
+    path = folder / "decision.json"
+    try:
+        payload = json.loads(path.read_text())
+        rec = payload.get("recommended")
+        if rec is None:
+            raise BadInput(
+                f"{path}: the decision recommends nothing (verdict {payload.get('verdict')}): "
+                "name a trial with --run-id"
+            )
+        span = rec["span"]
+        forecast = Forecast(
+            float(span["forecast_ips"]),
+            float(span["slow_ips"]),
+            float(span["fast_ips"]),
+            float(rec.get("epoch_start_s") or 0.0),
+            f"decision {path}",
+        )
+        return str(rec["run_id"]), forecast
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror or e}: run `dinox decide` first, or name a trial with --run-id") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise BadInput(f"{path}: not a dinox decision ({type(e).__name__}: {e})") from None

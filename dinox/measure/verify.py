@@ -1,0 +1,127 @@
+"""`dinox verify`'s child: the trial's own device, loader, model, optimizer and step (TrialRun's), trained for
+real for a bounded slice, as a training run goes: the data as it is (a file set is never repeated to fit
+windows, so its epochs end where a real run's do), steps back to back, the device synchronised only at the
+end of each epoch (where a run logs its loss) and of the slice. No windows, no ablation, no settling.
+
+Run as ``python -m dinox.measure.verify TRIAL_JSON RESULT_JSON``; ``slice.json`` beside TRIAL_JSON says how
+long: ``{"seconds": S, "epochs": E, "epoch_images": N}`` (stop at whichever of S seconds or E epochs comes
+first; N: a synthetic set's epoch, where its spec gives no data.num_samples). The result is a TrialResult:
+metrics under the verify_ names of dinox.record, the epochs as JSON in dinox.verify_epochs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from dinox import record as rec
+from dinox.measure import device
+from dinox.measure.batches import Batches
+from dinox.measure.result import SLICE_FILE, TrialResult
+from dinox.measure.trial import TrialRun, run_child
+from dinox.spec.data_sources import SyntheticData
+from dinox.spec.sections import TrialSpec
+
+
+class VerifyRun(TrialRun):
+    """A trial's setup, then its steps for a slice of real training instead of timed windows."""
+
+    def __init__(self, spec: TrialSpec, seconds: float, epochs: float | None, epoch_images: int, **kw) -> None:
+        super().__init__(spec, **kw)
+        self.seconds, self.epochs, self.epoch_images = seconds, epochs, epoch_images
+
+    def _samples_needed(self) -> int:
+        """A synthetic set without a length of its own gets the epoch asked for; any other set stays its own
+        length (0: never repeated)."""
+        data = self.spec.data
+        return self.epoch_images if isinstance(data, SyntheticData) and data.num_samples is None else 0
+
+    def measure(self) -> TrialResult:
+        self.setup()
+        loop = self.make_loop()
+        clock, sync = loop.timeline.host_clock, loop.timeline.synchronize  # type: ignore[union-attr]
+        lo = self.spec.loader
+        loop.batches = Batches(self.loader, clock, lo.num_workers * (lo.prefetch_factor or 2))
+        per_step = self.spec.size * self.accumulation * self.world
+        if self.on_phase is not None:
+            self.on_phase("warm-up")
+        t = clock()
+        for _ in range(self.spec.measure.warmup_steps):
+            loop.untimed_step()
+        sync()
+        start = clock()
+        self.metrics[rec.VERIFY_WARMUP_S] = start - t
+        if self.on_phase is not None:
+            self.on_phase("training")
+        epochs: list[dict[str, float]] = []
+        steps, epoch_steps, epoch_start, first_steps, step_s = 0, 0, start, [], []
+        ended = loop.batches.epochs_ended
+        while True:
+            t = clock()
+            loop.untimed_step()
+            took = clock() - t
+            steps += 1
+            epoch_steps += 1
+            if loop.batches.epochs_ended > ended:  # an epoch ended inside this step: the next one has begun
+                sync()
+                now = clock()
+                epochs.append({"images": (epoch_steps - 1) * per_step, "wall_s": now - epoch_start - took})
+                first_steps.append(took)
+                ended, epoch_steps, epoch_start = loop.batches.epochs_ended, 1, now - took
+            else:
+                step_s.append(took)
+            elapsed = clock() - start
+            if elapsed >= self.seconds or (self.epochs is not None and ended >= self.epochs):
+                break
+        sync()
+        wall = clock() - start
+        epochs.append({"images": epoch_steps * per_step, "wall_s": clock() - epoch_start, "partial": 1.0})
+        self._report(steps, per_step, wall, epochs, first_steps, step_s)
+        device.record_memory(self.dev, self.metrics, self.tags)
+        del self.loop, self.loader
+        return TrialResult("ok", metrics=self.metrics, tags=self.tags)
+
+    def _report(
+        self,
+        steps: int,
+        per_step: int,
+        wall: float,
+        epochs: list[dict[str, float]],
+        first_steps: list[float],
+        step_s: list[float],
+    ) -> None:
+        m = self.metrics
+        m[rec.VERIFY_STEPS] = float(steps)
+        m[rec.VERIFY_IMAGES] = float(steps * per_step)
+        m[rec.VERIFY_WALL_S] = wall
+        m[rec.VERIFY_IMAGES_PER_S] = steps * per_step / wall
+        m[rec.VERIFY_EPOCHS_ENDED] = float(len(first_steps))
+        if first_steps and step_s:
+            # An epoch's first step, over a step in the middle of one: the loader's restart as the run met it
+            # (host time; on an asynchronous device the first step also waits for the queue to drain).
+            typical = sorted(step_s)[len(step_s) // 2]
+            m[rec.VERIFY_EPOCH_BOUNDARY_S] = sum(first_steps) / len(first_steps) - typical
+        self.tags[rec.VERIFY_EPOCHS] = json.dumps(epochs, separators=(",", ":"))
+
+
+def read_slice(trial_json: str) -> tuple[float, float | None, int]:
+    data = json.loads((Path(trial_json).parent / SLICE_FILE).read_text())
+    return float(data["seconds"]), data.get("epochs"), int(data.get("epoch_images") or 0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m dinox.measure.verify TRIAL_JSON RESULT_JSON")
+    from dinox.isolate import lifeline
+
+    lifeline.die_with_parent(lifeline.env_parent())
+    seconds, epochs, epoch_images = read_slice(sys.argv[1])
+
+    def make(spec, marks, metrics, tags, on_phase, out_dir):  # noqa: ANN001, ANN202 - run_child's seam
+        run = VerifyRun(spec, seconds, epochs, epoch_images, marks=marks, metrics=metrics, tags=tags, on_phase=on_phase)
+        return run.measure()
+
+    code = run_child(sys.argv[1], sys.argv[2], measure_with=make)
+    os._exit(code)

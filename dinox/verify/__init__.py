@@ -1,0 +1,11 @@
+"""`dinox verify`: the forecast held against real training. One trial (the decision's recommendation, or a named
+trial run) trained for a bounded slice in a child of its own (dinox.measure.verify), through the same loader,
+data, epoch boundaries and step as the trial; the slice's wall time against decide's forecast for the same
+images, recorded as a run (dinox.role = verify) that `dinox decide` then reads.
+
+Offers: ``verify`` (the whole recipe), ``Forecast`` (what decide forecast for the trial), ``slice_forecast``.
+"""
+
+from dinox.verify.run import Forecast, VerifyOutcome, slice_forecast, verify
+
+__all__ = ["Forecast", "VerifyOutcome", "slice_forecast", "verify"]

@@ -1,0 +1,181 @@
+"""`dinox verify` top to bottom: the trial from the store, its spec from the spec file, the slice, the child that
+trains it, the forecast for the same slice, the error, the run recorded."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dinox import record as rec
+from dinox.errors import DinoxError
+from dinox.isolate.runner import run_trial
+from dinox.measure.result import SLICE_FILE
+from dinox.plan.grid import Trial
+from dinox.spec.data_sources import SyntheticData
+from dinox.store.readback import log_verify
+from dinox.store.trial_record import TrialRecord
+
+TOLERANCE = 0.05  # the forecast holds within ±5 % of the slice's real wall time (issue 33)
+SETUP_S = 600.0  # the child's allowance beyond the slice: start-up, data, model, warm-up, compile
+
+
+class VerifyError(DinoxError):
+    """What stops a verification before or instead of a result: one line for the user, exit 2."""
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What decide forecast for the trial: the rate (images over all its timed windows, or the plan's where
+    the decision planned at a tied trial's), its slowest and fastest window, and an epoch boundary's cost."""
+
+    ips: float
+    slow_ips: float
+    fast_ips: float
+    epoch_start_s: float = 0.0
+    source: str = ""
+
+    @classmethod
+    def of_record(cls, r: TrialRecord) -> Forecast:
+        m = r.metrics
+        ips = m.get(rec.IMAGES_PER_S)
+        if not ips or ips <= 0 or not math.isfinite(ips):
+            raise VerifyError(f"trial run {r.run_id} has no images_per_s to forecast from (status {r.status!r})")
+        slow, fast = m.get(rec.IMAGES_PER_S_MIN) or ips, m.get(rec.IMAGES_PER_S_MAX) or ips
+        return cls(ips, min(slow, ips), max(fast, ips), m.get(rec.EPOCH_START_S, 0.0), f"trial run {r.run_id}")
+
+
+def slice_forecast(f: Forecast, images: float, boundaries: float) -> tuple[float, float, float]:
+    """Seconds the slice takes by the forecast, at the slowest and at the fastest window: the images at that
+    rate plus each epoch boundary it crossed, as decide charges them over the whole schedule."""
+    return tuple(images / ips + boundaries * f.epoch_start_s for ips in (f.ips, f.slow_ips, f.fast_ips))  # type: ignore[return-value]
+
+
+@dataclass
+class VerifyOutcome:
+    trial_run: str
+    run_id: str
+    wall_s: float
+    images: float
+    epochs_ended: int
+    epoch_images: int
+    forecast_s: float
+    slow_s: float
+    fast_s: float
+    images_per_s: float
+    forecast: Forecast
+
+    @property
+    def error(self) -> float:
+        """(forecast - real) / real: positive where the forecast was pessimistic."""
+        return (self.forecast_s - self.wall_s) / self.wall_s
+
+    @property
+    def held(self) -> bool:
+        return abs(self.error) <= TOLERANCE
+
+    def verdict(self) -> str:
+        word = "held within" if self.held else "off by"
+        inside = self.fast_s <= self.wall_s <= self.slow_s
+        return (
+            f"forecast {word} {abs(self.error):.1%} ({'pessimistic' if self.error > 0 else 'optimistic'}): "
+            f"{self.forecast_s:.1f} s forecast, {self.wall_s:.1f} s real for {self.images:,.0f} images "
+            f"({self.epochs_ended} epoch boundar{'y' if self.epochs_ended == 1 else 'ies'}); the real time is "
+            f"{'inside' if inside else 'outside'} the measured range {self.fast_s:.1f}-{self.slow_s:.1f} s"
+        )
+
+
+def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str) -> Trial:
+    trial_id = record.tags.get(rec.TRIAL_ID, "")
+    for t in trials:
+        if t.trial_id == trial_id:
+            return t
+    raise VerifyError(
+        f"{spec_path} has no trial with id {trial_id or '(none recorded)'} (run {record.run_id}, "
+        f"{record.run_name or 'unnamed'}): the spec changed since the trial was measured, or it is another spec"
+    )
+
+
+def epoch_images_for(trial: Trial, asked: int | None, seconds: float, forecast: Forecast) -> tuple[int, str]:
+    """A synthetic set's epoch (0: the data's own length), and a line saying where it came from. A synthetic set
+    has no epoch of its own: the schedule's (budget.dataset_size) where the slice crosses it, else one that
+    makes the slice cross two boundaries, so their cost is measured."""
+    data, size = trial.spec.data, trial.spec.size * trial.spec.accumulation
+    if not isinstance(data, SyntheticData) or data.num_samples is not None:
+        if asked:
+            raise VerifyError("--epoch-images applies to synthetic data without data.num_samples only")
+        return 0, ""
+    if asked:
+        return asked, f"synthetic data: an epoch of {asked:,} images (--epoch-images)"
+    planned = forecast.ips * seconds
+    budget = trial.spec.budget
+    schedule = budget.dataset_size if budget is not None else None
+    if schedule and schedule * 1.2 <= planned:
+        return schedule, f"synthetic data: an epoch of {schedule:,} images (budget.dataset_size)"
+    epoch = max(4 * size, int(planned / 2.5) // size * size)
+    return epoch, (
+        f"synthetic data: an epoch of {epoch:,} images, so the slice crosses about two boundaries "
+        f"(--epoch-images sets it{f'; the schedule epoch, {schedule:,}, is longer than the slice' if schedule else ''})"
+    )
+
+
+def verify(
+    uri: str,
+    record: TrialRecord,
+    trial: Trial,
+    forecast: Forecast,
+    seconds: float,
+    epochs: float | None,
+    epoch_images: int,
+    workdir: Path,
+    echo: Callable[[str], None],
+    decision_run: str = "",
+) -> VerifyOutcome:
+    """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
+    if trial.spec.hardware.gpus > 1:
+        raise VerifyError("dinox verify trains on one device: hardware.gpus > 1 is not verified yet")
+    folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        folder.mkdir(parents=True, exist_ok=False)
+        slice_ = {"seconds": seconds, "epochs": epochs, "epoch_images": epoch_images}
+        (folder / SLICE_FILE).write_text(json.dumps(slice_))
+    except OSError as e:
+        raise VerifyError(f"cannot write {folder}: {e.strerror or e}") from None
+    timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
+    outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None)
+    result = outcome.result
+    if result.status != "ok":
+        raise VerifyError(f"the training ended {result.status}: {result.error} (its log: {outcome.log_path})")
+    m = result.metrics
+    images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
+    forecast_s, slow_s, fast_s = slice_forecast(forecast, images, ended)
+    done = VerifyOutcome(
+        record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
+        m[rec.VERIFY_IMAGES_PER_S], forecast,
+    )  # fmt: skip
+    metrics = {k: v for k, v in m.items() if k.startswith("verify_") or k in _MEMORY}
+    metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})
+    metrics[rec.FORECAST_ERROR] = done.error
+    tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id}
+    tags[rec.VERIFY_EPOCHS] = result.tags.get(rec.VERIFY_EPOCHS, "")
+    tags.update({k: v for k, v in result.tags.items() if k in (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION)})
+    settings = {
+        "seconds": f"{seconds:g}",
+        "epochs": str(epochs),
+        "epoch_images": str(epoch_images),
+        "forecast_source": forecast.source[:250],
+        "forecast_images_per_s": f"{forecast.ips:.6g}",
+        **({"decision_run": decision_run} if decision_run else {}),
+    }
+    params = {f"{rec.VERIFY_PREFIX}{k}": v for k, v in settings.items()}
+    done.run_id = log_verify(
+        uri, record.experiment_id, f"verify {record.run_name or record.run_id}"[:250], params, metrics, tags,
+        f"**{done.verdict()}**",
+    )  # fmt: skip
+    return done
+
+
+_MEMORY = (rec.PEAK_MEM_RESERVED_GB, rec.PEAK_MEM_ALLOCATED_GB, rec.DEVICE_MEM_TOTAL_GB)
