@@ -473,7 +473,8 @@ def test_a_fuzzed_spec_corpus_never_gets_a_traceback(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "command", [["validate"], ["plan"], ["decide", "--days", "1", "--target-images", "9", "--spec"]]
+    "command",
+    [["validate"], ["plan"], ["decide", "--days", "1", "--target-images", "9", "--spec"], ["verify", "--run-id", "r"]],
 )
 def test_a_spec_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, command):
     """`dinox validate /dev/zero` read until the machine ran out of memory (8.7 GB in 30 s); a FIFO blocked

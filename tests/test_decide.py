@@ -417,3 +417,18 @@ def test_png_and_raw16_shards_are_compared_when_both_were_swept():
     assert "Shard encodings (data.shards=/s/png" not in text  # the shards are the compared thing, not a setting
     assert "png16 40.0 img/s (loader alone 50), raw16 60.0 img/s (loader alone 140)" in text
     assert report_json.to_json(d)["loader"]["encodings"][0]["images_per_s"]["raw16"] == 60.0
+
+
+def test_the_command_decide_prints_quotes_the_spec_it_was_given():
+    """The spec's path reaches the terminal, report.md and decision.json inside a command a user pastes: a
+    space, a `;` or a newline in it stays one inert shell word."""
+    rows = study.study()
+    rows[0]["tags"]["dinox.unstable"] = "true"
+    rows[0]["metrics"]["windows"] = 5
+    tight = budget.Budget(days=12.02, dataset_size=study.DATASET, epochs=study.EPOCHS)
+    d = decide.decide(study.records(rows), tight)
+    assert d.verdict == "UNSETTLED" and d.remeasure == [rows[0]["run_id"]]
+    d.spec_file = "my specs/a;rm -rf ~\nb.yaml"
+    command = report.remeasure_command(d)
+    assert command == "dinox run 'my specs/a;rm -rf ~ b.yaml' --remeasure-unsettled"
+    assert command in report.render_terminal(d) and report_json.to_json(d)["remeasure"]["command"] == command

@@ -230,12 +230,13 @@ def run_decision(
     from dinox.decide.verdict import decide
     from dinox.report import decision_json
     from dinox.report import text as report
-    from dinox.store.readback import fetch_trials, log_decision
+    from dinox.store.readback import fetch_trials, fetch_verifications, log_decision
 
     records, sources, home = fetch_trials(uri, experiments, run_ids)
     if not records:
         raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {uri}")
-    decision = decide(records, budget, policy)
+    verified = fetch_verifications(uri, [r.experiment_id for r in records])
+    decision = decide(records, budget, policy, verified)
     decision.sources = sources
     decision.spec_file = spec_file
     files = write_reports(decision, records, out)

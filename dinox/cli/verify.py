@@ -79,9 +79,11 @@ def verify(
     forecast = forecast or Forecast.of_record(record)
     trial = find_trial(record, trials, spec_file)
     epoch, why = epoch_images_for(trial, epoch_images, seconds if math.isfinite(seconds) else 0.0, forecast)
-    if epochs is not None and not math.isfinite(seconds) and why and not epoch_images and trial.spec.budget is None:
-        raise BadInput("--epochs of synthetic data needs --epoch-images (or data.num_samples, or a budget)")
-    slice_ = f"{minutes:g} minutes" if minutes is not None else (f"{epochs:g} epochs" if epochs else "3 minutes")
+    slice_ = (
+        f"{minutes:g} minute{'' if minutes == 1 else 's'}"
+        if minutes is not None
+        else (f"{epochs:g} epochs" if epochs else "3 minutes")
+    )
     click.echo(f"dinox: verifying {record.run_name or run_id} for {slice_} (forecast: {forecast.source})")
     if why:
         click.echo(f"       {why}")

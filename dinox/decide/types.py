@@ -63,6 +63,8 @@ class Candidate:
     days_slow: float = math.inf  # the schedule at the slowest window's rate: the verdict's margin
     days_fast: float = math.inf  # ... at the fastest window's rate
     epoch_start_s: float = 0.0  # an epoch boundary's cost, paid once an epoch on top of the rate
+    verified: Verification | None = None  # real training of this trial (dinox verify), where it ran
+    windows_ips: float | None = None  # the windows' own rate, where a verification outside them replaced it
 
     @property
     def rates(self) -> tuple[float, float, float]:
@@ -80,6 +82,20 @@ class Candidate:
     def overlaps(self, other: Candidate) -> bool:
         """The two measured ranges share a rate: which of the two is faster is not settled."""
         return self.slow_ips <= other.fast_ips and other.slow_ips <= self.fast_ips
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A `dinox verify` of the trial: real training's rate over its slice and how far the forecast was off."""
+
+    run_id: str
+    images_per_s: float
+    error: float  # (forecast - real) / real for the slice: + pessimistic
+    tolerance: float = 0.05
+
+    def describe(self) -> str:
+        word = "held within" if abs(self.error) <= self.tolerance else "off by"
+        return f"forecast {word} {abs(self.error):.1%} (verify run {self.run_id}: {self.images_per_s:.1f} img/s real)"
 
 
 @dataclass

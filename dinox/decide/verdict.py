@@ -28,7 +28,7 @@ from dinox.decide.grouping import device_of, memory_groups, model_key, only_devi
 from dinox.decide.knobs import Combination, KnobEffect, combinations, knob_effects
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
-from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict
+from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict, Verification
 from dinox.measure.result import one_line
 from dinox.spec.sections import ROLES
 from dinox.store.profile_table import ProfileSummary
@@ -114,7 +114,9 @@ def _varying(records: list[TrialRecord]) -> set[str]:
     return {k for k in keys if ROLES.describes(k) and not k.startswith("model.kwargs")}
 
 
-def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]) -> Candidate | None:
+def _candidate(
+    r: TrialRecord, budget: Budget, policy: Policy, varying: set[str], verify: TrialRecord | None = None
+) -> Candidate | None:
     m = r.metrics
     effective = r.effective_batch
     measured = m.get(rec.IMAGES_PER_S)
@@ -157,8 +159,22 @@ def _candidate(r: TrialRecord, budget: Budget, policy: Policy, varying: set[str]
         windows=int(windows) if windows is not None else None,
         epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
     )
+    _apply_verification(c, verify)
     c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_start_s) for ips in c.rates)
     return c
+
+
+def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
+    """Real training of the trial (dinox verify): shown beside it, and planned with where its rate falls
+    outside the range the windows measured (the windows' spread cannot explain the difference)."""
+    m = verify.metrics if verify is not None else {}
+    ips, error = m.get(rec.VERIFY_IMAGES_PER_S), m.get(rec.FORECAST_ERROR)
+    if verify is None or ips is None or error is None or not (math.isfinite(ips) and ips > 0):
+        return
+    c.verified = Verification(verify.run_id, ips, error)
+    if not c.slow_ips <= ips <= c.fast_ips:
+        c.windows_ips, c.measured_ips = c.measured_ips, ips
+        c.window_min_ips, c.window_max_ips = min(c.slow_ips, ips), max(c.fast_ips, ips)
 
 
 def _rate(value: float | None) -> float | None:
@@ -184,13 +200,16 @@ def _model_verdict(
     budget: Budget,
     policy: Policy,
     device: tuple[str, int],
+    verified: dict[str, TrialRecord],
 ) -> ModelVerdict:
     statuses: dict[str, int] = defaultdict(int)
     for r in records:
         statuses[r.status or "unknown"] += 1
     params_m = next((r.metrics[rec.PARAMS_M] for r in records if rec.PARAMS_M in r.metrics), None)
     varying = _varying(records)
-    candidates = [c for r in records if r.status == "ok" if (c := _candidate(r, budget, policy, varying))]
+    candidates = [
+        c for r in records if r.status == "ok" if (c := _candidate(r, budget, policy, varying, verified.get(r.run_id)))
+    ]
     candidates.sort(key=lambda c: -c.measured_ips)
     mv = ModelVerdict(key, name, kwargs, params_m, len(records), dict(statuses), candidates, _oom_boundaries(records))
     mv.device_name, mv.devices = device
@@ -254,7 +273,12 @@ def _unsettled_why(mv: ModelVerdict, budget: Budget) -> str:
     return f"the budget lies inside the measured range ({ends})"
 
 
-def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = None) -> Decision:
+def decide(
+    records: list[TrialRecord],
+    budget: Budget,
+    policy: Policy | None = None,
+    verified: dict[str, TrialRecord] | None = None,
+) -> Decision:
     """Raises DecisionError when nothing can be decided: no records, none usable, or none measured (every
     trial failed for a reason other than memory). Every configuration out of memory is a NO-GO."""
     policy = policy or Policy()
@@ -267,7 +291,7 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
             f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
         )
     _check_something_measured(records)
-    models = _model_verdicts(records, budget, policy)
+    models = _model_verdicts(records, budget, policy, verified or {})
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
     go = [mv for mv in models if mv.go]
     # The largest GO model; measured GO on several devices, the cheapest of them (else the fastest).
@@ -304,7 +328,9 @@ def decide(records: list[TrialRecord], budget: Budget, policy: Policy | None = N
     )
 
 
-def _model_verdicts(records: list[TrialRecord], budget: Budget, policy: Policy) -> list[ModelVerdict]:
+def _model_verdicts(
+    records: list[TrialRecord], budget: Budget, policy: Policy, verified: dict[str, TrialRecord]
+) -> list[ModelVerdict]:
     """One verdict per model and device that measured it: records from two machines are never mixed."""
     groups: dict[tuple[str, tuple[str, int]], list[TrialRecord]] = defaultdict(list)
     names: dict[str, tuple[str, dict[str, str]]] = {}
@@ -313,7 +339,7 @@ def _model_verdicts(records: list[TrialRecord], budget: Budget, policy: Policy) 
         key, name, kwargs = model_key(r)
         groups[(key, device_of(r, default))].append(r)
         names[key] = (name, kwargs)
-    models = [_model_verdict(k, *names[k], rs, budget, policy, device) for (k, device), rs in groups.items()]
+    models = [_model_verdict(k, *names[k], rs, budget, policy, device, verified) for (k, device), rs in groups.items()]
     models.sort(key=lambda mv: (-(mv.params_m or 0.0), mv.key, mv.device))
     return models
 

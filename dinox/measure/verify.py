@@ -68,6 +68,8 @@ class VerifyRun(TrialRun):
                 sync()
                 now = clock()
                 epochs.append({"images": (epoch_steps - 1) * per_step, "wall_s": now - epoch_start - took})
+                if len(epochs) == 1 and self.spec.measure.warmup_steps:
+                    epochs[0]["partial"] = 1.0  # its first steps were the warm-up's, before the slice
                 first_steps.append(took)
                 ended, epoch_steps, epoch_start = loop.batches.epochs_ended, 1, now - took
             else:

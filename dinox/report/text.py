@@ -86,7 +86,19 @@ def render_terminal(d: Decision) -> str:
             + ("; ..." if len(d.left_out) > 3 else "")
         )
     lines += [f"note: {n}" for n in d.notes]
+    lines += [f"verified: {d.where(mv)}: {v}" for mv, v in _verifications(d)]
     return "\n".join(lines)
+
+
+def _verifications(d: Decision) -> list[tuple[ModelVerdict, str]]:
+    """Each model whose plan rests on a trial trained for real (dinox verify): what the verification said."""
+    out = []
+    for mv in d.models:
+        for c in (mv.best, *mv.tied) if mv.best is not None else ():
+            if c.verified is not None:
+                planned = " (planned with the real rate: outside the windows' range)" if c.windows_ips else ""
+                out.append((mv, f"{c.run_name or c.run_id}: {c.verified.describe()}{planned}"))
+    return out
 
 
 def remeasure_command(d: Decision) -> str:
@@ -299,6 +311,8 @@ def _decision_section(d: Decision) -> list[str]:
             *([f"- Device: {rec.device}"] if rec.device_name else []),
             *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
             f"- MLflow run: `{rec.best.run_id}`",
+            *[f"- Verified: {v}" for mv, v in _verifications(d) if mv is rec],
+            *([] if rec.best.verified else [f"- Not verified: `dinox verify {d.spec_arg}` trains it for real"]),
             "",
         ]
     elif d.unsettled:
@@ -399,6 +413,8 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
     out += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in mv.candidates:
         notes = [c.excluded or ("**best**" if c is mv.best else "tied" if c in mv.tied else "")]
+        if c.verified is not None:
+            notes.append(c.verified.describe())
         if c.unstable and not c.excluded:
             notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
         cells = [c.configuration.get(k, "") for k in varying]

@@ -113,6 +113,10 @@ def epoch_images_for(trial: Trial, asked: int | None, seconds: float, forecast: 
     planned = forecast.ips * seconds
     budget = trial.spec.budget
     schedule = budget.dataset_size if budget is not None else None
+    if not seconds:  # --epochs: the schedule's epoch, or the user's
+        if not schedule:
+            raise VerifyError("--epochs of synthetic data needs --epoch-images (or data.num_samples, or a budget)")
+        return schedule, f"synthetic data: an epoch of {schedule:,} images (budget.dataset_size)"
     if schedule and schedule * 1.2 <= planned:
         return schedule, f"synthetic data: an epoch of {schedule:,} images (budget.dataset_size)"
     epoch = max(4 * size, int(planned / 2.5) // size * size)

@@ -1,0 +1,115 @@
+"""`dinox verify`: the forecast held against real training, through the command a user types."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow import MlflowClient
+
+from dinox.decide import budget
+from dinox.decide import verdict as decide
+from dinox.report import text as report
+from dinox.store.trial_record import TrialRecord
+from dinox.verify import Forecast, slice_forecast
+from tests import study
+from tests.conftest import TINY, run_dinox
+
+SPEC = TINY.format(name="verified").replace("repeats: 1", "repeats: 3")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One tiny trial measured for real (three windows), as `dinox run` records it."""
+    work = tmp_path_factory.mktemp("verify")
+    (work / "spec.yaml").write_text(SPEC)
+    proc = run_dinox(["run", "spec.yaml", "--no-system-metrics"], cwd=work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    (trial,) = client.search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    return work, trial
+
+
+def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(measured):
+    work, trial = measured
+    proc = run_dinox(
+        ["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.15", "--epoch-images", "16"], cwd=work
+    )
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr  # held, or off: both are answers
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("dinox: verifying ") and "for 0.15 minutes" in first, proc.stdout
+    said = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("HELD: ", "OFF: ")))
+    assert ("forecast held within" in said) == (proc.returncode == 0), said
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'verify'")
+    m, tags = run.data.metrics, run.data.tags
+    assert tags["dinox.verifies"] == trial.info.run_id and tags["dinox.trial_id"] == trial.data.tags["dinox.trial_id"]
+    # 16-image epochs of batch 4: the slice crossed epoch boundaries, each epoch of whole steps.
+    epochs = json.loads(tags["dinox.verify_epochs"])
+    assert m["verify_epochs_ended"] >= 1 and len(epochs) == m["verify_epochs_ended"] + 1
+    assert all(e["images"] == 16 for e in epochs[1:-1]) and epochs[-1]["partial"] == 1.0
+    assert epochs[0]["images"] == 16 - 4 and epochs[0]["partial"] == 1.0  # its first step was the warm-up's
+    assert m["verify_images"] == m["verify_steps"] * 4 and m["verify_wall_s"] >= 0.15 * 60
+    # The forecast for the same slice is the trial's own figure plus the epoch boundaries it crossed.
+    t = trial.data.metrics
+    forecast = m["verify_images"] / t["images_per_s"] + m["verify_epochs_ended"] * t["epoch_start_s"]
+    assert m["forecast_s"] == pytest.approx(forecast)
+    assert m["forecast_error"] == pytest.approx((forecast - m["verify_wall_s"]) / m["verify_wall_s"])
+    assert m["forecast_slow_s"] >= m["forecast_s"] >= m["forecast_fast_s"]
+    # decide reads it back beside the trial.
+    gate = run_dinox(["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], cwd=work)
+    assert gate.returncode in (0, 3), gate.stdout + gate.stderr
+    line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("verified: "))
+    assert f"verify run {run.info.run_id}" in line and ("held within" in line or "off by" in line), line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--minutes", "-1"], "error: --minutes -1.0: must be a positive number"),
+        (["--minutes", "nan"], "error: --minutes nan: must be a positive number"),
+        (["--decision", "nowhere"], "error: nowhere/decision.json: No such file or directory: run `dinox decide`"),
+        (["--run-id", "0123456789abcdef"], "error: run '0123456789abcdef' not found in sqlite:///"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(measured, args, message):
+    work, _trial = measured
+    proc = run_dinox(["verify", "spec.yaml", *args], cwd=work)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(message), proc.stderr
+
+
+def test_a_spec_that_changed_since_is_refused_naming_the_trial(measured):
+    work, trial = measured
+    (work / "other.yaml").write_text(SPEC.replace("size: 4", "size: 2"))
+    proc = run_dinox(["verify", "other.yaml", "--run-id", trial.info.run_id], cwd=work)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: other.yaml has no trial with id {trial.data.tags['dinox.trial_id']}")
+    assert "the spec changed since the trial was measured" in proc.stderr
+
+
+def test_the_slice_forecast_charges_each_boundary_at_each_end():
+    f = Forecast(100.0, 80.0, 125.0, epoch_start_s=2.0)
+    assert slice_forecast(f, 1000, 3) == pytest.approx((16.0, 18.5, 14.0))
+
+
+def _verify_run(trial: str, ips: float, error: float) -> TrialRecord:
+    metrics = {"verify_images_per_s": ips, "forecast_error": error}
+    return TrialRecord("v1", "0", "verify", {}, metrics, {"dinox.role": "verify", "dinox.verifies": trial})
+
+
+def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
+    rows = study.study()
+    b = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
+    best = rows[0]["run_id"]  # ViT-L 48x4: windows 23.42-23.66 img/s
+    inside = decide.decide(study.records(rows), b, verified={best: _verify_run(best, 23.5, 0.02)})
+    large = next(m for m in inside.models if m.name.startswith("vit_large"))
+    assert large.best.verified.describe().startswith("forecast held within 2.0% (verify run v1")
+    assert large.best.measured_ips == pytest.approx(23.54) and large.best.windows_ips is None
+    slower = decide.decide(study.records(rows), b, verified={best: _verify_run(best, 19.0, 0.24)})
+    large = next(m for m in slower.models if m.name.startswith("vit_large"))
+    assert large.best.run_id != best  # 19 img/s real: now behind the 64x4 trial, which leads
+    planned = next(c for c in large.candidates if c.run_id == best)
+    assert planned.measured_ips == 19.0 and planned.windows_ips == pytest.approx(23.54)
+    assert planned.slow_ips == 19.0 and "off by 24.0%" in planned.verified.describe()
+    assert "off by 24.0%" in report.render_markdown(slower, [])
