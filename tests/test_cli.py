@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -327,6 +328,8 @@ def test_an_unsettled_trial_is_said_so_kept_on_resume_and_measured_again_on_requ
     assert first.returncode == 0, first.stderr
     assert "img/s (windows) (unsettled: windows " in first.stdout, first.stdout
     assert ": 1 ok (1 of them unsettled: their timed windows disagreed)." in first.stdout
+    # What a trial's measurement cost, and how much of it the timed windows were (issue 33: evidence at its cost).
+    assert re.search(r"measurement [\d.]+s \(timed windows [\d.]+s of it\)", first.stdout), first.stdout
     again = run_dinox(["run", "spec.yaml"], cwd=tmp_path)
     assert "ok (unsettled: its timed windows disagreed) in run" in again.stdout, again.stdout
     assert "1 of the ok ones unsettled); --force measures them again, --remeasure-unsettled the unsettled" in (

@@ -300,6 +300,12 @@ def test_unstable_trials_are_flagged_and_excluded_on_request():
     assert large_mv.best is not None and large_mv.best.run_id != best["run_id"]
     (excluded,) = [c for c in large_mv.candidates if c.run_id == best["run_id"]]
     assert excluded.excluded == "unstable: its timed windows differ by 23%"
+    # How many it left out and why, in the terminal and the report, beside tables that mark the same trial.
+    said = "--exclude-unstable: 1 trial left out because their timed windows disagreed"
+    assert said in report.render_terminal(strict)
+    text = report.render_markdown(strict, [])
+    assert f"`{said.split(':')[0]}`:{said.split(':', 1)[1]}" in text
+    assert text.count("unstable: its timed windows differ by 23%") == 1
 
 
 def test_mfu_and_memory_predictions_reach_the_report():

@@ -158,3 +158,14 @@ def test_gpu_check_passes_on_this_gpu():
         [sys.executable, str(ROOT / "scripts" / "gpu_check.py")], capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_bench_verify_prints_a_row_per_round(tmp_path):
+    """A sweep from scratch, its decision and a verify of the recommendation: one table row, the forecast
+    and the real rate side by side with the error (their values are the note's, not this test's)."""
+    spec = tmp_path / "bench_verify.yaml"
+    text = TINY.format(name="bench_verify").replace("repeats: 1", "repeats: 3")
+    spec.write_text(text + "budget: {days: 1, target_images: 100}\n")
+    out = run_script("bench_verify.py", "--spec", str(spec), "--rounds", "1", "--minutes", "0.1", cwd=tmp_path)
+    row = next(ln for ln in out.splitlines() if ln.startswith("| 1 |"))
+    assert re.match(r"\| 1 \| GO \| size=4 .*\| \d+ \| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \|$", row), out

@@ -69,6 +69,8 @@ def render_terminal(d: Decision) -> str:
             + (f" (tied with {len(mv.tied)}: planned at the slowest)" if mv.tied else "")
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}")
+    if excluded := _excluded_line(d):
+        lines.append(excluded.removeprefix("- ").replace("`", ""))
     if d.knobs:  # the three biggest effects; report.md has them all
         lines.append("knobs: " + "; ".join(k.describe() for k in d.knobs[:3]))
     if d.cheapest is not None and d.cheapest.cost is not None and (d.cheapest is not d.recommended or d.per_device):

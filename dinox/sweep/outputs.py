@@ -74,6 +74,7 @@ class SweepReport:
                 rec.DATA_SETUP_S,
                 rec.BUILD_S,
                 rec.MEASURE_S,
+                rec.WINDOW_S,
                 rec.TEARDOWN_S,
                 rec.TRIAL_WALL_S,
             )
@@ -99,7 +100,8 @@ class SweepReport:
         if t:
             per_trial = (
                 f"       per trial (mean): start-up {t[rec.STARTUP_S]:.1f}s, setup {t[rec.SETUP_S]:.1f}s, "
-                f"measurement {t[rec.MEASURE_S]:.1f}s, teardown {t[rec.TEARDOWN_S]:.1f}s, "
+                f"measurement {t[rec.MEASURE_S]:.1f}s (timed windows {t[rec.WINDOW_S]:.1f}s of it), "
+                f"teardown {t[rec.TEARDOWN_S]:.1f}s, "
                 f"recording {t['recording_s']:.1f}s"
             )
             lines.append((per_trial, False))

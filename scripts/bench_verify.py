@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The forecast held against real training, sweep after sweep: each round measures a spec from scratch
+(`dinox run` into a fresh store), decides (`dinox decide`), then trains the recommendation for real
+(`dinox verify`), and the table says what was recommended (and tied), the forecast, the real rate and the
+forecast error. A benchmark, not a test: it prints figures and asserts nothing about them.
+
+    python scripts/bench_verify.py                                  # 4 rounds of the quickstart, 2-minute slices
+    python scripts/bench_verify.py --rounds 2 --minutes 1 --spec specs/quickstart.yaml --epoch-images 8000
+    python scripts/bench_verify.py --set data.num_samples=2000      # --set reaches `dinox run` (repeatable)
+
+Everything is written to a temporary folder per round; nothing outside it. Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def dinox(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dinox", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def one_round(spec: Path, minutes: float, epoch_images: int | None, sets: list[str], work: Path) -> dict:
+    t = time.time()
+    local = work / spec.name
+    local.write_text(spec.read_text())
+    extra = [a for s in sets for a in ("--set", s)]
+    run = dinox(["run", local.name, *extra, "--no-system-metrics"], work)
+    if run.returncode != 0:
+        raise SystemExit(f"dinox run exited {run.returncode}: {run.stderr[-2000:]}")
+    swept = time.time() - t
+    decided = dinox(["decide", "--spec", local.name], work)
+    payload = json.loads((work / "decision" / "decision.json").read_text())
+    rec = payload.get("recommended") or {}
+    row = {"verdict": payload["verdict"], "sweep_s": swept, "decide_exit": decided.returncode}
+    if not rec:
+        return row | {"recommended": "-", "why": payload.get("reason", "")[:120]}
+    args = ["verify", local.name, "--minutes", f"{minutes:g}"]
+    args += ["--epoch-images", str(epoch_images)] if epoch_images else []
+    verified = dinox(args, work)
+    said = [ln for ln in verified.stdout.splitlines() if ln.startswith(("HELD", "OFF"))]
+    runs = _verify_metrics(work)
+    return row | {
+        "recommended": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in rec["configuration"].items() if v != "None"),
+        "tied": len(rec.get("tied_with") or []),
+        "forecast_ips": rec["forecast_images_per_s"],
+        "real_ips": runs.get("verify_images_per_s"),
+        "error": runs.get("forecast_error"),
+        "boundaries": int(runs.get("verify_epochs_ended", 0)),
+        "verify_exit": verified.returncode,
+        "said": said[0] if said else verified.stderr.strip()[-200:],
+    }
+
+
+def _verify_metrics(work: Path) -> dict[str, float]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.`dinox.role` = 'verify'", max_results=1
+    )
+    return dict(runs[0].data.metrics) if runs else {}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--spec", type=Path, default=ROOT / "specs" / "quickstart.yaml")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--minutes", type=float, default=2.0)
+    p.add_argument("--epoch-images", type=int, default=None)
+    p.add_argument("--set", dest="sets", action="append", default=[])
+    a = p.parse_args()
+    rows = []
+    for i in range(a.rounds):
+        with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-") as name:
+            row = one_round(a.spec.resolve(), a.minutes, a.epoch_images, a.sets, Path(name))
+        rows.append(row)
+        print(f"round {i + 1}: {json.dumps(row)}", flush=True)
+    print(f"\n{a.spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
+    print("| round | verdict | recommended | tied | forecast img/s | real img/s | forecast error | boundaries |")
+    print("|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(rows, 1):
+        err = f"{r['error']:+.1%}" if r.get("error") is not None else "-"
+        real = f"{r['real_ips']:.1f}" if r.get("real_ips") else "-"
+        fc = f"{r['forecast_ips']:.1f}" if r.get("forecast_ips") else "-"
+        print(
+            f"| {i} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | {fc} | {real} | {err} | "
+            f"{r.get('boundaries', '-')} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
