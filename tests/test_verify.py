@@ -113,3 +113,39 @@ def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
     assert planned.measured_ips == 19.0 and planned.windows_ips == pytest.approx(23.54)
     assert planned.slow_ips == 19.0 and "off by 24.0%" in planned.verified.describe()
     assert "off by 24.0%" in report.render_markdown(slower, [])
+
+
+def test_ctrl_c_while_training_ends_the_child_and_records_nothing(measured):
+    """A Ctrl-C at the terminal mid-slice: exit 130, the training child and its process group gone, no verify
+    run half-written into the store."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    work, trial = measured
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "5"],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
+    )
+    deadline, child = time.time() + 120, None
+    while child is None and time.time() < deadline:  # the training child, in a session of its own
+        child = next(
+            (p for p in psutil.process_iter(["cmdline"]) if "dinox.measure.verify" in (p.info["cmdline"] or [])), None
+        )
+        time.sleep(0.1)
+    assert child is not None
+    time.sleep(3)  # inside the slice
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted by SIGINT" in err and "Traceback" not in err, out + err
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    before = {r.info.run_id for r in client.search_runs(["1"], "tags.`dinox.role` = 'verify'")}
+    assert all(client.get_run(r).info.start_time < child.create_time() * 1000 for r in before)

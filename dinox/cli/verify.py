@@ -67,7 +67,7 @@ def verify(
             raise BadInput(f"{name} {value}: must be a positive number")
     seconds = minutes * 60.0 if minutes is not None else (math.inf if epochs is not None else 180.0)
     uri = resolve_tracking_uri(tracking_uri)
-    forecast, decision_run = None, ""
+    forecast = None
     if run_id is None:
         run_id, forecast = _recommended(Path(decision_dir))
     _doc, trials = load_trials(spec_file, None)
@@ -87,7 +87,7 @@ def verify(
     click.echo(f"dinox: verifying {record.run_name or run_id} for {slice_} (forecast: {forecast.source})")
     if why:
         click.echo(f"       {why}")
-    done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir), click.echo, decision_run)
+    done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     click.echo(f"{'HELD' if done.held else 'OFF'}: {done.verdict()}")
     click.echo(
         f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "

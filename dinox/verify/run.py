@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,8 +134,6 @@ def verify(
     epochs: float | None,
     epoch_images: int,
     workdir: Path,
-    echo: Callable[[str], None],
-    decision_run: str = "",
 ) -> VerifyOutcome:
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
     if trial.spec.hardware.gpus > 1:
@@ -172,7 +169,6 @@ def verify(
         "epoch_images": str(epoch_images),
         "forecast_source": forecast.source[:250],
         "forecast_images_per_s": f"{forecast.ips:.6g}",
-        **({"decision_run": decision_run} if decision_run else {}),
     }
     params = {f"{rec.VERIFY_PREFIX}{k}": v for k, v in settings.items()}
     done.run_id = log_verify(
