@@ -68,12 +68,15 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     [
         (["--minutes", "-1"], "error: --minutes -1.0: must be a positive number"),
         (["--minutes", "nan"], "error: --minutes nan: must be a positive number"),
+        (["--epoch-images", "3"], "error: --epoch-images 3: fewer than one step's 4 images (batch x accumulation)"),
         (["--decision", "nowhere"], "error: nowhere/decision.json: No such file or directory: run `dinox decide`"),
         (["--run-id", "0123456789abcdef"], "error: run '0123456789abcdef' not found in sqlite:///"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(measured, args, message):
-    work, _trial = measured
+    work, trial = measured
+    if "--decision" not in args and "--run-id" not in args:
+        args = [*args, "--run-id", trial.info.run_id]
     proc = run_dinox(["verify", "spec.yaml", *args], cwd=work)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(message), proc.stderr

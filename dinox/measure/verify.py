@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from dinox import record as rec
-from dinox.measure import device
+from dinox.measure import device, runtime
 from dinox.measure.batches import Batches
 from dinox.measure.result import SLICE_FILE, TrialResult
 from dinox.measure.trial import TrialRun, run_child
@@ -40,6 +40,10 @@ class VerifyRun(TrialRun):
 
     def measure(self) -> TrialResult:
         self.setup()
+        with runtime.gc_for_windows(self.spec, self.runtime_seen):  # the collector as the trial's windows had it
+            return self._train()
+
+    def _train(self) -> TrialResult:
         loop = self.make_loop()
         clock, sync = loop.timeline.host_clock, loop.timeline.synchronize  # type: ignore[union-attr]
         lo = self.spec.loader

@@ -123,6 +123,8 @@ def _unsettled_lines(d: Decision) -> list[str]:
         )
     if out:
         return out
+    if any(mv.unsettled_why.startswith("too few") for mv in d.unsettled):
+        return [f"no count of timed windows was recorded: measure it with `dinox run {d.spec_arg}` (3 windows or more)"]
     return [
         "their windows agreed: the budget lies within the measurement's own noise; longer windows "
         "(measure.bench_steps) narrow the range, or plan on the slow end"
@@ -376,7 +378,7 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
             line += f"; unsettled: {mv.unsettled_why}."
         elif s.days_slow <= b.days:
             line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget at the slowest window."
-        else:
+        elif s.days_fast > b.days:
             line += f", {fmt_days(s.days_fast - b.days)} days over the budget even at the fastest window"
             line += (
                 f"; the budget buys {mv.epochs_in_budget:.1f} epochs."
@@ -386,7 +388,7 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
         if mv.cost is not None:
             line += f" The schedule costs {fmt_cost(mv.cost)} on {mv.device}."
         if mv.over_cost:
-            line += f" NO-GO on cost: {mv.over_cost}."
+            line += f" {'NO-GO on cost' if mv.verdict == 'NO-GO' else 'At the slowest window'}: {mv.over_cost}."
         out += [line, ""]
     elif mv.candidates:
         out += ["No trial qualifies under the policy.", ""]

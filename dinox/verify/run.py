@@ -108,6 +108,8 @@ def epoch_images_for(trial: Trial, asked: int | None, seconds: float, forecast: 
             raise VerifyError("--epoch-images applies to synthetic data without data.num_samples only")
         return 0, ""
     if asked:
+        if asked < size:
+            raise VerifyError(f"--epoch-images {asked}: fewer than one step's {size} images (batch x accumulation)")
         return asked, f"synthetic data: an epoch of {asked:,} images (--epoch-images)"
     planned = forecast.ips * seconds
     budget = trial.spec.budget
