@@ -226,6 +226,9 @@ FORECAST_S = _metric(
 FORECAST_SLOW_S = _metric("verify", "forecast_slow_s", "the same at the slowest timed window's rate")
 FORECAST_FAST_S = _metric("verify", "forecast_fast_s", "the same at the fastest timed window's rate")
 FORECAST_ERROR = _metric("verify", "forecast_error", "(forecast_s - verify_wall_s) / verify_wall_s: + pessimistic")
+OWN_WINDOWS_ERROR = _metric(
+    "verify", "own_windows_error", "the same against this trial's own windows (not a tied trial's plan): fidelity"
+)
 NEEDED_IMAGES_PER_S = _metric("decision", "needed_images_per_s", "the rate the schedule needs to fit the days")
 MODELS = _metric("decision", "models", "models compared")
 RECOMMENDED_DAYS = _metric("decision", "recommended_days", "days the recommended configuration needs")

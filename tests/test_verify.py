@@ -56,6 +56,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     assert m["forecast_s"] == pytest.approx(forecast)
     assert m["forecast_error"] == pytest.approx((forecast - m["verify_wall_s"]) / m["verify_wall_s"])
     assert m["forecast_slow_s"] >= m["forecast_s"] >= m["forecast_fast_s"]
+    assert m["own_windows_error"] == pytest.approx(m["forecast_error"])  # --run-id: the plan is its own windows
     # decide reads it back beside the trial.
     gate = run_dinox(["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], cwd=work)
     assert gate.returncode in (0, 3), gate.stdout + gate.stderr

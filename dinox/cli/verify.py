@@ -56,6 +56,7 @@ def verify(
     Records a run (dinox.role = verify) beside the trial; `dinox decide` then shows it.
     Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error.
     """
+    from dinox import record as rec
     from dinox.store.backend import resolve_tracking_uri
     from dinox.store.readback import read_run
     from dinox.verify import Forecast
@@ -93,6 +94,11 @@ def verify(
         f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
         f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"
     )
+    if forecast.source.startswith("decision"):  # the plan may be a tied trial's: this trial's own windows too
+        click.echo(
+            f"       against this trial's own windows ({record.metrics.get(rec.IMAGES_PER_S, 0):.1f} img/s): "
+            f"{done.own_error:+.1%}"
+        )
     sys.exit(0 if done.held else 1)
 
 
@@ -103,21 +109,21 @@ def _recommended(folder: Path):  # noqa: ANN202 - (run id, Forecast)
     path = folder / "decision.json"
     try:
         payload = json.loads(path.read_text())
-        rec = payload.get("recommended")
-        if rec is None:
+        best = payload.get("recommended")
+        if best is None:
             raise BadInput(
                 f"{path}: the decision recommends nothing (verdict {payload.get('verdict')}): "
                 "name a trial with --run-id"
             )
-        span = rec["span"]
+        span = best["span"]
         forecast = Forecast(
             float(span["forecast_ips"]),
             float(span["slow_ips"]),
             float(span["fast_ips"]),
-            float(rec.get("epoch_start_s") or 0.0),
+            float(best.get("epoch_start_s") or 0.0),
             f"decision {path}",
         )
-        return str(rec["run_id"]), forecast
+        return str(best["run_id"]), forecast
     except OSError as e:
         raise BadInput(f"{path}: {e.strerror or e}: run `dinox decide` first, or name a trial with --run-id") from None
     except (ValueError, KeyError, TypeError) as e:

@@ -66,6 +66,7 @@ class VerifyOutcome:
     fast_s: float
     images_per_s: float
     forecast: Forecast
+    own_error: float = 0.0  # against the trained trial's own windows, where the plan was a tied trial's
 
     @property
     def error(self) -> float:
@@ -162,6 +163,9 @@ def verify(
     metrics = {k: v for k, v in m.items() if k.startswith("verify_") or k in _MEMORY}
     metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})
     metrics[rec.FORECAST_ERROR] = done.error
+    own = Forecast.of_record(record)
+    done.own_error = (slice_forecast(own, images, ended)[0] - done.wall_s) / done.wall_s
+    metrics[rec.OWN_WINDOWS_ERROR] = done.own_error
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id}
     tags[rec.VERIFY_EPOCHS] = result.tags.get(rec.VERIFY_EPOCHS, "")
     tags.update({k: v for k, v in result.tags.items() if k in (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION)})
