@@ -166,6 +166,6 @@ def test_bench_verify_prints_a_row_per_round(tmp_path):
     spec = tmp_path / "bench_verify.yaml"
     text = TINY.format(name="bench_verify").replace("repeats: 1", "repeats: 3")
     spec.write_text(text + "budget: {days: 1, target_images: 100}\n")
-    out = run_script("bench_verify.py", "--spec", str(spec), "--rounds", "1", "--minutes", "0.1", cwd=tmp_path)
+    out = run_script("bench_verify.py", "--spec", str(spec), "--rounds", "1", "--minutes", "0.05", cwd=tmp_path)
     row = next(ln for ln in out.splitlines() if ln.startswith("| 1 |"))
     assert re.match(r"\| 1 \| GO \| size=4 .*\| \d+ \| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \|$", row), out

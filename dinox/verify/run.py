@@ -160,7 +160,7 @@ def verify(
         record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
         m[rec.VERIFY_IMAGES_PER_S], forecast,
     )  # fmt: skip
-    metrics = {k: v for k, v in m.items() if k.startswith("verify_") or k in _MEMORY}
+    metrics = {k: v for k, v in m.items() if k in _KEPT}
     metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})
     metrics[rec.FORECAST_ERROR] = done.error
     own = Forecast.of_record(record)
@@ -184,4 +184,16 @@ def verify(
     return done
 
 
-_MEMORY = (rec.PEAK_MEM_RESERVED_GB, rec.PEAK_MEM_ALLOCATED_GB, rec.DEVICE_MEM_TOTAL_GB)
+# What the child measured that the verify run keeps: the slice, and the memory it took.
+_KEPT = (
+    rec.VERIFY_WALL_S,
+    rec.VERIFY_WARMUP_S,
+    rec.VERIFY_STEPS,
+    rec.VERIFY_IMAGES,
+    rec.VERIFY_IMAGES_PER_S,
+    rec.VERIFY_EPOCHS_ENDED,
+    rec.VERIFY_EPOCH_BOUNDARY_S,
+    rec.PEAK_MEM_RESERVED_GB,
+    rec.PEAK_MEM_ALLOCATED_GB,
+    rec.DEVICE_MEM_TOTAL_GB,
+)
