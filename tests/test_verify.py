@@ -153,3 +153,10 @@ def test_ctrl_c_while_training_ends_the_child_and_records_nothing(measured):
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     before = {r.info.run_id for r in client.search_runs(["1"], "tags.`dinox.role` = 'verify'")}
     assert all(client.get_run(r).info.start_time < child.create_time() * 1000 for r in before)
+
+
+def test_a_hostile_decision_folder_reaches_the_terminal_inert(measured):
+    work, _trial = measured
+    proc = run_dinox(["verify", "spec.yaml", "--decision", "no\x1b[2Jwhere"], cwd=work)
+    assert proc.returncode == 2 and "\x1b" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: no [2Jwhere/decision.json: No such file or directory"), proc.stderr

@@ -104,15 +104,17 @@ def verify(
 
 def _recommended(folder: Path):  # noqa: ANN202 - (run id, Forecast)
     """The decision's recommended trial and the forecast decide planned it with, from decision.json."""
+    from dinox.store.trial_record import store_text
     from dinox.verify import Forecast
 
     path = folder / "decision.json"
+    shown = store_text(str(path))  # a path typed at the prompt may still hold what a terminal acts on
     try:
         payload = json.loads(path.read_text())
         best = payload.get("recommended")
         if best is None:
             raise BadInput(
-                f"{path}: the decision recommends nothing (verdict {payload.get('verdict')}): "
+                f"{shown}: the decision recommends nothing (verdict {payload.get('verdict')}): "
                 "name a trial with --run-id"
             )
         span = best["span"]
@@ -121,10 +123,10 @@ def _recommended(folder: Path):  # noqa: ANN202 - (run id, Forecast)
             float(span["slow_ips"]),
             float(span["fast_ips"]),
             float(best.get("epoch_start_s") or 0.0),
-            f"decision {path}",
+            f"decision {shown}",
         )
         return str(best["run_id"]), forecast
     except OSError as e:
-        raise BadInput(f"{path}: {e.strerror or e}: run `dinox decide` first, or name a trial with --run-id") from None
+        raise BadInput(f"{shown}: {e.strerror or e}: run `dinox decide` first, or name a trial with --run-id") from None
     except (ValueError, KeyError, TypeError) as e:
-        raise BadInput(f"{path}: not a dinox decision ({type(e).__name__}: {e})") from None
+        raise BadInput(f"{shown}: not a dinox decision ({type(e).__name__}: {e})") from None

@@ -16,7 +16,7 @@ from dinox.measure.result import SLICE_FILE
 from dinox.plan.grid import Trial
 from dinox.spec.data_sources import SyntheticData
 from dinox.store.readback import log_verify
-from dinox.store.trial_record import TrialRecord
+from dinox.store.trial_record import TrialRecord, store_text
 
 TOLERANCE = 0.05  # the forecast holds within ±5 % of the slice's real wall time (issue 33)
 SETUP_S = 600.0  # the child's allowance beyond the slice: start-up, data, model, warm-up, compile
@@ -94,7 +94,7 @@ def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str) -> Tria
         if t.trial_id == trial_id:
             return t
     raise VerifyError(
-        f"{spec_path} has no trial with id {trial_id or '(none recorded)'} (run {record.run_id}, "
+        f"{store_text(spec_path)} has no trial with id {trial_id or '(none recorded)'} (run {record.run_id}, "
         f"{record.run_name or 'unnamed'}): the spec changed since the trial was measured, or it is another spec"
     )
 
