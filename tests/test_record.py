@@ -46,3 +46,11 @@ def test_outside_the_record_a_dinox_dotted_string_is_a_module_or_a_file():
                 if value != "dinox.schema.json" and importlib.util.find_spec(value) is None:
                     found.append(f"{path.relative_to(ROOT)}:{line}: {value}")
     assert not found, found
+
+
+def test_a_default_trial_measures_the_windows_a_go_needs():
+    """measure.min_repeats defaults to the fewest windows decide lets a GO rest on: a default trial can be GO."""
+    from dinox.spec.sections import MeasureSpec
+    from dinox.store.trial_record import SETTLED_WINDOWS
+
+    assert MeasureSpec().min_repeats == SETTLED_WINDOWS == 3
