@@ -21,7 +21,8 @@ from dinox.report.text import remeasure_command
 
 _JSON = TypeAdapter(dict[str, Any])
 # 2: verdict may be UNSETTLED (with settled, exit_code, unsettled, remeasure); days and images/s are the
-# forecast over the timed windows, each model's span holds the slow and fast ends the verdict reads.
+# forecast over the timed windows, each model's span holds the slow and fast ends the verdict reads; needs'
+# images_per_s and a knob's ratio are the windows' figure (were *_p90 and ratio_p90).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
