@@ -205,6 +205,7 @@ def test_records_from_another_tool_without_optional_fields():
     assert mv.best.effective_batch == 32 and mv.best.conservative_ips == 50.0
     # Its forecast fits, but one figure has no measured spread: never a settled GO.
     assert mv.best.days == pytest.approx(1.0) and d.verdict == "UNSETTLED" and "too few timed windows" in d.reason
+    assert d.needs == []  # fast enough at its forecast: it needs evidence, not speed
 
 
 def test_nothing_measured_is_an_error_naming_the_statuses_and_the_commonest_error():

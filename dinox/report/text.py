@@ -224,7 +224,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     b = d.budget
     out = [f"# Throughput decision: {_headline(d)}", ""]
     out += ["## Summary", "", f"**{_headline(d)}.** {d.reason}.", ""]
-    out += [f"> **{line}**" for line in _unsettled_lines(d)] + ([""] if _unsettled_lines(d) else [])
+    out += [x for line in _unsettled_lines(d) for x in (f"> **{line}**", "")]  # one quote each, never run together
     if d.unstable:
         out += [f"> **Warning:** {d.unstable}.", ""]
     excluded = _excluded_line(d)
