@@ -436,6 +436,8 @@ def test_the_command_decide_prints_quotes_the_spec_it_was_given():
     d = decide.decide(study.records(rows), tight)
     assert d.verdict == "UNSETTLED" and d.remeasure == [rows[0]["run_id"]]
     d.spec_file = "my specs/a;rm -rf ~\nb.yaml"
-    command = report.remeasure_command(d)
+    from dinox.report.settling import remeasure_command
+
+    command = remeasure_command(d)
     assert command == "dinox run 'my specs/a;rm -rf ~ b.yaml' --remeasure-unsettled"
     assert command in report.render_terminal(d) and report_json.to_json(d)["remeasure"]["command"] == command

@@ -80,12 +80,9 @@ def verify(
     forecast = forecast or Forecast.of_record(record)
     trial = find_trial(record, trials, spec_file)
     epoch, why = epoch_images_for(trial, epoch_images, seconds if math.isfinite(seconds) else 0.0, forecast)
-    slice_ = (
-        f"{minutes:g} minute{'' if minutes == 1 else 's'}"
-        if minutes is not None
-        else (f"{epochs:g} epochs" if epochs else "3 minutes")
+    click.echo(
+        f"dinox: verifying {record.run_name or run_id} for {_slice(minutes, epochs)} (forecast: {forecast.source})"
     )
-    click.echo(f"dinox: verifying {record.run_name or run_id} for {slice_} (forecast: {forecast.source})")
     if why:
         click.echo(f"       {why}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
@@ -100,6 +97,12 @@ def verify(
             f"{done.own_error:+.1%}"
         )
     sys.exit(0 if done.held else 1)
+
+
+def _slice(minutes: float | None, epochs: float | None) -> str:
+    if minutes is not None:
+        return f"{minutes:g} minute{'' if minutes == 1 else 's'}"
+    return f"{epochs:g} epochs" if epochs else "3 minutes"
 
 
 def _recommended(folder: Path):  # noqa: ANN202 - (run id, Forecast)

@@ -17,7 +17,7 @@ from dinox.decide.knobs import KnobEffect
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
-from dinox.report.text import remeasure_command
+from dinox.report.settling import remeasure_command
 
 _JSON = TypeAdapter(dict[str, Any])
 # 2: verdict may be UNSETTLED (with settled, exit_code, unsettled, remeasure); days and images/s are the

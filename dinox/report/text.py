@@ -3,13 +3,23 @@ Pure rendering of a Decision; no MLflow, no policy."""
 
 from __future__ import annotations
 
-from dinox.decide.budget import SECONDS_PER_DAY, Budget, fmt_cost, fmt_days
+from dinox.decide.budget import Budget, fmt_cost, fmt_days
 from dinox.decide.checks import MemoryCheck
 from dinox.decide.knobs import Combination, KnobEffect
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
 from dinox.report import money
+from dinox.report.settling import (
+    days_range,
+    decision_section,
+    excluded_line,
+    headline,
+    model_verdict,
+    params_text,
+    unsettled_lines,
+    verifications,
+)
 from dinox.store.profile_table import markdown as profile_markdown
 from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, inert
 
@@ -30,24 +40,9 @@ def _fmt_settings(settings: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) or "all trials"
 
 
-def _headline(d: Decision) -> str:
-    """The verdict and whether the evidence settled it, as every surface says it."""
-    return d.verdict if d.settled else f"{d.verdict} (exit 3: the measurement cannot decide)"
-
-
-def _range(mv: ModelVerdict) -> str:
-    """The days at the slow and fast ends of what was measured: `12.1-13.0`."""
-    s = mv.span
-    return f"{fmt_days(s.days_fast)}-{fmt_days(s.days_slow)}" if s is not None else "-"
-
-
-def _model_verdict(mv: ModelVerdict) -> str:
-    return mv.verdict or "-"
-
-
 def render_terminal(d: Decision) -> str:
-    lines = [f"{_headline(d)}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else [])
-    lines += _unsettled_lines(d) + [""]
+    lines = [f"{headline(d)}: {d.reason}"] + ([f"WARNING: {d.unstable}"] if d.unstable else [])
+    lines += unsettled_lines(d) + [""]
     width = max(5, *(len(d.where(mv)) for mv in d.models))
     priced = any(mv.cost is not None for mv in d.models)
     header = (
@@ -65,11 +60,11 @@ def render_terminal(d: Decision) -> str:
         lines.append(
             f"{d.where(mv):<{width}} {_num(mv.params_m, 9, 1)} {_num(s and s.forecast_ips, 9, 1)} "
             f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {_num(s and s.days, 7, 1)} "
-            f"{_range(mv):>12}  {cost}{_model_verdict(mv):<9} {statuses}"
+            f"{days_range(mv):>12}  {cost}{model_verdict(mv):<9} {statuses}"
             + (f" (tied with {len(mv.tied)}: planned at the slowest)" if mv.tied else "")
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}")
-    if excluded := _excluded_line(d):
+    if excluded := excluded_line(d):
         lines.append(excluded.removeprefix("- ").replace("`", ""))
     if d.knobs:  # the three biggest effects; report.md has them all
         lines.append("knobs: " + "; ".join(k.describe() for k in d.knobs[:3]))
@@ -88,55 +83,16 @@ def render_terminal(d: Decision) -> str:
             + ("; ..." if len(d.left_out) > 3 else "")
         )
     lines += [f"note: {n}" for n in d.notes]
-    lines += [f"verified: {d.where(mv)}: {v}" for mv, v in _verifications(d)]
+    lines += [f"verified: {d.where(mv)}: {v}" for mv, v in verifications(d)]
     return "\n".join(lines)
-
-
-def _verifications(d: Decision) -> list[tuple[ModelVerdict, str]]:
-    """Each model whose plan rests on a trial trained for real (dinox verify): what the verification said."""
-    out = []
-    for mv in d.models:
-        for c in (mv.best, *mv.tied) if mv.best is not None else ():
-            if c.verified is not None:
-                planned = " (planned with the real rate: outside the windows' range)" if c.windows_ips else ""
-                out.append((mv, f"{c.run_name or c.run_id}: {c.verified.describe()}{planned}"))
-    return out
-
-
-def remeasure_command(d: Decision) -> str:
-    return f"dinox run {d.spec_arg} --remeasure-unsettled"
-
-
-def _unsettled_lines(d: Decision) -> list[str]:
-    """What would settle it: the runs to measure again and the command, or why measuring again cannot."""
-    if d.settled and not (d.remeasure or d.capped):
-        return []
-    out = []
-    if d.remeasure:
-        shown = ", ".join(d.remeasure[:6]) + (", ..." if len(d.remeasure) > 6 else "")
-        out.append(f"measure again: {shown}: `{remeasure_command(d)}`")
-    if d.capped:
-        shown = ", ".join(d.capped[:6]) + (", ..." if len(d.capped) > 6 else "")
-        out.append(
-            f"{shown}: a spec that allows fewer than {SETTLED_WINDOWS} timed windows (measure.repeats or "
-            f"max_repeats) never settles a GO: raise it, then `dinox run {d.spec_arg}`"
-        )
-    if out:
-        return out
-    if any(mv.unsettled_why.startswith("too few") for mv in d.unsettled):
-        return [f"no count of timed windows was recorded: measure it with `dinox run {d.spec_arg}` (3 windows or more)"]
-    return [
-        "their windows agreed: the budget lies within the measurement's own noise; longer windows "
-        "(measure.bench_steps) narrow the range, or plan on the slow end"
-    ]
 
 
 def render_note(d: Decision) -> str:
     """The decision run's Description in the MLflow UI: the verdict as a sentence and the models as a Markdown
     table the UI wraps to its width (a monospace block of the terminal summary was cut at the right edge)."""
-    out = [f"**{inert(_headline(d))}**: {inert(d.reason)}", ""]
+    out = [f"**{inert(headline(d))}**: {inert(d.reason)}", ""]
     out += [f"**Warning:** {inert(d.unstable)}", ""] if d.unstable else []
-    out += [inert(line) for line in _unsettled_lines(d)] + ([""] if _unsettled_lines(d) else [])
+    out += [inert(line) for line in unsettled_lines(d)] + ([""] if unsettled_lines(d) else [])
     priced = any(mv.cost is not None for mv in d.models)
     out += [
         "| model | forecast img/s | slowest-fastest window | days | days range | "
@@ -148,10 +104,10 @@ def render_note(d: Decision) -> str:
         s = mv.span
         cells = [inert(d.where(mv)), _cell(s and s.forecast_ips)]
         cells.append(f"{s.slow_ips:.1f}-{s.fast_ips:.1f}" if s is not None else "-")
-        cells += [fmt_days(s.days) if s is not None else "-", _range(mv)]
+        cells += [fmt_days(s.days) if s is not None else "-", days_range(mv)]
         if priced:
             cells.append(fmt_cost(mv.cost) if mv.cost is not None else "-")
-        cells.append(_model_verdict(mv))
+        cells.append(model_verdict(mv))
         out.append("| " + " | ".join(cells) + " |")
     out += ["", f"Budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}. The report: report.html."]
     return "\n".join(out)
@@ -222,12 +178,12 @@ def _num(value: float | None, width: int, digits: int) -> str:
 
 def render_markdown(d: Decision, plots: list[str]) -> str:
     b = d.budget
-    out = [f"# Throughput decision: {_headline(d)}", ""]
-    out += ["## Summary", "", f"**{_headline(d)}.** {d.reason}.", ""]
-    out += [x for line in _unsettled_lines(d) for x in (f"> **{line}**", "")]  # one quote each, never run together
+    out = [f"# Throughput decision: {headline(d)}", ""]
+    out += ["## Summary", "", f"**{headline(d)}.** {d.reason}.", ""]
+    out += [x for line in unsettled_lines(d) for x in (f"> **{line}**", "")]  # one quote each, never run together
     if d.unstable:
         out += [f"> **Warning:** {d.unstable}.", ""]
-    excluded = _excluded_line(d)
+    excluded = excluded_line(d)
     out += [
         f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} {IPS_WINDOWS}**.",
         f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
@@ -242,7 +198,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     if d.sources:
         out.append(f"- Trials from: {', '.join(d.sources)}.")
     out.append("")
-    out += _decision_section(d)
+    out += decision_section(d)
     out += money.sections(d)
     out += ["## Models", ""]
     for mv in d.models:
@@ -282,96 +238,19 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     return "\n".join(out)
 
 
-def _excluded_line(d: Decision) -> str:
-    """--exclude-unstable: how many trials it left out, and why (the tables below mark each one)."""
-    if not d.policy.exclude_unstable:
-        return ""
-    n = sum(c.excluded.startswith("unstable") for mv in d.models for c in mv.candidates)
-    return (
-        f"- `--exclude-unstable`: {n} trial{'' if n == 1 else 's'} left out because their timed windows "
-        "disagreed beyond measure.unstable_threshold (marked `unstable` in the tables)."
-    )
-
-
-def _decision_section(d: Decision) -> list[str]:
-    """What to do: the recommended configuration, what would settle it, or what would make a model fit."""
-    b = d.budget
-    out: list[str] = ["## Decision", ""]
-    if d.recommended is not None and d.recommended.best is not None:
-        rec, s = d.recommended, d.recommended.span
-        assert s is not None
-        out += [f"Proceed with **{rec.label}** ({_params(rec.params_m)}):", ""]
-        out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
-        out += _tied_lines(rec)
-        out += [
-            f"- Forecast: {s.forecast_ips:.1f} {IPS_WINDOWS} -> **{fmt_days(s.days)} days** of the {b.days:g}-day "
-            f"budget, about {s.forecast_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
-            f"- Margin: at the slowest window measured, {s.slow_ips:.1f} img/s -> {fmt_days(s.days_slow)} days "
-            f"({fmt_days(rec.margin_days or 0.0)} days to spare); at the fastest, {s.fast_ips:.1f} img/s -> "
-            f"{fmt_days(s.days_fast)} days",
-            f"- Shown, not planned with: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} "
-            f"{IPS_P50}"
-            + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
-            *([f"- Device: {rec.device}"] if rec.device_name else []),
-            *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
-            f"- MLflow run: `{rec.best.run_id}`",
-            *[f"- Verified: {v}" for mv, v in _verifications(d) if mv is rec],
-            *([] if rec.best.verified else [f"- Not verified: `dinox verify {d.spec_arg}` trains it for real"]),
-            "",
-        ]
-    elif d.unsettled:
-        out += ["The measurement cannot decide. For each model it leaves open, what each end of its range says:", ""]
-        for mv in d.unsettled:
-            s = mv.span
-            assert s is not None and mv.best is not None
-            out.append(
-                f"- **{d.where(mv)}** (`{mv.best.run_name}`): forecast {s.forecast_ips:.1f} "
-                f"{IPS_WINDOWS} -> {fmt_days(s.days)} days; slowest window {s.slow_ips:.1f} img/s -> "
-                f"{fmt_days(s.days_slow)} days ({'GO' if s.days_slow <= b.days else 'NO-GO'}), fastest "
-                f"{s.fast_ips:.1f} img/s -> {fmt_days(s.days_fast)} days "
-                f"({'GO' if s.days_fast <= b.days else 'NO-GO'}). Unsettled: {mv.unsettled_why}."
-            )
-        out.append("")
-    else:
-        out += ["No model fits the budget, even at the fastest window measured. To make it fit, one of:", ""]
-        out.append(f"- reach {d.needed_ips:.1f} {IPS_WINDOWS} for the schedule as it is;")
-        fastest = [mv for mv in d.models if mv.span is not None]
-        if fastest:
-            f = min(fastest, key=lambda mv: mv.days)
-            out.append(f"- or grant {fmt_days(f.days)} days for the fastest model, {f.label};")
-            if f.epochs_in_budget is not None:
-                out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
-        out.append("")
-    return out
-
-
-def _tied_lines(mv: ModelVerdict) -> list[str]:
-    if not mv.tied:
-        return []
-    names = ", ".join(f"`{c.run_name or c.run_id}`" for c in mv.tied)
-    return [
-        f"- Tied with {names}: their measured ranges overlap this one's, so the measurement does not say which "
-        "is faster; the forecast is the slowest of them (any of them will do)"
-    ]
-
-
-def _params(params_m: float | None) -> str:
-    return f"{params_m:.1f} M parameters" if params_m is not None else "parameter count not recorded"
-
-
 def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
     statuses = ", ".join(f"{v} {k}" for k, v in sorted(mv.statuses.items()))
     out = [
-        f"### {title}: {_model_verdict(mv)}",
+        f"### {title}: {model_verdict(mv)}",
         "",
-        f"{_params(mv.params_m)}; {mv.trials} trials ({statuses}).",
+        f"{params_text(mv.params_m)}; {mv.trials} trials ({statuses}).",
         "",
     ]
     if mv.span is not None:
         s = mv.span
         line = (
             f"Forecast: {s.forecast_ips:.1f} {IPS_WINDOWS} -> **{fmt_days(s.days)} days** (measured range "
-            f"{s.slow_ips:.1f}-{s.fast_ips:.1f} img/s -> {_range(mv)} days)"
+            f"{s.slow_ips:.1f}-{s.fast_ips:.1f} img/s -> {days_range(mv)} days)"
             + (f", planned at the slowest of {len(mv.tied) + 1} tied trials" if mv.tied else "")
         )
         if mv.unsettled_why:

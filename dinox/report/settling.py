@@ -1,0 +1,141 @@
+"""What a decision rests on and what would settle it, as people read it: the headline (and exit 3), each
+model's measured range in days, the runs to measure again and the command, ties, verifications, and
+report.md's Decision section. Shared by the terminal, the run's Description and report.md (report.text)."""
+
+from __future__ import annotations
+
+from dinox.decide.budget import SECONDS_PER_DAY, fmt_cost, fmt_days
+from dinox.decide.types import ModelVerdict
+from dinox.decide.verdict import Decision
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS
+
+
+def headline(d: Decision) -> str:
+    """The verdict and whether the evidence settled it, as every surface says it."""
+    return d.verdict if d.settled else f"{d.verdict} (exit 3: the measurement cannot decide)"
+
+
+def days_range(mv: ModelVerdict) -> str:
+    """The days at the slow and fast ends of what was measured: `12.1-13.0`."""
+    s = mv.span
+    return f"{fmt_days(s.days_fast)}-{fmt_days(s.days_slow)}" if s is not None else "-"
+
+
+def model_verdict(mv: ModelVerdict) -> str:
+    return mv.verdict or "-"
+
+
+def verifications(d: Decision) -> list[tuple[ModelVerdict, str]]:
+    """Each model whose plan rests on a trial trained for real (dinox verify): what the verification said."""
+    out = []
+    for mv in d.models:
+        for c in (mv.best, *mv.tied) if mv.best is not None else ():
+            if c.verified is not None:
+                planned = " (planned with the real rate: outside the windows' range)" if c.windows_ips else ""
+                out.append((mv, f"{c.run_name or c.run_id}: {c.verified.describe()}{planned}"))
+    return out
+
+
+def remeasure_command(d: Decision) -> str:
+    return f"dinox run {d.spec_arg} --remeasure-unsettled"
+
+
+def unsettled_lines(d: Decision) -> list[str]:
+    """What would settle it: the runs to measure again and the command, or why measuring again cannot."""
+    if d.settled and not (d.remeasure or d.capped):
+        return []
+    out = []
+    if d.remeasure:
+        shown = ", ".join(d.remeasure[:6]) + (", ..." if len(d.remeasure) > 6 else "")
+        out.append(f"measure again: {shown}: `{remeasure_command(d)}`")
+    if d.capped:
+        shown = ", ".join(d.capped[:6]) + (", ..." if len(d.capped) > 6 else "")
+        out.append(
+            f"{shown}: a spec that allows fewer than {SETTLED_WINDOWS} timed windows (measure.repeats or "
+            f"max_repeats) never settles a GO: raise it, then `dinox run {d.spec_arg}`"
+        )
+    if out:
+        return out
+    if any(mv.unsettled_why.startswith("too few") for mv in d.unsettled):
+        return [f"no count of timed windows was recorded: measure it with `dinox run {d.spec_arg}` (3 windows or more)"]
+    return [
+        "their windows agreed: the budget lies within the measurement's own noise; longer windows "
+        "(measure.bench_steps) narrow the range, or plan on the slow end"
+    ]
+
+
+def excluded_line(d: Decision) -> str:
+    """--exclude-unstable: how many trials it left out, and why (the tables below mark each one)."""
+    if not d.policy.exclude_unstable:
+        return ""
+    n = sum(c.excluded.startswith("unstable") for mv in d.models for c in mv.candidates)
+    return (
+        f"- `--exclude-unstable`: {n} trial{'' if n == 1 else 's'} left out because their timed windows "
+        "disagreed beyond measure.unstable_threshold (marked `unstable` in the tables)."
+    )
+
+
+def decision_section(d: Decision) -> list[str]:
+    """What to do: the recommended configuration, what would settle it, or what would make a model fit."""
+    b = d.budget
+    out: list[str] = ["## Decision", ""]
+    if d.recommended is not None and d.recommended.best is not None:
+        rec, s = d.recommended, d.recommended.span
+        assert s is not None
+        out += [f"Proceed with **{rec.label}** ({params_text(rec.params_m)}):", ""]
+        out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
+        out += _tied_lines(rec)
+        out += [
+            f"- Forecast: {s.forecast_ips:.1f} {IPS_WINDOWS} -> **{fmt_days(s.days)} days** of the {b.days:g}-day "
+            f"budget, about {s.forecast_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
+            f"- Margin: at the slowest window measured, {s.slow_ips:.1f} img/s -> {fmt_days(s.days_slow)} days "
+            f"({fmt_days(rec.margin_days or 0.0)} days to spare); at the fastest, {s.fast_ips:.1f} img/s -> "
+            f"{fmt_days(s.days_fast)} days",
+            f"- Shown, not planned with: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} "
+            f"{IPS_P50}"
+            + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
+            *([f"- Device: {rec.device}"] if rec.device_name else []),
+            *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
+            f"- MLflow run: `{rec.best.run_id}`",
+            *[f"- Verified: {v}" for mv, v in verifications(d) if mv is rec],
+            *([] if rec.best.verified else [f"- Not verified: `dinox verify {d.spec_arg}` trains it for real"]),
+            "",
+        ]
+    elif d.unsettled:
+        out += ["The measurement cannot decide. For each model it leaves open, what each end of its range says:", ""]
+        for mv in d.unsettled:
+            s = mv.span
+            assert s is not None and mv.best is not None
+            out.append(
+                f"- **{d.where(mv)}** (`{mv.best.run_name}`): forecast {s.forecast_ips:.1f} "
+                f"{IPS_WINDOWS} -> {fmt_days(s.days)} days; slowest window {s.slow_ips:.1f} img/s -> "
+                f"{fmt_days(s.days_slow)} days ({'GO' if s.days_slow <= b.days else 'NO-GO'}), fastest "
+                f"{s.fast_ips:.1f} img/s -> {fmt_days(s.days_fast)} days "
+                f"({'GO' if s.days_fast <= b.days else 'NO-GO'}). Unsettled: {mv.unsettled_why}."
+            )
+        out.append("")
+    else:
+        out += ["No model fits the budget, even at the fastest window measured. To make it fit, one of:", ""]
+        out.append(f"- reach {d.needed_ips:.1f} {IPS_WINDOWS} for the schedule as it is;")
+        fastest = [mv for mv in d.models if mv.span is not None]
+        if fastest:
+            f = min(fastest, key=lambda mv: mv.days)
+            out.append(f"- or grant {fmt_days(f.days)} days for the fastest model, {f.label};")
+            if f.epochs_in_budget is not None:
+                out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
+        out.append("")
+    return out
+
+
+def _tied_lines(mv: ModelVerdict) -> list[str]:
+    if not mv.tied:
+        return []
+    names = ", ".join(f"`{c.run_name or c.run_id}`" for c in mv.tied)
+    return [
+        f"- Tied with {names}: their measured ranges overlap this one's, so the measurement does not say which "
+        "is faster; the forecast is the slowest of them (any of them will do)"
+    ]
+
+
+def params_text(params_m: float | None) -> str:
+    return f"{params_m:.1f} M parameters" if params_m is not None else "parameter count not recorded"
