@@ -490,4 +490,11 @@ def test_a_ladder_of_runtime_knobs_reaches_each_child_and_ends_with_its_table(tm
     assert float(cell(third, 2).rstrip("x")) == pytest.approx(ips[2] / ips[0], abs=0.01)
     for ln, prior, now in ((second, ips[0], ips[1]), (third, ips[1], ips[2])):
         step = cell(ln, 1)  # one window per rung here: noise unmeasured, the 2 % default
-        assert step == "within noise" if abs(now / prior - 1) <= 0.02 else step == f"{now / prior:.2f}x", ln
+        # The printed figures are rounded to 0.1 img/s: their ratio is the table's to within that rounding.
+        change = abs(now / prior - 1)
+        if change < 0.018:
+            assert step == "within noise", ln
+        elif change > 0.022:
+            assert float(step.rstrip("x")) == pytest.approx(now / prior, abs=0.011), ln
+        else:  # at the edge of the noise, either reading is the rule's
+            assert step == "within noise" or step.endswith("x"), ln
