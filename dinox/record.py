@@ -96,6 +96,9 @@ CORES = _tag("trial", "dinox.cores", "the cores the child was held to (--devices
 SLOT = _tag("trial", "dinox.slot", "the --devices slot(s) the trial ran on")
 CONCURRENT_TRIALS = _tag("trial", "dinox.concurrent_trials", "trials running side by side when it ran (--devices)")
 TORCH_THREADS = _tag("trial", "dinox.torch_threads", "torch's intra-op threads in the child")
+OMP_WAIT_POLICY = _tag(
+    "trial", "dinox.omp_wait_policy", "OpenMP's waiting threads in the child (PASSIVE: they sleep), and who chose it"
+)
 WORLD_SIZE = _tag("trial", "dinox.world_size", "ranks of a multi-GPU trial (hardware.gpus)")
 RANK = _tag("trial", "dinox.rank", "the rank whose result this is (multi-GPU trials)")
 DIST_BACKEND = _tag("trial", "dinox.dist_backend", "torch.distributed's backend (nccl, gloo)")

@@ -39,9 +39,12 @@ def write_spec(tmp_path: Path):
 SIDE_BY_SIDE = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def run_dinox(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300):
-    """`python -m dinox ARGS` in a fresh process, as a user would run it."""
-    full_env = dict(os.environ, **(env or {}))
+def run_dinox(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300, inherit: bool = True
+):
+    """`python -m dinox ARGS` in a fresh process, as a user would run it (with `env` as the whole environment
+    where not `inherit`)."""
+    full_env = dict(os.environ if inherit else {}, **(env or {}))
     full_env.pop("MLFLOW_RUN_ID", None)
     return subprocess.run(
         [sys.executable, "-m", "dinox", *args],

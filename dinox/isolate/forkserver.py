@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping
 
 from dinox.isolate import lifeline
+from dinox.isolate.contention import omp_env
 
 
 class ForkedChild:
@@ -73,7 +74,7 @@ class ForkServer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,  # the zygote's own failures (an import error) reach the terminal
-            env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1")),
+            env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **omp_env(os.environ))),
             start_new_session=True,  # a Ctrl-C at the terminal is the parent's to handle, not the zygote's
         )
         self._buffer = b""

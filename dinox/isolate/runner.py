@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 from dinox import record as rec
 from dinox.isolate import lifeline, ranks
+from dinox.isolate.contention import omp_env
 from dinox.isolate.forkserver import ForkedChild, ForkServer
 from dinox.isolate.process_tree import TreeMemory, kill_group
 from dinox.isolate.slots import rank_threads
@@ -243,7 +244,7 @@ def _launch(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **env)),
+        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **omp_env(os.environ), **env)),
     )
     return proc, "spawn"
 
@@ -275,7 +276,9 @@ def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO, env:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **env, **rank_threads(world, env, os.environ))),
+        env=lifeline.child_env(
+            dict(os.environ, PYTHONUNBUFFERED="1", **omp_env(os.environ), **env, **rank_threads(world, env, os.environ))
+        ),
     )
 
 

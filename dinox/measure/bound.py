@@ -15,6 +15,10 @@ Three rules, the first whose measurements exist:
     measurement (it is then not used, and the record says so). And what the stage held the timed steps up:
     the device idle while the host waited on the loader, the copies' spans on the compute stream; without
     the stage a step is at least that much shorter.
+  Two corrections for a box whose speed moves while it is measured (a busy neighbour): a round that says
+  the stage costs less than nothing (-18 %) measured noise of that size, and the same noise can hide a cost
+  as large (the rounds then reach +18 %); and the stage alone ran at another moment than the windows it is
+  compared with, so its floor and cap move by as much as the timed windows' own rates moved (their spread).
   Where the rounds and the direct evidence agree, the interval is their overlap; where they do not, the
   direct evidence's (a busy neighbour cannot make the loader alone faster than the step needs, nor 100x
   slower, nor the timed steps' own waits vanish).
@@ -84,6 +88,9 @@ class Stage:
     # CPU time where they crowd its cores (2 workers beside 2 torch threads on 2 cores: 14 % here, for a
     # loader alone 40x the step's rate), so there the stage alone caps nothing.
     serial: bool = True
+    # How far the timed windows' rates moved ((fastest - slowest) / median): the stage alone ran at another
+    # moment than the windows it is compared with, so what it allows is uncertain by as much.
+    drift: float = 0.0
 
     @property
     def cost(self) -> float:
@@ -94,9 +101,11 @@ class Stage:
         """(at least, at most) what the stage alone allows, or None where it was not measured or the trial ran
         faster than it by more than `tolerance` (the stage-alone window was slowed: it is no evidence). The
         most is unbounded for a stage that does not run in series with the step."""
-        if not self.alone or self.with_rate * (1.0 - tolerance) > self.alone:
+        if not self.alone or self.with_rate * (1.0 - tolerance) > self.alone * (1.0 + self.drift):
             return None
-        return 1.0 - self.alone / self.without_rate, self.with_rate / self.alone if self.serial else math.inf
+        moved = 1.0 + self.drift
+        floor = 1.0 - self.alone * moved / self.without_rate
+        return floor, self.with_rate * moved / self.alone if self.serial else math.inf
 
     def bounds(self, tolerance: float) -> tuple[float, float] | None:
         """What the direct evidence allows, (at least, at most): the stage alone's floor and cap and the share it
@@ -114,6 +123,7 @@ class Stage:
         if len(costs) >= 4:
             costs = costs[1:-1]
         low, high = costs[0], costs[-1]
+        high = max(high, -low)  # a cost below zero is noise of that size, which can hide as large a cost
         direct = self.bounds(tolerance)
         if direct is None:
             return Interval(round(low, 4), round(high, 4), "windows")

@@ -160,6 +160,8 @@ def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) 
 
 
 def environment_tags(device: torch.device) -> dict[str, str]:
+    from dinox.isolate.contention import recorded as omp_recorded
+
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     elif device.type == "mps":
@@ -176,6 +178,7 @@ def environment_tags(device: torch.device) -> dict[str, str]:
         rec.PYTHON_VERSION: platform.python_version(),
         rec.HOST: platform.node(),
         rec.TORCH_THREADS: str(torch.get_num_threads()),
+        rec.OMP_WAIT_POLICY: omp_recorded(os.environ),
     }
 
 

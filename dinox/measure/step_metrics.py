@@ -146,6 +146,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         stats.loader_images_per_s,
         held[0],
         serial=stats.loader_ready == 0,
+        drift=stats.spread,
     )
     copies = Stage(
         no_loader,
@@ -153,6 +154,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         tuple(1.0 - h.images_per_s / c.images_per_s for _, h, c in rounds),
         copies_alone,
         held[1],
+        drift=stats.spread,
     )
     names = (
         (loader, rec.LOADER_COST, rec.LOADER_COST_LOW, rec.LOADER_COST_HIGH),

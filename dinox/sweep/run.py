@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from dinox import record as rec
-from dinox.isolate import runner
+from dinox.isolate import contention, runner
 from dinox.isolate.forkserver import ForkServer
 from dinox.isolate.lifeline import ProcessRef
 from dinox.isolate.slots import DevicesError, Request
@@ -138,7 +138,7 @@ class Sweep:
         try:
             with signals_raise():
                 self._setup_workdir()
-                self._warn_without_estimates()
+                self._warn_before_trials()
                 self._setup_resume()
                 self._trials()
         except (KeyboardInterrupt, Interrupted) as e:
@@ -246,7 +246,10 @@ class Sweep:
             raise DeviceMissing(f"--devices: {e}") from None
         self.echo(f"dinox: {self.lanes.describe()}")
 
-    def _warn_without_estimates(self) -> None:
+    def _warn_before_trials(self) -> None:
+        busy = contention.notice(os.environ)
+        if busy:
+            self.echo(busy)
         if self.estimates.machine is None:
             why = self.estimates.why_missing(self.trials[0].spec)
             self.echo(f"warning: no memory or FLOPs estimates ({why}); measuring anyway")
