@@ -167,6 +167,9 @@ TRANSFER_COST_HIGH = _metric("trial", "transfer_cost_high", "the high end of tha
 LOADER_IMAGES_PER_S = _metric("trial", "loader_images_per_s", "the loader alone, no step")
 COPY_IMAGES_PER_S = _metric("trial", "copy_images_per_s", "the copies to the device alone")
 ABLATION_S = _metric("trial", "ablation_s", "seconds spent in ablation windows")
+ABLATION_ROUNDS = _metric(
+    "trial", "ablation_rounds", "timed windows followed by an ablation round (they stop once the label is decided)"
+)
 # --- memory ---------------------------------------------------------------------------------------------------
 PEAK_MEM_ALLOCATED_GB = _metric("trial", "peak_mem_allocated_gb", "peak device memory allocated, GiB")
 PEAK_MEM_RESERVED_GB = _metric("trial", "peak_mem_reserved_gb", "peak device memory reserved by the allocator, GiB")

@@ -186,6 +186,26 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
     assert stats.ablation_s > 0
 
 
+def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
+    """`decided` says yes after two rounds: the third and fourth timed windows run without theirs, and the
+    rounds that ran are the first two windows'."""
+    asked: list[int] = []
+
+    def decided(timed, no_loader, compute):
+        assert len(timed) == len(no_loader) == len(compute)  # round i belongs to timed window i
+        asked.append(len(timed))
+        return len(timed) >= 2
+
+    loop_ = bench.Loop(
+        DataLoader(Images(400), batch_size=2), lambda b: b, lambda b: None, lambda: None, torch.device("cpu"), 1, 2
+    )
+    loop_.decided = decided
+    stats = loop_.run(1, 2, repeats=4, ablation_steps=2)
+    assert len(stats.windows) == 4
+    assert [len(stats.compute_only), len(stats.no_loader)] == [2, 2]
+    assert asked == [1, 2]  # asked before the second and third windows' rounds; never again once decided
+
+
 def test_the_loop_tells_its_phases_in_order_outside_the_windows():
     """What the live progress line shows; told between windows, never inside one."""
     phases: list[str] = []

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dinox.measure.bound import Evidence, Stage, classify, explain, fixed_share, span
+from dinox.measure.bound import Evidence, Stage, classify, explain, fixed_share, rounds_decided, span
 from tests.conftest import run_dinox
 
 NO_COPIES = Stage(100.0, 100.0, (0.0, 0.0), alone=100_000.0)  # copies that cost nothing, measured so
@@ -237,3 +237,17 @@ def test_the_ablation_and_loader_windows_stay_outside_images_per_s(busy):
         assert float(r["images_per_s"]) == pytest.approx(images / float(r["window_s"]), rel=1e-4)
         assert float(r["ablation_s"]) > 0 and float(r["images_per_s_compute_only"]) > 0
         assert r.get("fixed_share", "") == ""  # the half-batch pair: a device with a timeline of its own only
+
+
+def test_the_rounds_stop_once_they_have_decided_the_label():
+    # (timed, no loader, compute only) images/s per round. A loader that halves the rate, copies free: decided
+    # after two rounds, never after one (one round has no range).
+    assert rounds_decided([50.0, 51.0], [100.0, 101.0], [100.0, 101.0], 0.1)
+    assert not rounds_decided([50.0], [100.0], [100.0], 0.1)
+    assert rounds_decided([99.0, 98.0], [100.0, 100.0], [100.5, 100.0], 0.1)  # nothing costs anything
+    # One round says 3 %, the other 15 %: the loader straddles the threshold, more rounds are due.
+    assert not rounds_decided([97.0, 85.0], [100.0, 100.0], [100.0, 100.0], 0.1)
+    # Costs of 25 % in both rounds, but the timed windows themselves 40 % apart: not clear of the threshold.
+    assert not rounds_decided([75.0, 105.0], [100.0, 140.0], [100.0, 140.0], 0.1)
+    # A round whose loader cost is below zero (-8 %) is noise that can hide +8 %: too close to call at 10 %.
+    assert not rounds_decided([108.0, 100.0], [100.0, 100.0], [100.0, 100.0], 0.1)

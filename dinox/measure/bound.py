@@ -38,6 +38,7 @@ Three rules, the first whose measurements exist:
 from __future__ import annotations
 
 import math
+import statistics
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -179,6 +180,27 @@ def classify(e: Evidence, threshold: float) -> tuple[Bound, Rule]:
     if max(data_share, copy_share) < threshold:
         return "compute_bound", "host_timers"
     return ("io_bound" if data_share >= copy_share else "transfer_bound"), "host_timers"
+
+
+# Ablation rounds spent at least before the rounds can stop early: two give a range, so a stage the rounds
+# disagree on can still say "inconclusive".
+MIN_ROUNDS = 2
+
+
+def rounds_decided(timed: list[float], no_loader: list[float], compute: list[float], threshold: float) -> bool:
+    """Whether the ablation rounds so far (images/s of each timed window and of the no-loader and compute-only
+    windows after it) already put both stages' costs on one side of the threshold, with the timed windows'
+    spread to spare: more rounds could not change the label, so the later timed windows run without theirs.
+    The stage-alone evidence measured after the rounds still narrows (or overrules) the interval."""
+    rounds = list(zip(timed, no_loader, compute, strict=False))
+    if len(rounds) < MIN_ROUNDS:
+        return False
+    margin = (max(timed) - min(timed)) / statistics.median(timed)
+    for costs in ([1.0 - t / n for t, n, _ in rounds], [1.0 - n / c for _, n, c in rounds]):
+        iv = Stage(1.0, 1.0, tuple(costs)).interval(threshold)
+        if iv.low - margin < threshold <= iv.high + margin:
+            return False
+    return True
 
 
 def fixed_share(full_span: float, part_span: float, part: float = 0.5) -> float:

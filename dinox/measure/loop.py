@@ -16,11 +16,13 @@ eat them at the step's pace and flatter a loader-bound trial.
 Each timed window is followed by two short ablation windows, one round: one reuses a batch already on the
 device (no loader, no copy: compute only), one reuses a host batch and copies it every micro-batch (no
 loader). A round's three windows run back to back, so a neighbour's burst or drift on a shared machine falls
-on them alike, and the rounds' spread says how far the costs they give can be trusted. After the rounds,
-the copies alone; on a device with a timeline of its own, the compute-only windows at the full and at half
-the batch (a step the device paces from one the host's kernel launches pace); last the loader alone, with
-the model idle and the workers warm: the rate the input pipeline can feed. Only the timed windows count in
-images_per_s.
+on them alike, and the rounds' spread says how far the costs they give can be trusted. Once the rounds
+have decided the label (``decided``: at least two, both stages' costs clear of the threshold by the timed
+windows' spread), the later timed windows run without theirs: ablation is spent until the label is known.
+After the rounds, the copies alone; on a device with a timeline of its own, the compute-only windows at the
+full and at half the batch (a step the device paces from one the host's kernel launches pace); last the
+loader alone, with the model idle and the workers warm: the rate the input pipeline can feed. Only the timed
+windows count in images_per_s.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class Loop:
     # batch-independent all-reduce would count as the host's fixed cost.
     local: Callable[[], AbstractContextManager] = contextlib.nullcontext
     ahead: CopyAhead | None = None  # loader.device_prefetch: copies on a side stream, a micro-batch ahead
+    # Given the rates of the timed windows and of the rounds so far: True once more rounds could not change
+    # the label (bound.rounds_decided); the timed windows after that run without theirs. None: every window.
+    decided: Callable[[list[float], list[float], list[float]], bool] | None = None
     pending: tuple[Any, Any] | None = field(default=None, init=False)  # the copy issued for the next micro-batch
     settle_s: float = field(default=0.0, init=False)  # untimed: steadying the pipeline before loader windows
     last_host: Any = field(default=None, init=False)
@@ -216,16 +221,25 @@ class Loop:
         compute_only: list[Window] = []
         no_loader: list[Window] = []
         boundaries = 0
+        decided = False
         while not windows or not repeats.settled([w.images_per_s for w in windows]):
             self._phase(repeats.label(len(windows) + 1))
             self._steady()
             before = self.batches.epochs_ended
             windows.append(self.window(steps))
             boundaries += self.batches.epochs_ended - before
-            if per_round:
+            # Round i follows timed window i; once decided, no later window has one.
+            decided = decided or self._rounds_decided(windows[: len(no_loader)], no_loader, compute_only)
+            if per_round and not decided:
                 compute_only.append(self.window(per_round, "device", self.last_device))
                 no_loader.append(self.window(per_round, "host"))
         return windows, compute_only, no_loader, boundaries
+
+    def _rounds_decided(self, timed: list[Window], no_loader: list[Window], compute_only: list[Window]) -> bool:
+        if self.decided is None or not compute_only:
+            return False
+        rates = lambda ws: [w.images_per_s for w in ws]  # noqa: E731
+        return self.decided(rates(timed), rates(no_loader), rates(compute_only))
 
     def _steady(self) -> None:
         """Drain what the workers hold ready, then one untimed step on the batch that had to be waited for (or a

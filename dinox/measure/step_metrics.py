@@ -126,6 +126,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         metrics[rec.LOADER_IMAGES_PER_S] = stats.loader_images_per_s
     if stats.ablation_s:
         metrics[rec.ABLATION_S] = stats.ablation_s
+        metrics[rec.ABLATION_ROUNDS] = len(stats.compute_only)
     half, full = stats.compute_half, stats.compute_full
     if half is not None and full is not None and half.steps and full.steps:
         metrics[rec.IMAGES_PER_S_COMPUTE_HALF] = half.images_per_s

@@ -17,6 +17,7 @@ _T_START = time.time()
 faulthandler.enable()
 
 import contextlib  # noqa: E402  (the marks above must come before the heavy imports)
+import functools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -37,6 +38,7 @@ from dinox.isolate import lifeline, ranks  # noqa: E402
 from dinox.measure import device, models, objectives, profile, runtime  # noqa: E402
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
+from dinox.measure.bound import rounds_decided  # noqa: E402
 from dinox.measure.result import PHASE_FILE, TrialResult, describe_exception, is_oom  # noqa: E402
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
@@ -341,6 +343,9 @@ class TrialRun:
         ablation = self._ablation_steps()
         loop = self.make_loop()
         agree = device.all_agree(self.dev) if self.world > 1 else None
+        decided = functools.partial(rounds_decided, threshold=m.bound_threshold)
+        # Ranks run each round's windows together (their steps all-reduce): they stop the rounds together.
+        loop.decided = decided if agree is None else lambda *rates: agree(decided(*rates))
         return loop.run(
             m.warmup_steps,
             m.bench_steps,
