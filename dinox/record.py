@@ -198,6 +198,14 @@ COMPILE_S = _metric("trial", "compile_s", "torch.compile's share of the first st
 SETTLE_S = _metric("trial", "settle_s", "draining batches the workers had ready before the timed windows")
 LOADER_START_S = _metric("trial", "loader_start_s", "starting the loader's workers")
 EPOCH_START_S = _metric("trial", "epoch_start_s", "an epoch boundary, measured apart (charged once per real epoch)")
+CHECKPOINT_S = _metric(
+    "trial", "checkpoint_s", "one checkpoint save, written and fsynced (routine.checkpoint_every_steps)"
+)
+CHECKPOINT_GB = _metric("trial", "checkpoint_gb", "the checkpoint's size on disk, GiB")
+EVAL_START_S = _metric("trial", "eval_start_s", "an evaluation pass's start: a new iterator's first batch")
+EVAL_IMAGES_PER_S = _metric(
+    "trial", "eval_images_per_s", "an evaluation window: forward only, no gradients (routine.eval_every_epochs)"
+)
 EPOCH_BOUNDARIES = _metric("trial", "epoch_boundaries", "epoch boundaries the timed windows crossed")
 DATA_SAMPLES = _metric("trial", "data_samples", "a repeated set's own length")
 STARTUP_S = _metric("trial", "startup_s", "process start and imports")
@@ -226,8 +234,12 @@ VERIFY_EPOCHS_ENDED = _metric("verify", "verify_epochs_ended", "epoch boundaries
 VERIFY_EPOCH_BOUNDARY_S = _metric(
     "verify", "verify_epoch_boundary_s", "an epoch's first step over a typical step (host time): a restart's cost"
 )
+VERIFY_CHECKPOINTS = _metric("verify", "verify_checkpoints", "checkpoints the slice saved (routine)")
+VERIFY_CHECKPOINT_S = _metric("verify", "verify_checkpoint_s", "seconds the slice spent saving them, in its wall time")
+VERIFY_EVALS = _metric("verify", "verify_evals", "evaluation passes the slice ran (routine)")
+VERIFY_EVAL_S = _metric("verify", "verify_eval_s", "seconds the slice spent in them, in its wall time")
 FORECAST_S = _metric(
-    "verify", "forecast_s", "decide's forecast for the same slice: images / forecast rate + boundaries"
+    "verify", "forecast_s", "decide's forecast for the same slice: images / forecast rate + boundaries + routine"
 )
 FORECAST_SLOW_S = _metric("verify", "forecast_slow_s", "the same at the slowest timed window's rate")
 FORECAST_FAST_S = _metric("verify", "forecast_fast_s", "the same at the fastest timed window's rate")

@@ -47,6 +47,21 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
         "name: my sweep\nmodel: {name: r}\n",
         "spec.yaml:1: name: 1 to 100 letters, digits, '_', '.' or '-', not starting with '.' (got 'my sweep')",
     ),
+    (
+        "routine_half_eval",
+        OK + "routine: {eval_images: 5}\n",
+        "spec.yaml:3: routine: eval_every_epochs and eval_images: give both or neither",
+    ),
+    (
+        "routine_dir_alone",
+        OK + "routine: {checkpoint_dir: ckpt}\n",
+        "spec.yaml:3: routine: checkpoint_dir without checkpoint_every_steps saves nothing",
+    ),
+    (
+        "routine_dir_newline",
+        OK + 'routine: {checkpoint_every_steps: 5, checkpoint_dir: "a\\nb"}\n',
+        "spec.yaml:3: routine.checkpoint_dir: a folder path of printable characters",
+    ),
     ("batch_zero", OK + "batch: {size: 0}\n", "spec.yaml:3: batch.size: Input should be greater than 0 (got 0)"),
     ("batch_negative", OK + "batch: {size: -8}\n", "spec.yaml:3: batch.size: Input should be greater than 0 (got -8)"),
     ("batch_text", OK + "batch: {size: big}\n", "spec.yaml:3: batch.size: Input should be a valid integer"),

@@ -52,8 +52,9 @@ def verify(
     \b
     Trains the trial `dinox decide` recommended (or --run-id) through the same loader, data, epoch boundaries
     and step as the trial, for --minutes (default 3) or --epochs, then compares the slice's wall time with the
-    forecast for the same images (decide's figure: images over the timed windows, plus each epoch boundary).
-    Records a run (dinox.role = verify) beside the trial; `dinox decide` then shows it.
+    forecast for the same images (decide's figure: images over the timed windows, plus each epoch boundary,
+    checkpoint and evaluation pass: the spec's routine, run at its cadence). Records a run
+    (dinox.role = verify) beside the trial; `dinox decide` then shows it.
     Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error.
     """
     from dinox import record as rec
@@ -127,6 +128,8 @@ def _recommended(folder: Path):  # noqa: ANN202 - (run id, Forecast)
             float(span["fast_ips"]),
             float(best.get("epoch_start_s") or 0.0),
             f"decision {shown}",
+            float((best.get("routine") or {}).get("checkpoint_s") or 0.0),
+            float((best.get("routine") or {}).get("eval_s") or 0.0),
         )
         return str(best["run_id"]), forecast
     except OSError as e:

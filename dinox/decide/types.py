@@ -9,6 +9,7 @@ from typing import Literal
 
 from dinox.decide.budget import DecisionError
 from dinox.decide.grouping import device_label
+from dinox.decide.routine import RoutineCost
 from dinox.store.profile_table import ProfileSummary
 
 # GO: the budget holds at the slow end of what was measured; NO-GO: it fails even at the fast end; UNSETTLED:
@@ -63,6 +64,7 @@ class Candidate:
     days_slow: float = math.inf  # the schedule at the slowest window's rate: the verdict's margin
     days_fast: float = math.inf  # ... at the fastest window's rate
     epoch_start_s: float = 0.0  # an epoch boundary's cost, paid once an epoch on top of the rate
+    routine: RoutineCost = RoutineCost()  # the run's checkpoints and evaluation passes over the schedule
     verified: Verification | None = None  # real training of this trial (dinox verify), where it ran
     windows_ips: float | None = None  # the windows' own rate, where a verification outside them replaced it
 

@@ -28,6 +28,7 @@ from dinox.decide.grouping import device_of, memory_groups, model_key, only_devi
 from dinox.decide.knobs import Combination, KnobEffect, combinations, knob_effects
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
+from dinox.decide.routine import routine_cost
 from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict, Verification
 from dinox.measure.result import one_line
 from dinox.spec.sections import ROLES
@@ -160,7 +161,8 @@ def _candidate(
         epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
     )
     _apply_verification(c, verify)
-    c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_start_s) for ips in c.rates)
+    c.routine = routine_cost(r.params, m, budget, effective)
+    c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_start_s, c.routine.seconds) for ips in c.rates)
     return c
 
 

@@ -25,6 +25,7 @@ _SUMMED = (
     rec.IMAGES_PER_S_COMPUTE_HALF,
     rec.LOADER_IMAGES_PER_S,
     rec.COPY_IMAGES_PER_S,
+    rec.EVAL_IMAGES_PER_S,
 )
 # Figures shown per rank beside the global ones, as rank{r}_<name>.
 PER_RANK = (

@@ -48,6 +48,14 @@ class Classification:
     def after_optimizer_step(self) -> None:
         """Nothing: classification pays for no work outside the optimizer step."""
 
+    def evaluate(self, batch: Any) -> torch.Tensor:
+        """An evaluation pass's work on a batch: the model's logits (under no_grad, in eval mode)."""
+        return self.model(batch[0])
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint holds of the objective: the model's weights."""
+        return {"model": self.model.state_dict()}
+
 
 class DINOHead(nn.Module):
     """DINO's projection head: MLP -> bottleneck -> L2 normalisation -> weight-normalised prototypes."""
@@ -150,6 +158,15 @@ class Dino:
                 batch_center /= dist.get_world_size()
             self.center.mul_(s.center_momentum).add_(batch_center, alpha=1 - s.center_momentum)
         return total / terms
+
+    def evaluate(self, batch: Any) -> torch.Tensor:
+        """An evaluation pass's work on a batch: the teacher backbone's features of the first global crop, what
+        DINO's k-NN evaluation computes."""
+        return self.teacher.backbone(batch[0][0])
+
+    def state(self) -> dict[str, Any]:
+        """What DINO's checkpoint holds: student, teacher and the centre."""
+        return {"student": self.student.state_dict(), "teacher": self.teacher.state_dict(), "center": self.center}
 
     @torch.no_grad()
     def after_optimizer_step(self) -> None:

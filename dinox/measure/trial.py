@@ -35,7 +35,7 @@ from dinox.data import build_dataset  # noqa: E402
 from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
 from dinox.isolate import lifeline, ranks  # noqa: E402
-from dinox.measure import device, models, objectives, profile, runtime  # noqa: E402
+from dinox.measure import device, models, objectives, profile, routine, runtime  # noqa: E402
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
 from dinox.measure.bound import rounds_decided  # noqa: E402
@@ -106,6 +106,7 @@ class TrialRun:
             device.record_memory(self.dev, self.metrics, self.tags)
             if self.spec.measure.profile:
                 self._profile()
+            routine.measure(self)  # what the real run does besides its steps (routine:), timed once
         self.tags[rec.RUNTIME] = runtime.applied(self.dev, self.non_blocking, self.set_to_none, self.runtime_seen)
         summary = summarize(stats, self.spec.measure, self.spec.model.compile is not False)
         self.metrics.update(summary.metrics)

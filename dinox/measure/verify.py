@@ -12,12 +12,13 @@ metrics under the verify_ names of dinox.record, the epochs as JSON in dinox.ver
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
 from dinox import record as rec
-from dinox.measure import device, runtime
+from dinox.measure import device, routine, runtime
 from dinox.measure.batches import Batches
 from dinox.measure.result import SLICE_FILE, TrialResult
 from dinox.measure.trial import TrialRun, run_child
@@ -76,8 +77,10 @@ class VerifyRun(TrialRun):
                     epochs[0]["partial"] = 1.0  # its first steps were the warm-up's, before the slice
                 first_steps.append(took)
                 ended, epoch_steps, epoch_start = loop.batches.epochs_ended, 1, now - took
+                self._routine_after_epoch(ended)
             else:
                 step_s.append(took)
+            self._routine_after_step(steps)
             elapsed = clock() - start
             if elapsed >= self.seconds or (self.epochs is not None and ended >= self.epochs):
                 break
@@ -88,6 +91,25 @@ class VerifyRun(TrialRun):
         device.record_memory(self.dev, self.metrics, self.tags)
         del self.loop, self.loader
         return TrialResult("ok", metrics=self.metrics, tags=self.tags)
+
+    def _routine_after_step(self, steps: int) -> None:
+        """routine.checkpoint_every_steps: a checkpoint saved as the run saves it, inside the slice's time."""
+        every = self.spec.routine.checkpoint_every_steps if self.spec.routine is not None else None
+        if every and steps % every == 0:
+            took, _size = routine.save(self)
+            self.metrics[rec.VERIFY_CHECKPOINTS] = self.metrics.get(rec.VERIFY_CHECKPOINTS, 0.0) + 1
+            self.metrics[rec.VERIFY_CHECKPOINT_S] = self.metrics.get(rec.VERIFY_CHECKPOINT_S, 0.0) + took
+
+    def _routine_after_epoch(self, ended: int) -> None:
+        """routine.eval_every_epochs: an evaluation pass of routine.eval_images at the end of every E-th epoch
+        (the images per rank, as a distributed evaluation shares them)."""
+        r = self.spec.routine
+        if r is None or not r.eval_every_epochs or ended % r.eval_every_epochs:
+            return
+        batches = max(1, math.ceil(r.eval_images / (self.spec.size * self.world)))  # type: ignore[operator]
+        _start_s, took = routine.eval_pass(self, batches)
+        self.metrics[rec.VERIFY_EVALS] = self.metrics.get(rec.VERIFY_EVALS, 0.0) + 1
+        self.metrics[rec.VERIFY_EVAL_S] = self.metrics.get(rec.VERIFY_EVAL_S, 0.0) + took
 
     def _report(
         self,
@@ -102,7 +124,9 @@ class VerifyRun(TrialRun):
         m[rec.VERIFY_STEPS] = float(steps)
         m[rec.VERIFY_IMAGES] = float(steps * per_step)
         m[rec.VERIFY_WALL_S] = wall
-        m[rec.VERIFY_IMAGES_PER_S] = steps * per_step / wall
+        # The steps' own rate: the routine's time (checkpoints, evaluation) is in the wall, not in the rate.
+        routine_s = m.get(rec.VERIFY_CHECKPOINT_S, 0.0) + m.get(rec.VERIFY_EVAL_S, 0.0)
+        m[rec.VERIFY_IMAGES_PER_S] = steps * per_step / max(wall - routine_s, 1e-9)
         m[rec.VERIFY_EPOCHS_ENDED] = float(len(first_steps))
         if first_steps and step_s:
             # An epoch's first step, over a step in the middle of one: the loader's restart as the run met it

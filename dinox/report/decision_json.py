@@ -23,6 +23,7 @@ _JSON = TypeAdapter(dict[str, Any])
 # 2: verdict may be UNSETTLED (with settled, exit_code, unsettled, remeasure); days and images/s are the
 # forecast over the timed windows, each model's span holds the slow and fast ends the verdict reads; needs'
 # images_per_s and a knob's ratio are the windows' figure (were *_p90 and ratio_p90).
+# Within 2, added: recommended.routine (the checkpoints and evaluation passes in its days, routine:).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
@@ -124,6 +125,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "days": rec.days,
         "margin_days": rec.margin_days,
         "epoch_start_s": rec.best.epoch_start_s,
+        "routine": asdict(rec.best.routine) | {"seconds": rec.best.routine.seconds},
         "profile": rec.best.profile,
         "device": rec.device,
         "cost": rec.cost,

@@ -94,6 +94,7 @@ def decision_section(d: Decision) -> list[str]:
             f"- Shown, not planned with: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} "
             f"{IPS_P50}"
             + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
+            *([f"- Routine, in the days: {rec.best.routine.describe()}"] if rec.best.routine.seconds else []),
             *([f"- Device: {rec.device}"] if rec.device_name else []),
             *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
             f"- MLflow run: `{rec.best.run_id}`",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dinox import record as rec
+from dinox.decide.routine import unit_costs
 from dinox.errors import DinoxError
 from dinox.isolate.runner import run_trial
 from dinox.measure.result import SLICE_FILE
@@ -36,6 +37,8 @@ class Forecast:
     fast_ips: float
     epoch_start_s: float = 0.0
     source: str = ""
+    checkpoint_s: float = 0.0  # one checkpoint save, as the trial measured it (routine:)
+    eval_s: float = 0.0  # one evaluation pass of routine.eval_images, as decide charges it
 
     @classmethod
     def of_record(cls, r: TrialRecord) -> Forecast:
@@ -44,13 +47,21 @@ class Forecast:
         if not ips or ips <= 0 or not math.isfinite(ips):
             raise VerifyError(f"trial run {r.run_id} has no images_per_s to forecast from (status {r.status!r})")
         slow, fast = m.get(rec.IMAGES_PER_S_MIN) or ips, m.get(rec.IMAGES_PER_S_MAX) or ips
-        return cls(ips, min(slow, ips), max(fast, ips), m.get(rec.EPOCH_START_S, 0.0), f"trial run {r.run_id}")
+        checkpoint_s, eval_s = unit_costs(r.params, m)  # the slice's cadence gives the counts
+        return cls(
+            ips, min(slow, ips), max(fast, ips), m.get(rec.EPOCH_START_S, 0.0), f"trial run {r.run_id}",
+            checkpoint_s, eval_s,
+        )  # fmt: skip
 
 
-def slice_forecast(f: Forecast, images: float, boundaries: float) -> tuple[float, float, float]:
+def slice_forecast(
+    f: Forecast, images: float, boundaries: float, checkpoints: float = 0, evals: float = 0
+) -> tuple[float, float, float]:
     """Seconds the slice takes by the forecast, at the slowest and at the fastest window: the images at that
-    rate plus each epoch boundary it crossed, as decide charges them over the whole schedule."""
-    return tuple(images / ips + boundaries * f.epoch_start_s for ips in (f.ips, f.slow_ips, f.fast_ips))  # type: ignore[return-value]
+    rate plus each epoch boundary it crossed and each checkpoint and evaluation pass it ran, as decide
+    charges them over the whole schedule."""
+    fixed = boundaries * f.epoch_start_s + checkpoints * f.checkpoint_s + evals * f.eval_s
+    return tuple(images / ips + fixed for ips in (f.ips, f.slow_ips, f.fast_ips))  # type: ignore[return-value]
 
 
 @dataclass
@@ -155,7 +166,8 @@ def verify(
         raise VerifyError(f"the training ended {result.status}: {result.error} (its log: {outcome.log_path})")
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
-    forecast_s, slow_s, fast_s = slice_forecast(forecast, images, ended)
+    routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
+    forecast_s, slow_s, fast_s = slice_forecast(forecast, images, ended, *routine_done)
     done = VerifyOutcome(
         record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
         m[rec.VERIFY_IMAGES_PER_S], forecast,
@@ -164,7 +176,7 @@ def verify(
     metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})
     metrics[rec.FORECAST_ERROR] = done.error
     own = Forecast.of_record(record)
-    done.own_error = (slice_forecast(own, images, ended)[0] - done.wall_s) / done.wall_s
+    done.own_error = (slice_forecast(own, images, ended, *routine_done)[0] - done.wall_s) / done.wall_s
     metrics[rec.OWN_WINDOWS_ERROR] = done.own_error
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id}
     tags[rec.VERIFY_EPOCHS] = result.tags.get(rec.VERIFY_EPOCHS, "")
@@ -193,6 +205,10 @@ _KEPT = (
     rec.VERIFY_IMAGES_PER_S,
     rec.VERIFY_EPOCHS_ENDED,
     rec.VERIFY_EPOCH_BOUNDARY_S,
+    rec.VERIFY_CHECKPOINTS,
+    rec.VERIFY_CHECKPOINT_S,
+    rec.VERIFY_EVALS,
+    rec.VERIFY_EVAL_S,
     rec.PEAK_MEM_RESERVED_GB,
     rec.PEAK_MEM_ALLOCATED_GB,
     rec.DEVICE_MEM_TOTAL_GB,

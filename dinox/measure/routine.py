@@ -1,0 +1,139 @@
+"""What a real run does besides its steps (``routine:`` in the spec): saving a checkpoint and an evaluation
+pass, done as a training run does them, and timed. The trial measures one of each for decide's forecast;
+``dinox verify`` runs them at the spec's cadence inside its slice.
+
+A checkpoint is the objective's state (the model; DINO's student, teacher and centre), the optimizer's and
+the gradient scaler's, written with ``torch.save`` to a new file in ``routine.checkpoint_dir`` (made with
+O_EXCL: a link planted under that name is never followed) and fsynced, so the time is the disk's, not the
+page cache's; the file is removed after. An evaluation pass is forward only, under ``no_grad`` and the
+trial's autocast, the modules in eval mode, over a new iterator of the trial's own loader (its workers
+start as a validation loader's do each pass; a validation set's lighter transforms would load faster: the
+figure errs slow).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from dinox import record as rec
+from dinox.plan.footprint import GIB
+
+if TYPE_CHECKING:
+    from dinox.measure.trial import TrialRun
+
+
+def checkpoint_state(objective: Any, optimizer: torch.optim.Optimizer, scaler: Any) -> dict[str, Any]:
+    state = {"objective": objective.state(), "optimizer": optimizer.state_dict()}
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    return state
+
+
+def save_checkpoint(state: dict[str, Any], folder: Path, sync: Callable[[], None]) -> tuple[float, int]:
+    """Seconds to write `state` to a new file in `folder` and fsync it, and its bytes; the file is removed."""
+    sync()  # the step's queued work is not the save's
+    t = time.perf_counter()
+    fd, name = tempfile.mkstemp(prefix=".dinox-checkpoint-", suffix=".pt", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        took = time.perf_counter() - t
+        return took, os.path.getsize(name)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def _modules(objective: Any) -> list[nn.Module]:
+    return [m for m in vars(objective).values() if isinstance(m, nn.Module)]
+
+
+def evaluate(
+    objective: Any,
+    loader: Iterable,
+    to_device: Callable[[Any], Any],
+    count: int,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    sync: Callable[[], None],
+) -> tuple[float, float]:
+    """An evaluation pass of `count` batches over a new iterator of `loader` (its workers start, as a
+    validation loader's do each pass; a set shorter than the pass starts over): (seconds to its first batch,
+    seconds for the whole pass). The modules go back to train mode after."""
+    modules = _modules(objective)
+    modes = [m.training for m in modules]
+    for m in modules:
+        m.eval()
+    try:
+        sync()
+        t = time.perf_counter()
+        it = iter(loader)
+        batch = next(it)
+        start_s = time.perf_counter() - t
+        with torch.no_grad(), autocast():
+            for i in range(count):
+                if i:
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        it = iter(loader)
+                        batch = next(it)
+                objective.evaluate(to_device(batch))
+        sync()
+        del it  # its workers shut down before the training steps resume
+        return start_s, time.perf_counter() - t
+    finally:
+        for m, mode in zip(modules, modes, strict=True):
+            m.train(mode)
+
+
+def measure(run: TrialRun) -> None:
+    """routine: one checkpoint save (rank 0, as a run saves) and an evaluation window of a timed window's
+    batches, recorded for decide to charge at the spec's cadence."""
+    r, m = run.spec.routine, run.metrics
+    if r is None:
+        return
+    if r.checkpoint_every_steps and (run.distributed is None or run.distributed[0] == 0):
+        if run.on_phase is not None:
+            run.on_phase("checkpoint")
+        took, size = save(run)
+        m[rec.CHECKPOINT_S], m[rec.CHECKPOINT_GB] = took, size / GIB
+    if r.eval_every_epochs:
+        if run.on_phase is not None:
+            run.on_phase("evaluation")
+        batches = run.spec.measure.bench_steps * run.accumulation
+        start_s, pass_s = eval_pass(run, batches)
+        m[rec.EVAL_START_S] = start_s
+        m[rec.EVAL_IMAGES_PER_S] = batches * run.spec.size / max(pass_s - start_s, 1e-9)
+
+
+def save(run: TrialRun) -> tuple[float, int]:
+    """Seconds and bytes of one checkpoint of the trial written to routine.checkpoint_dir (else its folder)."""
+    r = run.spec.routine
+    folder = Path(r.checkpoint_dir) if r is not None and r.checkpoint_dir else run.out_dir
+    state = checkpoint_state(run.objective, run.optimizer, run.scaler)
+    try:
+        return save_checkpoint(state, folder, run.loop.timeline.synchronize)  # type: ignore[union-attr]
+    except OSError as e:
+        why = e.strerror or e
+        raise RuntimeError(f"routine.checkpoint_dir: cannot write a checkpoint in {folder}: {why}") from None
+
+
+def eval_pass(run: TrialRun, batches: int) -> tuple[float, float]:
+    """An evaluation pass of `batches` batches over the trial's own data: (its start, the whole pass), s."""
+    dtype = run.autocast_dtype
+
+    def autocast() -> contextlib.AbstractContextManager:
+        return torch.autocast(run.dev.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+
+    return evaluate(run.objective, run.loader, run.to_device, batches, autocast, run.loop.timeline.synchronize)  # type: ignore[union-attr]
