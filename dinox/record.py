@@ -106,6 +106,9 @@ MEMORY_LIMIT = _tag("trial", "dinox.memory_limit", "how hardware.memory_limit_gb
 MEM_SOURCE = _tag("trial", "dinox.mem_source", "where the peak memory figures came from")
 OPTIMIZER_FUSED = _tag("trial", "dinox.optimizer_fused", "whether the optimizer ran fused kernels")
 PIN_MEMORY_APPLIED = _tag("trial", "dinox.pin_memory_applied", "whether pinned memory was in effect (CUDA only)")
+MATH_CLASS = _tag(
+    "trial", "dinox.math_class", "the precision class the math ran in (fp32, tf32, bf16, fp16), read back: MFU's peak"
+)
 RUNTIME = _tag(
     "trial", "dinox.runtime", "the process-wide settings the trial ran with, read back (cudnn, matmul, gc, ...)"
 )

@@ -1,12 +1,16 @@
-"""The device's own rules, on the CPU: what counts as running out of memory, and a memory cap that leaves room
-for what a process holds outside torch's allocator."""
+"""The device's own rules, on the CPU: what counts as running out of memory, a memory cap that leaves room for
+what a process holds outside torch's allocator, and the precisions' switches and the math class they give."""
 
 from __future__ import annotations
 
 import pytest
+import timm
+import torch
 
-from dinox.measure.device import allocator_cap, over_limit
+from dinox.measure import runtime
+from dinox.measure.device import allocator_cap, apply_precision, conv_share, math_class_tag, over_limit
 from dinox.measure.result import is_oom
+from dinox.plan import peaks
 from dinox.plan.footprint import GIB
 
 
@@ -29,3 +33,52 @@ def test_an_emulated_card_leaves_room_for_what_lives_outside_the_allocator():
     assert over_limit(int(23.3 * GIB), outside, limit) == ""
     why = over_limit(int(23.3 * GIB), int(0.9 * GIB), limit)  # cuDNN and NCCL grew it after the start
     assert why.startswith("out of memory on a 24.0 GiB card") and "24.20 GiB" in why
+
+
+@pytest.fixture
+def tf32_switches():
+    """torch's process-wide switches, put back after the test."""
+    saved = (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark)
+    yield
+    torch.backends.cudnn.allow_tf32, _, torch.backends.cudnn.benchmark = saved
+    torch.set_float32_matmul_precision(saved[1])
+
+
+@pytest.mark.parametrize(
+    "precision,matmul,cudnn",
+    [("fp32", False, True), ("fp32-strict", False, False), ("tf32", True, True), ("fp16-mixed", False, True)],
+)
+def test_each_precision_sets_torch_s_switches_as_a_user_s_loop_has_them(tf32_switches, precision, matmul, cudnn):
+    """fp32 is torch's default (cuDNN's TF32 on, the matmuls' off); fp32-strict IEEE everywhere. Read back from
+    torch itself (a CUDA device object needs no GPU to set them)."""
+    tags: dict[str, str] = {}
+    apply_precision(torch.device("cuda"), precision, tags)
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (matmul, cudnn)
+    assert "matmul_tf32=" + str(matmul) in runtime.applied(torch.device("cuda"), True, True, {})
+
+
+def test_the_math_class_is_read_from_what_ran_and_sets_mfu_s_peak(tf32_switches):
+    resnet = timm.create_model("resnet18", pretrained=False, num_classes=10)
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10)
+    assert conv_share([resnet]) > 0.9 and conv_share([vit]) < 0.05
+    cuda = torch.device("cuda")
+    apply_precision(cuda, "fp32", {})  # torch's defaults: a ResNet's convolutions in TF32, a ViT's matmuls not
+    assert math_class_tag(cuda, "fp32", conv_share([resnet])).startswith("tf32 (matmul_tf32=False cudnn_tf32=True;")
+    assert math_class_tag(cuda, "fp32", conv_share([vit])).startswith("fp32 ")
+    torch.set_float32_matmul_precision("high")  # runtime.matmul_precision: high on an fp32 trial
+    assert math_class_tag(cuda, "fp32", conv_share([vit])).startswith("tf32 ")
+    apply_precision(cuda, "tf32", {})
+    torch.set_float32_matmul_precision("highest")  # ... and highest on a tf32 one
+    assert math_class_tag(cuda, "tf32", conv_share([vit])).startswith("fp32 ")
+    assert math_class_tag(torch.device("cpu"), "tf32", 0.0).startswith("fp32 (matmul_tf32=False cudnn_tf32=False, none")
+    assert math_class_tag(cuda, "fp16-mixed", 0.0).startswith("fp16 ")
+    # MFU against the peak of that class: the ViT-L ladder's fp32 + matmul high rung on an H100.
+    assert peaks.lookup("NVIDIA H100 80GB HBM3", "tf32")[0] == 494.7
+    assert peaks.lookup("NVIDIA H100 80GB HBM3", "fp16")[0] == 989.4
+    assert peaks.lookup("NVIDIA H100 80GB HBM3", "fp32-strict")[0] == 66.9
+
+
+def test_fp32_strict_on_a_cpu_says_it_changed_nothing():
+    tags: dict[str, str] = {}
+    apply_precision(torch.device("cpu"), "fp32-strict", tags)
+    assert tags["dinox.note"] == "fp32-strict has no effect on cpu; measured as fp32"

@@ -23,11 +23,11 @@ def _kernel(ts: float, dur: float, corr: int, cat: str = "kernel") -> dict:
     return {"ph": "X", "cat": cat, "name": f"k{corr}", "ts": ts, "dur": dur, "args": {"correlation": corr}}
 
 
-def _launch(ts: float, corr: int) -> dict:
+def _launch(ts: float, corr: int, cat: str = "cuda_runtime") -> dict:
     return {
         "ph": "X",
-        "cat": "cuda_runtime",
-        "name": "cudaLaunchKernel",
+        "cat": cat,
+        "name": "cudaLaunchKernel" if cat == "cuda_runtime" else "cuLaunchKernel",
         "ts": ts,
         "dur": 1,
         "args": {"correlation": corr},
@@ -54,6 +54,14 @@ def test_idle_split_tells_a_late_host_from_launch_overhead_and_from_a_queued_wai
         "busy": pytest.approx(1 - 15 / 50, abs=1e-4),
     }
     assert idle_split([e for e in events if e["cat"] == "cpu_op"]) is None  # the CPU: no device timeline
+
+
+def test_a_kernel_launched_through_the_driver_api_counts_as_launched():
+    """Triton (inductor) and cuDNN's runtime-compiled kernels launch with cuLaunchKernel (cat cuda_driver): k2,
+    launched by the driver only after k1 ended, left the device waiting on the host, not on something else."""
+    events = [_launch(-1, 1), _kernel(0, 10, 1), _launch(14, 2, cat="cuda_driver"), _kernel(15, 5, 2)]
+    split = idle_split(events)
+    assert split["host_wait"] == pytest.approx(5 / 20) and split["other"] == 0.0
 
 
 def test_a_summary_from_the_store_is_data_and_anything_else_is_no_summary():

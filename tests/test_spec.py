@@ -44,7 +44,7 @@ def test_unknown_top_level_section(write_spec):
         ("batch: {size: four}", "batch.size", "valid integer"),
         ("batch: {size: 0}", "batch.size", "greater than 0"),
         ("loader: {num_workers: -1}", "loader.num_workers", "greater than or equal to 0"),
-        ("precision: fp8", "precision", "'fp32', 'tf32', 'bf16-mixed' or 'fp16-mixed'"),
+        ("precision: fp8", "precision", "'fp32', 'fp32-strict', 'tf32', 'bf16-mixed' or 'fp16-mixed'"),
         ("model: {name: resnet18, compile: fast}", "model.compile", "max-autotune"),
         ("hardware: {device: tpu}", "hardware.device", "'auto', 'cuda', 'cpu' or 'mps'"),
         ("measure: {timeout_s: -5}", "measure.timeout_s", "greater than 0"),

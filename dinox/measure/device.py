@@ -142,14 +142,14 @@ def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[
 def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) -> tuple[Any, Any]:
     """Set the backend flags for `precision`; return (autocast dtype or None, GradScaler or None)."""
     if device.type == "cuda":
-        tf32 = precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        # torch's own defaults, as a user's loop gets them: cuDNN's TF32 on, float32 matmuls in full fp32.
+        # tf32 turns the matmuls' on too; fp32-strict turns cuDNN's off (IEEE fp32 everywhere).
+        torch.backends.cudnn.allow_tf32 = precision != "fp32-strict"
+        torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")  # matmul.allow_tf32
         # Input shapes never change within a trial, so cuDNN's autotuning pays for itself.
         torch.backends.cudnn.benchmark = True
-    elif precision == "tf32":
-        tags[rec.NOTE] = f"tf32 has no effect on {device.type}; measured as fp32"
+    elif precision in ("tf32", "fp32-strict"):
+        tags[rec.NOTE] = f"{precision} has no effect on {device.type}; measured as fp32"
     if precision == "bf16-mixed":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise RuntimeError("precision: bf16-mixed is not supported by this GPU")
@@ -157,6 +157,30 @@ def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) 
     if precision == "fp16-mixed":
         return torch.float16, torch.amp.GradScaler(device.type)
     return None, None
+
+
+def conv_share(modules: list[torch.nn.Module]) -> float:
+    """The share of the parameters held by convolutions (the patch embedding is a ViT's only one)."""
+    total = conv = 0
+    for root in modules:
+        for m in root.modules():
+            n = sum(p.numel() for p in m.parameters(recurse=False))
+            total += n
+            conv += n if isinstance(m, torch.nn.modules.conv._ConvNd) else 0
+    return conv / total if total else 0.0
+
+
+def math_class_tag(device: torch.device, precision: str, share: float) -> str:
+    """The precision class the trial's math ran in, read back from torch's switches (MFU's peak is this
+    class's): "tf32 (matmul_tf32=False cudnn_tf32=True; convolutions hold 96% of the parameters)"."""
+    from dinox.plan.peaks import math_class
+
+    cuda = device.type == "cuda"
+    matmul, cudnn = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) if cuda else (False, False)
+    return (
+        f"{math_class(precision, matmul, cudnn, share)} (matmul_tf32={matmul} cudnn_tf32={cudnn}"
+        f"{'' if cuda else f', none on {device.type}'}; convolutions hold {share:.0%} of the parameters)"
+    )
 
 
 def environment_tags(device: torch.device) -> dict[str, str]:

@@ -28,6 +28,9 @@ NAME_CHARS = 80  # an op's name, cut: compiled graphs' names run to hundreds of 
 # HTA's consecutive_kernel_delay: a gap shorter than this between two kernels is the launch overhead itself.
 KERNEL_WAIT_US = 0.03
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+# Where a kernel's launch shows on the host: the runtime API (cudaLaunchKernel, cudaMemcpyAsync), and the
+# driver API (cuLaunchKernel), which Triton's (inductor's) and cuDNN's runtime-compiled kernels launch through.
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 OUTSIDE_OPS = "(in no op: Python, waiting for batches)"
 
 
@@ -98,7 +101,7 @@ def idle_split(events: list[dict[str, Any]]) -> dict[str, float] | None:
     launches = {
         e["args"]["correlation"]: float(e["ts"])
         for e in events
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+        if e.get("cat") in _LAUNCH_CATS and "correlation" in e.get("args", {})
     }
     acts = sorted(
         (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("args", {}).get("correlation"))

@@ -55,7 +55,8 @@ def save_checkpoint(state: dict[str, Any], folder: Path, sync: Callable[[], None
             os.unlink(name)
 
 
-def _modules(objective: Any) -> list[nn.Module]:
+def modules(objective: Any) -> list[nn.Module]:
+    """The objective's modules (the model; DINO's student and teacher)."""
     return [m for m in vars(objective).values() if isinstance(m, nn.Module)]
 
 
@@ -70,9 +71,9 @@ def evaluate(
     """An evaluation pass of `count` batches over a new iterator of `loader` (its workers start, as a
     validation loader's do each pass; a set shorter than the pass starts over): (seconds to its first batch,
     seconds for the whole pass). The modules go back to train mode after."""
-    modules = _modules(objective)
-    modes = [m.training for m in modules]
-    for m in modules:
+    mods = modules(objective)
+    modes = [m.training for m in mods]
+    for m in mods:
         m.eval()
     try:
         sync()
@@ -93,7 +94,7 @@ def evaluate(
         del it  # its workers shut down before the training steps resume
         return start_s, time.perf_counter() - t
     finally:
-        for m, mode in zip(modules, modes, strict=True):
+        for m, mode in zip(mods, modes, strict=True):
             m.train(mode)
 
 

@@ -71,6 +71,8 @@ def applied(device: torch.device, non_blocking: bool, set_to_none: bool, seen: d
     values = {
         "cudnn_benchmark": str(torch.backends.cudnn.benchmark),
         "matmul_precision": torch.get_float32_matmul_precision(),
+        "matmul_tf32": str(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": str(torch.backends.cudnn.allow_tf32),
         "alloc_conf": os.environ.get(ALLOC_CONF, "") or "-",
         "fused_attention": str(timm.layers.use_fused_attn()),
         "non_blocking": str(non_blocking),
@@ -78,5 +80,5 @@ def applied(device: torch.device, non_blocking: bool, set_to_none: bool, seen: d
         **seen,
     }
     if device.type != "cuda":  # said in the record: these change nothing here
-        values["cpu_no_op"] = "cudnn_benchmark,alloc_conf,non_blocking"
+        values["cpu_no_op"] = "cudnn_benchmark,cudnn_tf32,matmul_tf32,alloc_conf,non_blocking"
     return " ".join(f"{k}={v}" for k, v in values.items())

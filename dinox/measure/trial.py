@@ -108,6 +108,8 @@ class TrialRun:
                 self._profile()
             routine.measure(self)  # what the real run does besides its steps (routine:), timed once
         self.tags[rec.RUNTIME] = runtime.applied(self.dev, self.non_blocking, self.set_to_none, self.runtime_seen)
+        share = device.conv_share(routine.modules(self.objective))
+        self.tags[rec.MATH_CLASS] = device.math_class_tag(self.dev, self.spec.precision, share)
         summary = summarize(stats, self.spec.measure, self.spec.model.compile is not False)
         self.metrics.update(summary.metrics)
         self.tags.update(summary.tags)

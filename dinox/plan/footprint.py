@@ -255,11 +255,13 @@ def annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: M
             result.tags[rec.PREDICTED_OOM] = plan.over
     cost = estimates.cost(spec)
     if cost is not None and result.status == "ok" and rec.IMAGES_PER_S in result.metrics:
+        # The class the math ran in, as the child read it back; a record from before: the spec's precision.
+        ran = result.tags.get(rec.MATH_CLASS, "").split(" ")[0] or spec.precision
         metrics, tags = compute_metrics(
             cost,
             result.metrics[rec.IMAGES_PER_S],
             result.tags.get(rec.DEVICE_NAME, ""),
-            spec.precision,
+            ran,
             spec.hardware.peak_tflops,
             spec.hardware.gpus,
         )

@@ -1,9 +1,10 @@
 """Peak dense TFLOPs of common accelerators, for MFU (model FLOPs utilisation). No torch here.
 
 Figures are the vendors' dense (no structured sparsity) tensor-core peaks, in the precision class a trial's
-matmuls run in: fp32 (CUDA cores; what `precision: fp32` gets with TF32 off), tf32, and 16-bit (bf16/fp16
-with fp32 accumulation, what autocast uses). A device the table does not know gets no MFU unless the spec
-gives `hardware.peak_tflops`.
+math runs in: fp32 (CUDA cores: a ViT's matmuls under `precision: fp32`, torch's default), tf32 (`tf32`, or a
+ResNet's convolutions under `fp32`, where torch leaves cuDNN's TF32 on), and 16-bit (bf16/fp16 with fp32
+accumulation, what autocast uses). The class is the one the trial read back (`math_class`). A device the
+table does not know gets no MFU unless the spec gives `hardware.peak_tflops`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,25 @@ PEAKS: tuple[Peak, ...] = (
 
 
 def precision_class(precision: str) -> str:
-    return {"fp32": "fp32", "tf32": "tf32"}.get(precision, "bf16")
+    """The table's column for a math class ("fp32", "tf32", "bf16"; fp16 runs at bf16's rate) or a spec
+    precision (mixed precisions run their matmuls in 16 bits)."""
+    return {"fp32": "fp32", "fp32-strict": "fp32", "tf32": "tf32"}.get(precision, "bf16")
+
+
+# Convolutions hold more than this share of a model's parameters: its math is cuDNN's (ResNets), else the
+# matmuls' (ViTs, whose one convolution is the patch embedding). Parameters stand in for FLOPs.
+CONV_SHARE = 0.5
+
+
+def math_class(precision: str, matmul_tf32: bool, cudnn_tf32: bool, conv_share: float) -> str:
+    """The precision class a trial's math ran in, from the switches it ran with (read back in the child):
+    16-bit under autocast; else TF32 where the switch of the kernels that do most of its work (cuDNN's for a
+    convolutional model, the matmuls' for the rest) allowed it, else fp32. torch's defaults for fp32 leave
+    cuDNN's TF32 on and the matmuls' off: a ResNet's "fp32" convolutions run in TF32, a ViT's matmuls do not."""
+    if precision in ("bf16-mixed", "fp16-mixed"):
+        return "bf16" if precision == "bf16-mixed" else "fp16"
+    tf32 = cudnn_tf32 if conv_share > CONV_SHARE else matmul_tf32
+    return "tf32" if tf32 else "fp32"
 
 
 # A MIG slice ("NVIDIA A100-SXM4-40GB MIG 3g.20gb") has that many of the card's 7 compute slices.

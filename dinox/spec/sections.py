@@ -46,7 +46,7 @@ from dinox.spec.roles import (
 )
 from dinox.spec.runtime import RuntimeSpec
 
-Precision = Literal["fp32", "tf32", "bf16-mixed", "fp16-mixed"]
+Precision = Literal["fp32", "fp32-strict", "tf32", "bf16-mixed", "fp16-mixed"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 DeviceKind = Literal["auto", "cuda", "cpu", "mps"]
 
