@@ -339,17 +339,34 @@ def test_sample_preparation_runs_on_one_intra_op_thread(monkeypatch):
     """In the main process (0 workers) a sample's ops must not take the trial's threads: they thrash when a
     core is busy (ct_png at 224 px with one core busy: 64 img/s on 2 threads, 156 on 1)."""
     seen: list[int] = []
-    real = torch.randn
+    real = torch.randint
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "randn", spy)
+    monkeypatch.setattr(torch, "randint", spy)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        SyntheticImages(2, 3, ViewPlan(full_size=8), 5, 0)[0]
-        assert seen == [1] and torch.get_num_threads() == 2  # one thread inside, the trial's again after
+        image, _label = SyntheticImages(2, 3, ViewPlan(full_size=8), 5, 0)[0]
+        assert seen == [1, 1] and torch.get_num_threads() == 2  # one thread inside, the trial's again after
+        assert image.dtype == torch.uint8 and image.shape == (3, 8, 8)  # as a decoder yields it
     finally:
         torch.set_num_threads(before)
+    image, _label = SyntheticImages(2, 3, ViewPlan(full_size=8), 5, 0, pixels="float32")[0]
+    assert image.dtype == torch.float32
+
+
+def test_synthetic_uint8_is_normalised_on_the_device_as_timm_s_loader_does():
+    """The device batch is float, ImageNet-normalised: (x / 255 - mean) / std, per channel."""
+    from dinox.data.device_prep import MEAN, STD, DevicePrep
+    from dinox.spec.data_sources import SyntheticData
+
+    prep = DevicePrep(SyntheticData(), torch.device("cpu"), 8, 10)
+    batch = torch.full((2, 3, 8, 8), 255, dtype=torch.uint8)
+    out = prep.images(batch)
+    assert out.dtype == torch.float32
+    assert out[0, :, 0, 0].tolist() == pytest.approx([(1 - m) / s for m, s in zip(MEAN, STD, strict=True)])
+    one = DevicePrep(SyntheticData(), torch.device("cpu"), 8, 10, channels=1).images(batch[:, :1])
+    assert one.shape == (2, 1, 8, 8) and prep.mixup is None and prep.erase is None

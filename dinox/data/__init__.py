@@ -78,9 +78,10 @@ def _build(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int
         from dinox.data.synthetic import SyntheticImages
 
         delay = data.sample_delay_ms / 1000.0
-        return Pipeline(
-            SyntheticImages(data.num_samples or samples_needed, channels, plan, num_classes, data.seed, delay)
+        images = SyntheticImages(
+            data.num_samples or samples_needed, channels, plan, num_classes, data.seed, delay, data.pixels
         )
+        return Pipeline(images, images=data.pixels == "uint8")  # uint8: normalised on the device
     if isinstance(data, ImageFolderData):
         return _image_folder(data, plan)
     window = HuWindow((data.window_level_min, data.window_level_max), (data.window_width_min, data.window_width_max))

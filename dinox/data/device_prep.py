@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torchvision.transforms.v2 import functional as F
 
-from dinox.spec.data_sources import AugmentSpec, ImageFolderData, MixupSpec, WebDatasetData
+from dinox.spec.data_sources import AugmentSpec, ImageFolderData, MixupSpec, SyntheticData, WebDatasetData
 
 MEAN = (0.485, 0.456, 0.406)  # timm's IMAGENET_DEFAULT_MEAN / STD, what create_transform normalises with
 STD = (0.229, 0.224, 0.225)
@@ -24,14 +24,23 @@ STD = (0.229, 0.224, 0.225)
 class DevicePrep:
     """The batch's device-side preparation for one trial's image source."""
 
-    def __init__(self, data: ImageFolderData | WebDatasetData, dev: torch.device, img_size: int, num_classes: int):
+    def __init__(
+        self,
+        data: ImageFolderData | WebDatasetData | SyntheticData,
+        dev: torch.device,
+        img_size: int,
+        num_classes: int,
+        channels: int = 3,
+    ):
         self.dev, self.img_size = dev, img_size
-        self.augment: AugmentSpec | None = data.augment
+        self.augment: AugmentSpec | None = getattr(data, "augment", None)  # synthetic noise: none
         self.decode_on_device = getattr(data, "decode_device", "cpu") == "cuda"
-        self.mean = torch.tensor(MEAN, device=dev).view(1, 3, 1, 1)
-        self.std = torch.tensor(STD, device=dev).view(1, 3, 1, 1)
-        self.erase = _random_erasing(data.augment, dev)
-        self.mixup = _mixup(data.mixup, num_classes)
+        # ImageNet's statistics for RGB; another channel count (a CT model's in_chans: 1) their mean.
+        mean, std = (MEAN, STD) if channels == 3 else ((sum(MEAN) / 3,) * channels, (sum(STD) / 3,) * channels)
+        self.mean = torch.tensor(mean, device=dev).view(1, channels, 1, 1)
+        self.std = torch.tensor(std, device=dev).view(1, channels, 1, 1)
+        self.erase = _random_erasing(self.augment, dev)
+        self.mixup = _mixup(getattr(data, "mixup", None), num_classes)
 
     def images(self, images: Any) -> Any:
         """The moved batch (a tensor, DINO's list of views, or encoded bytes) made ready for the model."""

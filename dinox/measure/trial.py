@@ -202,7 +202,12 @@ class TrialRun:
             from dinox.data.files import shard_layout
 
             self.tags[rec.SHARD_LAYOUT] = shard_layout(dataset.urls[0]) or "unknown"
-        self.prep = DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes) if pipeline.images else None
+        channels = models.in_chans(spec.model)
+        self.prep = (
+            DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes, channels)
+            if pipeline.images
+            else None
+        )
         self.pin = lo.pin_memory and self.dev.type == "cuda"
         self.tags[rec.PIN_MEMORY_APPLIED] = str(self.pin)
         # Asynchronous copies only from pinned memory (otherwise they are synchronous anyway), unless asked.

@@ -21,6 +21,11 @@ class SyntheticData(Section):
     sample_delay_ms: Annotated[NonNegativeFloat, CONFIG] = Field(
         0.0, le=60_000.0, description="a wait added to every sample: a slow disk or decoder, as a what-if"
     )
+    pixels: Annotated[Literal["uint8", "float32"], CONFIG] = Field(
+        "uint8",
+        description="uint8 images, normalised on the device as timm's loaders and a real decoder's pipeline do "
+        "(a quarter of float32's bytes through the loader and the copies); float32: made float in the worker",
+    )
 
 
 class _HuWindow(Section):
