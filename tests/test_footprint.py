@@ -180,3 +180,26 @@ def test_the_estimate_child_measures_the_matmul_rate():
 
     rate = matmul_tflops(torch.device("cpu"), seconds=0.05)
     assert rate is not None and 1e-4 < rate < 50  # a CPU: between a tenth of a GFLOP/s and 50 TFLOP/s
+
+
+def test_the_estimate_keeps_what_fused_attention_saves_not_the_n_squared_probabilities():
+    """On the meta device SDPA runs its math path, which saves the attention probabilities; a fused kernel
+    (timm's default) keeps q, k, v, the output and a log-sum-exp instead. ViT-S/16 at 224 px: 12 blocks of 6
+    heads over 197 tokens, 197 x 197 float32 probabilities each."""
+    import timm
+
+    from dinox.measure.estimate import cost_of
+
+    before = timm.layers.use_fused_attn()
+    fused = spec(model={"name": "vit_small_patch16_224", "fused_attention": True})
+    plain = spec(model={"name": "vit_small_patch16_224", "fused_attention": False})
+    on, off = cost_of(fused), cost_of(plain)
+    probabilities = 12 * 6 * 197 * 197 * 4
+    saved = off.saved_bytes_per_image - on.saved_bytes_per_image
+    # The probabilities go; the output each block now keeps (197 x 384 floats) and the log-sum-exp come.
+    assert saved == pytest.approx(probabilities - 12 * (197 * 384 * 4 + 6 * 197 * 4), rel=0.02), saved
+    assert on.flops_per_image == off.flops_per_image  # the same work, counted on the plain step
+    assert timm.layers.use_fused_attn() == before  # the estimate child's global switch put back
+    unset = spec(model={"name": "vit_small_patch16_224"})  # timm's default: fused where torch has it
+    assert footprint.estimate_key(fused) != footprint.estimate_key(plain) != footprint.estimate_key(unset)
+    assert cost_of(unset).saved_bytes_per_image == on.saved_bytes_per_image

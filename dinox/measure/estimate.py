@@ -5,7 +5,9 @@ estimate keys to trial specs; the result holds a ModelCost per key (or why it co
 the process saw of the machine. On the meta device a training step allocates nothing and computes nothing,
 so a ViT-g costs a fraction of a second: FLOPs come from torch.utils.flop_counter over one forward and
 backward without checkpointing (recomputation is not useful work), saved activations from the
-saved-tensor hooks of autograd. With checkpointing, each checkpointed segment is run plainly under its own
+saved-tensor hooks of autograd; where the model uses fused attention (timm's default, model.fused_attention),
+attention saves what a flash kernel saves, not the N x N probabilities of the math path the meta device runs.
+With checkpointing, each checkpointed segment is run plainly under its own
 hook instead, so the estimate is what checkpointing keeps: the tensors saved outside the segments, every
 segment's inputs, and the largest segment's activations (recomputed, one at a time, in backward). MLflow
 is never imported here.
@@ -24,6 +26,7 @@ from dataclasses import asdict
 from typing import Any
 
 import psutil
+import timm
 import torch
 import torch.utils.checkpoint
 from torch.utils.flop_counter import FlopCounterMode
@@ -31,7 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from dinox import record as rec
 from dinox.data.views import view_plan
 from dinox.isolate import lifeline
-from dinox.measure import models, objectives
+from dinox.measure import models, objectives, runtime
 from dinox.measure.result import one_line
 from dinox.plan.footprint import GIB, Machine, ModelCost
 from dinox.spec.sections import TrialSpec
@@ -95,8 +98,45 @@ def _segments_measured(inputs: list[int], segments: list[int], parameters: set[i
         torch.utils.checkpoint.checkpoint = original
 
 
-def _step(spec: TrialSpec, grad_checkpointing: bool) -> tuple[float, float, dict[str, int]]:
-    """(training FLOPs, bytes saved for backward, parameter counts) of one step of SAMPLES samples."""
+class _FusedAttention(torch.autograd.Function):
+    """What flash and memory-efficient attention keep for backward: q, k, v, the output and the softmax's
+    log-sum-exp per query (float32), never the N x N probabilities that the math path (all the meta device
+    has) saves."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = q.new_empty(*q.shape[:-1], v.shape[-1])
+        ctx.save_for_backward(q, k, v, out, q.new_empty(q.shape[:-1], dtype=torch.float32))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q, k, v, _out, _lse = ctx.saved_tensors
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+@contextlib.contextmanager
+def _fused_attention(on: bool) -> Iterator[None]:
+    """F.scaled_dot_product_attention as a fused kernel stores for backward, where the model uses it (timm's
+    fused_attn, model.fused_attention) and it has no mask (a mask can send it down the math path)."""
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: Any = None, *args: Any, **kw: Any) -> Any:
+        if attn_mask is not None or args or kw.get("is_causal"):
+            return original(q, k, v, attn_mask, *args, **kw)
+        return _FusedAttention.apply(q, k, v)
+
+    if on:
+        torch.nn.functional.scaled_dot_product_attention = fused  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+
+
+def _step(spec: TrialSpec, grad_checkpointing: bool, fused: bool = False) -> tuple[float, float, dict[str, int]]:
+    """(training FLOPs, bytes saved for backward, parameter counts) of one step of SAMPLES samples; `fused`:
+    attention saves what a fused kernel saves (the FLOPs are then not counted: the plain step counts them)."""
     dino = spec.objective.kind == "dino"
     num_classes = 0 if dino else spec.objective.num_classes  # type: ignore[union-attr]
     plan = view_plan(spec)
@@ -117,6 +157,7 @@ def _step(spec: TrialSpec, grad_checkpointing: bool) -> tuple[float, float, dict
     counter = FlopCounterMode(display=False)
     with (
         counter,
+        _fused_attention(fused),
         _segments_measured(inputs, segments, parameters),
         torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t),
     ):
@@ -136,9 +177,15 @@ def _modules(objective: Any) -> list[torch.nn.Module]:
 
 
 def cost_of(spec: TrialSpec) -> ModelCost:
-    flops, saved, counts = _step(spec, grad_checkpointing=False)
-    if spec.model.grad_checkpointing:
-        _flops, saved, _counts = _step(spec, grad_checkpointing=True)
+    before = timm.layers.use_fused_attn()
+    runtime.before_model(spec)  # model.fused_attention, as the trial builds it
+    try:
+        fused = timm.layers.use_fused_attn()
+        flops, saved, counts = _step(spec, grad_checkpointing=False)
+        if spec.model.grad_checkpointing or fused:
+            _flops, saved, _counts = _step(spec, spec.model.grad_checkpointing, fused)
+    finally:
+        timm.layers.set_fused_attn(before)
     chans = models.in_chans(spec.model)
     sample_bytes = sum(chans * s * s * 4 for s in view_plan(spec).sizes) + 8
     return ModelCost(

@@ -91,8 +91,14 @@ class MemoryPlan:
 
 
 def estimate_key(spec: TrialSpec) -> str:
-    """Trials with the same key share a ModelCost: the params whose role is the model's shape (dinox.spec.roles)."""
-    return json.dumps(ROLES.shape_key(spec.flat_params()))
+    """Trials with the same key share a ModelCost: the params whose role is the model's shape (dinox.spec.roles),
+    and model.fused_attention (what attention saves for backward)."""
+    params = spec.flat_params()
+    fused = ((FUSED, params[FUSED]),) if FUSED in params else ()
+    return json.dumps(ROLES.shape_key(params) + fused)
+
+
+FUSED = "model.fused_attention"
 
 
 def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPlan:
