@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,8 +27,9 @@ from torch import nn
 from dinox import record as rec
 from dinox.plan.footprint import GIB
 
-if TYPE_CHECKING:
-    from dinox.measure.trial import TrialRun
+# A trial's run (dinox.measure.trial.TrialRun, or verify's subclass): this module sits below it, so it names
+# what it reads from one (spec, metrics, objective, optimizer, scaler, loop, loader, ...) instead of importing it.
+TrialRun = Any
 
 
 def checkpoint_state(objective: Any, optimizer: torch.optim.Optimizer, scaler: Any) -> dict[str, Any]:
