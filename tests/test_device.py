@@ -8,7 +8,14 @@ import timm
 import torch
 
 from dinox.measure import runtime
-from dinox.measure.device import allocator_cap, apply_precision, conv_share, math_class_tag, over_limit
+from dinox.measure.device import (
+    allocator_cap,
+    apply_precision,
+    conv_share,
+    math_class_tag,
+    outside_from,
+    over_limit,
+)
 from dinox.measure.result import is_oom
 from dinox.plan import peaks
 from dinox.plan.footprint import GIB
@@ -82,3 +89,18 @@ def test_fp32_strict_on_a_cpu_says_it_changed_nothing():
     tags: dict[str, str] = {}
     apply_precision(torch.device("cpu"), "fp32-strict", tags)
     assert tags["dinox.note"] == "fp32-strict has no effect on cpu; measured as fp32"
+
+
+def test_what_lies_outside_the_allocator_is_read_where_it_can_be_and_said_where_not():
+    """NVML's account of this pid; in a container (host pids) its one process; without NVML the device's
+    used memory less the allocator's; several processes, none this one: unknown, and the cap says so."""
+    mib = 2**20
+    assert outside_from(42, [(7, 900 * mib), (42, 1500 * mib)], 0, 0, 1000 * mib) == (500 * mib, "nvml")
+    assert outside_from(42, [(31337, 1500 * mib)], 0, 0, 1000 * mib)[0] == 500 * mib  # a PID namespace
+    assert outside_from(42, [(7, 9 * mib), (8, 9 * mib)], 0, 0, 0) == (
+        None,
+        "outside unknown: NVML lists several processes, none with this pid",
+    )
+    got, source = outside_from(42, None, free=70_000 * mib, total=80_000 * mib, reserved=9_400 * mib)
+    assert got == 600 * mib and source.startswith("mem_get_info")
+    assert outside_from(42, [(42, 100 * mib)], 0, 0, 400 * mib)[0] == 0  # NVML lags the allocator: never negative

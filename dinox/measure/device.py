@@ -95,22 +95,39 @@ def over_limit(peak_reserved: int, outside: int, limit: int) -> str:
     )
 
 
-def outside_allocator_bytes(device: torch.device) -> int | None:
+def outside_from(
+    pid: int, processes: list[tuple[int, int]] | None, free: int, total: int, reserved: int
+) -> tuple[int | None, str]:
+    """(bytes this process holds on the device outside the caching allocator, how that was read). NVML's
+    account of this process (`processes`: NVML's (pid, used bytes) on the device, None without NVML); in a
+    container whose pids NVML reports from the host's namespace, the one process it lists is this one; without
+    NVML, the device's used memory less the allocator's (the GPU taken as this trial's alone: a neighbour's
+    memory would count as this trial's). None where none of these can say (several processes, none ours)."""
+    if processes is not None:
+        mine = [used for p, used in processes if p == pid]
+        if mine:
+            return max(0, mine[0] - reserved), "nvml"
+        if len(processes) == 1:
+            return max(0, processes[0][1] - reserved), "nvml (its one process: pids from another namespace)"
+        return None, "outside unknown: NVML lists several processes, none with this pid"
+    return max(0, total - free - reserved), "mem_get_info (the GPU taken as this trial's alone)"
+
+
+def outside_allocator_bytes(device: torch.device) -> tuple[int | None, str]:
     """This process's device memory that the caching allocator does not hold (the CUDA context, loaded kernels,
-    cuDNN and NCCL buffers), from NVML's account of this process; None where NVML cannot say (no NVML, a
-    container that hides host pids). Not free memory: other processes on a shared GPU are not this trial's."""
+    cuDNN and NCCL buffers), and where the figure came from (outside_from). The context is created first:
+    NVML lists a process only once it has one."""
+    free, total = torch.cuda.mem_get_info(device)  # creates this process's context on the device
+    processes: list[tuple[int, int]] | None
     try:
         import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByUUID(cuda_uuids()[device.index or 0])
-        used = next(
-            (p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()),
-            None,
-        )
-    except Exception:  # noqa: BLE001 - NVML missing, a MIG slice, no permission: nothing to correct for
-        return None
-    return None if used is None else max(0, int(used) - torch.cuda.memory_reserved(device))
+        processes = [(p.pid, int(p.usedGpuMemory or 0)) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+    except Exception:  # noqa: BLE001 - NVML missing, a MIG slice, no permission: the device's own account
+        processes = None
+    return outside_from(os.getpid(), processes, free, total, torch.cuda.memory_reserved(device))
 
 
 def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[str, str]) -> int:
@@ -121,9 +138,9 @@ def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[
         return total
     limit = int(limit_gb * GIB)
     if device.type == "cuda":
-        outside = outside_allocator_bytes(device)
+        outside, source = outside_allocator_bytes(device)
         torch.cuda.set_per_process_memory_fraction(allocator_cap(limit, outside or 0, total), device)
-        tags[rec.MEMORY_LIMIT] = "cuda_memory_fraction" + ("" if outside is not None else " (outside unknown)")
+        tags[rec.MEMORY_LIMIT] = f"cuda_memory_fraction (outside the allocator: {source})"
     elif device.type == "mps":
         torch.mps.set_per_process_memory_fraction(min(2.0, limit / total))
         tags[rec.MEMORY_LIMIT] = "mps_memory_fraction"
@@ -276,7 +293,7 @@ def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[st
         metrics[rec.PEAK_MEM_ALLOCATED_GB] = torch.cuda.max_memory_allocated(device) / GIB
         metrics[rec.PEAK_MEM_RESERVED_GB] = torch.cuda.max_memory_reserved(device) / GIB
         tags[rec.MEM_SOURCE] = "cuda_allocator"
-        outside = outside_allocator_bytes(device)
+        outside, _source = outside_allocator_bytes(device)
         if outside is not None:
             metrics[rec.DEVICE_MEM_OUTSIDE_GB] = outside / GIB
     elif device.type == "mps":
