@@ -65,13 +65,22 @@ def test_with_mixup_every_size_probed_and_chosen_is_even():
     )
 
 
-def test_a_probe_has_no_ablation_windows():
+def test_a_probe_has_no_ablation_windows_no_profile_and_no_routine():
     from dinox.spec.sections import TrialSpec
     from dinox.sweep.batch_search import probe_spec
 
-    spec = TrialSpec.model_validate({"name": "x", "model": {"name": "resnet18"}, "batch": {"size": "auto"}})
+    spec = TrialSpec.model_validate(
+        {
+            "name": "x",
+            "model": {"name": "resnet18"},
+            "batch": {"size": "auto"},
+            "measure": {"profile": True},
+            "routine": {"checkpoint_every_steps": 10, "eval_every_epochs": 1, "eval_images": 100},
+        }
+    )
     probe = probe_spec(spec, 64)
     assert probe.measure.ablation is False and probe.measure.window_bounds == (1, 1) and probe.size == 64
+    assert not probe.measure.profile and probe.routine is None  # no trace, no checkpoint written by a probe
 
 
 def test_nothing_fits_after_one_probe():

@@ -135,3 +135,20 @@ def test_dinox_run_profile_traces_a_recorded_trial_again_and_decide_shows_its_ta
     (model,) = decision_json.to_json(decision)["models"]
     best = model["best"]
     assert best["run_id"] == run_id and best["profile"]["host"][0]["name"] == summary.host[0].name
+
+
+def test_the_profiled_rate_counts_every_rank_as_images_per_s_does(tmp_path):
+    """Under DDP each rank profiles its own steps: the summary's images/s is over the world, like the trial's."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dinox.measure.loop import Loop
+    from dinox.measure.profile import profile_steps
+
+    data = DataLoader(TensorDataset(torch.zeros(64, 4), torch.zeros(64)), batch_size=4)
+    import time
+
+    loop = Loop(data, lambda b: b, lambda b: time.sleep(0.05), lambda: None, torch.device("cpu"), 1, 4)
+    loop.run(1, 1)
+    summary = profile_steps(loop, 2, torch.device("cpu"), tmp_path, world=4)
+    assert summary["images_per_s"] == pytest.approx(2 * 4 * 4 / summary["span_s"], rel=1e-2)

@@ -34,10 +34,10 @@ _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 OUTSIDE_OPS = "(in no op: Python, waiting for batches)"
 
 
-def profile_steps(loop: Loop, steps: int, device: torch.device, out_dir: Path) -> dict[str, Any]:
+def profile_steps(loop: Loop, steps: int, device: torch.device, out_dir: Path, world: int = 1) -> dict[str, Any]:
     """Run 1 + `steps` steps of `loop` under the profiler (the first is the profiler's warm-up, not recorded),
-    write the trace to out_dir/TRACE_FILE and return the summary, with the profiled steps' images/s (the
-    profiler's own cost shows as the gap to the measured figure)."""
+    write the trace to out_dir/TRACE_FILE and return the summary, with the profiled steps' images/s over the
+    `world` ranks, as images_per_s counts them (the profiler's own cost shows as the gap to that figure)."""
     sync = loop.timeline.synchronize  # type: ignore[union-attr]
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
@@ -53,7 +53,7 @@ def profile_steps(loop: Loop, steps: int, device: torch.device, out_dir: Path) -
             prof.step()
     trace = write_trace(prof, out_dir)
     summary = summarize_ops(prof.key_averages(), span_s, steps)
-    summary["images_per_s"] = round(steps * loop.accumulation * loop.batch_size / span_s, 2)
+    summary["images_per_s"] = round(steps * loop.accumulation * loop.batch_size * world / span_s, 2)
     if device.type == "cuda":
         with gzip.open(trace, "rt") as f:
             summary["idle"] = idle_split(json.load(f).get("traceEvents", []))

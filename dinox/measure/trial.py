@@ -138,7 +138,7 @@ class TrialRun:
         if self.on_phase is not None:
             self.on_phase("profile")
         try:
-            summary = profile.profile_steps(self.loop, steps, self.dev, self.out_dir)
+            summary = profile.profile_steps(self.loop, steps, self.dev, self.out_dir, self.world)
         except Exception as exc:  # noqa: BLE001 - the trace is a diagnostic; the result stands without it
             traceback.print_exc()
             summary = {"error": describe_exception(exc)}

@@ -119,12 +119,12 @@ class BatchSearch:
 
 def probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
     """A probe: the trial at one physical batch, no accumulation, two optimizer steps (the second holds the
-    optimizer state and fresh gradients at once: the steady-state peak), and no ablation windows: a probe asks
-    whether the batch fits, not what holds it back."""
+    optimizer state and fresh gradients at once: the steady-state peak), and no ablation windows, no profile and
+    no routine (checkpoints, evaluation): a probe asks whether the batch fits, not what holds it back."""
     batch = spec.batch.model_copy(update={"size": size, "effective": None, "accumulation": None})
-    update = {"warmup_steps": 1, "bench_steps": 1, "repeats": 1, "ablation": False}
+    update = {"warmup_steps": 1, "bench_steps": 1, "repeats": 1, "ablation": False, "profile": None}
     measure = spec.measure.model_copy(update=update)
-    return spec.model_copy(update={"batch": batch, "measure": measure})
+    return spec.model_copy(update={"batch": batch, "measure": measure, "routine": None})
 
 
 def killed_for_memory(result: TrialResult) -> bool:
