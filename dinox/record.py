@@ -198,6 +198,10 @@ WARMUP_S = _metric("trial", "warmup_s", "seconds of warm-up steps")
 FIRST_STEP_S = _metric("trial", "first_step_s", "the first step, with cuDNN autotuning, lazy loading, compile")
 FIRST_FETCH_S = _metric("trial", "first_fetch_s", "the first batch (worker start-up)")
 COMPILE_S = _metric("trial", "compile_s", "torch.compile's share of the first step")
+COMPILE_GRAPHS = _metric("trial", "compile_graphs", "graphs torch.compile built by the end of warm-up (static shapes)")
+RECOMPILES_IN_WINDOWS = _metric(
+    "trial", "recompiles_in_windows", "graphs compiled after warm-up, inside the timed windows and their rounds: 0"
+)
 SETTLE_S = _metric("trial", "settle_s", "draining batches the workers had ready before the timed windows")
 LOADER_START_S = _metric("trial", "loader_start_s", "starting the loader's workers")
 EPOCH_START_S = _metric("trial", "epoch_start_s", "an epoch boundary, measured apart (charged once per real epoch)")

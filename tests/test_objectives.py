@@ -103,3 +103,31 @@ def test_under_ddp_the_centre_is_the_mean_over_every_rank_and_the_wrapper_is_com
     torch.testing.assert_close(r0["center"], expected, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(r1["center"], expected, rtol=1e-4, atol=1e-5)
     assert r0["compiled"] == ["DistributedDataParallel", "VisionTransformer"]  # the student whole, the teacher
+
+
+def test_compile_keeps_a_static_graph_per_resolution(monkeypatch):
+    """DINO's student meets 224 px and 98 px crops in one step: compiled with static shapes, each keeps a graph
+    of its own (torch's default would turn the second into one automatic-dynamic graph for both)."""
+    from dinox.measure import models
+
+    asked: dict = {}
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: asked.update(kw) or model)
+    models.compile_model(torch.nn.Linear(2, 2), True)
+    assert asked == {"mode": None, "dynamic": False}
+    models.compile_model(torch.nn.Linear(2, 2), "max-autotune")
+    assert asked["mode"] == "max-autotune" and asked["dynamic"] is False
+
+
+def test_the_graph_count_says_what_warm_up_built_and_what_the_windows_compiled(monkeypatch):
+    from dinox.measure import models
+
+    count = iter([3, 5])  # read at the first window and at the first phase after the windows, never again
+    monkeypatch.setattr(models, "compiled_graphs", lambda: next(count))
+    metrics: dict[str, float] = {}
+    told: list[str] = []
+    graphs = models.GraphCount(metrics, told.append)
+    for phase in ("warm-up", "window 1/3", "window 2/3", "ablation windows", "loader alone"):
+        graphs.phase(phase)
+    graphs.end()
+    assert metrics == {"compile_graphs": 3.0, "recompiles_in_windows": 2.0}
+    assert told == ["warm-up", "window 1/3", "window 2/3", "ablation windows", "loader alone"]

@@ -128,6 +128,8 @@ def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_pat
     assert max(r.step_s) < m["compile_s"]
     # Less the first step's waits for its batches (workers starting): compilation, not the loader.
     assert m["compile_s"] == pytest.approx(m["first_step_s"] - m["first_fetch_s"] - m["step_s_p50"])
+    # Static shapes: warm-up built the graphs, the timed window compiled none.
+    assert m["compile_graphs"] >= 1 and m["recompiles_in_windows"] == 0
 
 
 def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tmp_path, fork_server):

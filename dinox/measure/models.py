@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import timm
 import torch
 from torch import nn
 
+from dinox import record as rec
 from dinox.errors import DinoxError
 from dinox.plan import model_names
 from dinox.spec.sections import ModelSpec
@@ -67,5 +70,38 @@ def count_params_m(model: nn.Module) -> float:
 
 
 def compile_model(model: nn.Module, setting: bool | str) -> nn.Module:
+    """torch.compile with static shapes: each input shape the model meets (DINO's global and local crops, the
+    half batch) gets a graph of its own, as a run with fixed crop sizes has. torch's default would, at the
+    second shape, recompile to one automatic-dynamic graph that then serves every resolution (and
+    mark_static does not survive the torch.cat that batches a resolution's views)."""
     mode = None if setting is True else str(setting)
-    return torch.compile(model, mode=mode)  # type: ignore[return-value]
+    return torch.compile(model, mode=mode, dynamic=False)  # type: ignore[return-value]
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (each recompile adds one)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+class GraphCount:
+    """A compiled trial's phases, with dynamo's graph count read at each (as the loop tells them, between
+    windows): what warm-up built (compile_graphs), and what the timed windows and their rounds compiled after
+    it (recompiles_in_windows: 0 with static shapes; a recompile inside them is part of their time)."""
+
+    def __init__(self, metrics: dict[str, float], on_phase: Callable[[str], None] | None):
+        self.metrics, self.on_phase = metrics, on_phase
+
+    def phase(self, text: str) -> None:
+        if text.startswith("window") and rec.COMPILE_GRAPHS not in self.metrics:
+            self.metrics[rec.COMPILE_GRAPHS] = float(compiled_graphs())
+        elif not text.startswith("window"):
+            self.end()
+        if self.on_phase is not None:
+            self.on_phase(text)
+
+    def end(self) -> None:
+        """The windows are over (the first phase after them, or the loop's end)."""
+        if rec.COMPILE_GRAPHS in self.metrics and rec.RECOMPILES_IN_WINDOWS not in self.metrics:
+            self.metrics[rec.RECOMPILES_IN_WINDOWS] = float(compiled_graphs() - self.metrics[rec.COMPILE_GRAPHS])

@@ -85,6 +85,7 @@ class TrialRun:
         self.runtime_seen: dict[str, str] = {}  # what the gc held during the windows
         self.out_dir = out_dir  # where the trial's files go (beside its result): the profile's trace
         self.artifacts: list[str] = []
+        self.graphs: models.GraphCount | None = None  # a compiled trial's graph count, phase by phase
 
     def setup(self) -> None:
         """The device, the loader, the model and its optimizer: what a measurement and a verification share."""
@@ -331,6 +332,8 @@ class TrialRun:
 
     def make_loop(self) -> bench.Loop:
         """The trial's steps, as the timed windows take them and as `dinox verify` trains with them."""
+        compiled = self.spec.model.compile is not False
+        self.graphs = models.GraphCount(self.metrics, self.on_phase) if compiled else None
         self.loop = bench.Loop(
             self.loader,
             self.to_device,
@@ -340,7 +343,7 @@ class TrialRun:
             self.accumulation,
             self.spec.size,
             halve=self.halve,
-            on_phase=self.on_phase,
+            on_phase=self.graphs.phase if self.graphs is not None else self.on_phase,
             local=self.ddp.no_sync if self.ddp is not None else contextlib.nullcontext,
             ahead=self._copy_ahead(),
         )
@@ -354,7 +357,7 @@ class TrialRun:
         decided = functools.partial(rounds_decided, threshold=m.bound_threshold)
         # Ranks run each round's windows together (their steps all-reduce): they stop the rounds together.
         loop.decided = decided if agree is None else lambda *rates: agree(decided(*rates))
-        return loop.run(
+        stats = loop.run(
             m.warmup_steps,
             m.bench_steps,
             Repeats(*m.window_bounds, m.unstable_threshold, agree),
@@ -362,6 +365,9 @@ class TrialRun:
             loader_batches=ablation * self.accumulation,
             loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),
         )
+        if self.graphs is not None:
+            self.graphs.end()
+        return stats
 
 
 def measure(
