@@ -94,11 +94,14 @@ def hand_loop(a: argparse.Namespace) -> float:
     )
     it = iter(loader)
     loss_fn = torch.nn.CrossEntropyLoss()
+    # uint8 images made float and normalised on the device, as timm's PrefetchLoader does.
+    mean = torch.tensor(timm.data.IMAGENET_DEFAULT_MEAN, device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(timm.data.IMAGENET_DEFAULT_STD, device=device).view(1, 3, 1, 1) * 255
 
     def step() -> None:
         for _ in range(a.accum):
             x, y = next(it)
-            x, y = x.to(device), y.to(device)
+            x, y = x.to(device).float().sub_(mean).div_(std), y.to(device)
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 loss = loss_fn(model(x), y) / a.accum
             (scaler.scale(loss) if scaler else loss).backward()

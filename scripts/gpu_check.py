@@ -216,7 +216,9 @@ def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
     size, img = int(row["batch.size"]), int(row["model.img_size"])
     precision, cl = row["precision"], row["model.channels_last"] == "True"
     torch.backends.cudnn.benchmark = dev.type == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    # torch's defaults, as a user's loop has them: cuDNN's TF32 on, the matmuls' only for tf32.
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision != "fp32-strict"
     model = timm.create_model(row["model.name"], pretrained=False, num_classes=1000).to(dev)
     model = model.to(memory_format=torch.channels_last) if cl else model
     if row["model.compile"] != "False":
@@ -237,10 +239,14 @@ def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
         prefetch_factor=4 if workers else None,
     )
     it, loss_fn = iter(loader), torch.nn.CrossEntropyLoss()
+    # uint8 images made float and normalised on the device, as timm's PrefetchLoader does.
+    mean = torch.tensor(timm.data.IMAGENET_DEFAULT_MEAN, device=dev).view(1, 3, 1, 1) * 255
+    std = torch.tensor(timm.data.IMAGENET_DEFAULT_STD, device=dev).view(1, 3, 1, 1) * 255
 
     def step() -> None:
         x, y = next(it)
         x, y = x.to(dev, non_blocking=pin), y.to(dev, non_blocking=pin)
+        x = x.float().sub_(mean).div_(std)
         x = x.contiguous(memory_format=torch.channels_last) if cl else x
         with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = loss_fn(model(x), y)

@@ -462,12 +462,14 @@ def test_a_ladder_of_runtime_knobs_reaches_each_child_and_ends_with_its_table(tm
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
     base, knobs, frozen = sorted(runs, key=lambda r: int(r.data.tags["dinox.trial_index"]))
     assert base.data.tags["dinox.runtime"].startswith(
-        "cudnn_benchmark=False matmul_precision=highest alloc_conf=- fused_attention=True non_blocking=False "
+        "cudnn_benchmark=False matmul_precision=highest matmul_tf32=False cudnn_tf32=True alloc_conf=- "
+        "fused_attention=True non_blocking=False "
         "set_to_none=True gc_in_windows=enabled gc_frozen_objects=0"
     ), base.data.tags["dinox.runtime"]
     assert not [p for p in base.data.params if p.startswith("runtime.") or p.endswith(("_blocking", "_to_none"))]
     assert knobs.data.tags["dinox.runtime"].startswith(
-        "cudnn_benchmark=True matmul_precision=medium alloc_conf=expandable_segments:True fused_attention=False "
+        "cudnn_benchmark=True matmul_precision=medium matmul_tf32=True cudnn_tf32=True "
+        "alloc_conf=expandable_segments:True fused_attention=False "
         "non_blocking=True set_to_none=False gc_in_windows=disabled gc_frozen_objects=0"
     ), knobs.data.tags["dinox.runtime"]
     seen = dict(kv.split("=", 1) for kv in frozen.data.tags["dinox.runtime"].split())
