@@ -5,5 +5,6 @@
 - ``grouping``: trials grouped by model and by the params that bound memory; ``checks``: predicted against
   measured memory, scaling across devices; ``loader_findings``: the worker knee and pinned-memory pairs;
   ``knobs``: what each varied param bought, from the pairs of trials equal in everything else.
+- ``routine``: the run's checkpoints and evaluation passes over the schedule, from the trial's measurement.
 - ``types``: the verdict's types (the policy, a candidate trial, a model's verdict).
 """

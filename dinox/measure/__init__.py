@@ -8,6 +8,8 @@
 - ``loop``: the timed step loop; ``batches`` the loader as the loop sees it; ``ahead`` the next batch copied
   ahead; ``timeline`` the device's own clock; ``windows`` what the loop measures as plain records.
 - ``step_metrics``: those records as the trial's metrics; ``bound``: what holds the step back, and why.
+- ``routine``: what a real run does besides its steps (a checkpoint save, an evaluation pass), timed;
+  ``verify``: ``dinox verify``'s child, the trial's steps trained for a slice of real training.
 - ``result``: what a trial produces, plain JSON: the only module here the parent imports (with ``bound`` and
   ``windows``, which it pulls in), so those three import no torch.
 """
