@@ -131,3 +131,20 @@ def test_the_graph_count_says_what_warm_up_built_and_what_the_windows_compiled(m
     graphs.end()
     assert metrics == {"compile_graphs": 3.0, "recompiles_in_windows": 2.0}
     assert told == ["warm-up", "window 1/3", "window 2/3", "ablation windows", "loader alone"]
+
+
+def test_inside_local_steps_the_centre_exchanges_nothing_between_ranks(monkeypatch):
+    """The half-batch pair runs under DDP's no_sync: DINO's centre all-reduce stays out of it too, or it would
+    read as the host's batch-independent cost; outside it, every micro-batch all-reduces the centre."""
+    import torch.distributed as dist
+
+    calls: list[int] = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: calls.append(1))
+    obj = tiny_dino()
+    with obj.local():
+        obj.loss((views(), None))
+    assert calls == [] and obj.reduce_center
+    obj.loss((views(), None))
+    assert calls == [1]

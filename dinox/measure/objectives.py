@@ -6,7 +6,9 @@ list of multi-crop views (global crops first), and ``y`` is ignored.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -47,6 +49,10 @@ class Classification:
 
     def after_optimizer_step(self) -> None:
         """Nothing: classification pays for no work outside the optimizer step."""
+
+    def local(self) -> contextlib.AbstractContextManager:
+        """Steps that exchange nothing between ranks: classification's loss exchanges nothing."""
+        return contextlib.nullcontext()
 
     def evaluate(self, batch: Any) -> torch.Tensor:
         """An evaluation pass's work on a batch: the model's logits (under no_grad, in eval mode)."""
@@ -111,6 +117,7 @@ class Dino:
         for p in self.teacher.parameters():
             p.requires_grad = False
         self.center = torch.zeros(1, spec.out_dim, device=device)
+        self.reduce_center = True  # off inside `local`
         self._student_params = [p for p in self.student.parameters()]
         self._teacher_params = [p for p in self.teacher.parameters()]
         self.model = self.student
@@ -151,13 +158,23 @@ class Dino:
                     terms += 1
         with torch.no_grad():
             batch_center = teacher_out.mean(dim=0, keepdim=True)
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            if self.reduce_center and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
                 # The centre is the mean over every rank's teacher outputs, as DINO's update_center takes it:
                 # one more all-reduce per micro-batch, which a distributed DINO step pays.
                 dist.all_reduce(batch_center)
                 batch_center /= dist.get_world_size()
             self.center.mul_(s.center_momentum).add_(batch_center, alpha=1 - s.center_momentum)
         return total / terms
+
+    @contextlib.contextmanager
+    def local(self) -> Iterator[None]:
+        """Steps that exchange nothing between ranks (the half-batch pair, under DDP's no_sync): the centre's
+        all-reduce is left out too, or it would count as the host's batch-independent cost."""
+        was, self.reduce_center = self.reduce_center, False
+        try:
+            yield
+        finally:
+            self.reduce_center = was
 
     def evaluate(self, batch: Any) -> torch.Tensor:
         """An evaluation pass's work on a batch: the teacher backbone's features of the first global crop, what

@@ -330,6 +330,14 @@ class TrialRun:
         self.tags[rec.DEVICE_PREFETCH] = "side_stream" if applied else "in_series"
         return CopyAhead(self.to_device, cuda_streams(self.dev)) if applied else None
 
+    def _local(self) -> contextlib.ExitStack:
+        """Steps that exchange nothing between ranks: DDP's no_sync and the objective's own (DINO's centre)."""
+        stack = contextlib.ExitStack()
+        if self.ddp is not None:
+            stack.enter_context(self.ddp.no_sync())
+        stack.enter_context(self.objective.local())
+        return stack
+
     def make_loop(self) -> bench.Loop:
         """The trial's steps, as the timed windows take them and as `dinox verify` trains with them."""
         compiled = self.spec.model.compile is not False
@@ -344,7 +352,7 @@ class TrialRun:
             self.spec.size,
             halve=self.halve,
             on_phase=self.graphs.phase if self.graphs is not None else self.on_phase,
-            local=self.ddp.no_sync if self.ddp is not None else contextlib.nullcontext,
+            local=self._local,
             ahead=self._copy_ahead(),
         )
         return self.loop
