@@ -104,3 +104,15 @@ def test_what_lies_outside_the_allocator_is_read_where_it_can_be_and_said_where_
     got, source = outside_from(42, None, free=70_000 * mib, total=80_000 * mib, reserved=9_400 * mib)
     assert got == 600 * mib and source.startswith("mem_get_info")
     assert outside_from(42, [(42, 100 * mib)], 0, 0, 400 * mib)[0] == 0  # NVML lags the allocator: never negative
+
+
+def test_the_allocator_settings_are_read_back_from_torch():
+    """What torch's allocator parsed from PYTORCH_CUDA_ALLOC_CONF, in a fresh process (it reads it once)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    code = "from dinox.measure.runtime import allocator_settings; print(allocator_settings())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "expandable_segments:True", out.stderr[-500:]

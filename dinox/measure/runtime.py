@@ -66,6 +66,18 @@ def gc_for_windows(spec: TrialSpec, seen: dict[str, str]) -> Iterator[None]:
             gc.enable()
 
 
+def allocator_settings() -> str:
+    """The caching allocator's configuration as torch parsed it (a misspelt key in the environment is not in
+    it); the environment's text where this torch cannot say (a private call, torch >= 2.9)."""
+    read = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+    if read is not None:
+        try:
+            return str(read())
+        except RuntimeError:
+            pass
+    return os.environ.get(ALLOC_CONF, "")
+
+
 def applied(device: torch.device, non_blocking: bool, set_to_none: bool, seen: dict[str, str]) -> str:
     """What the trial ran with, read back: one line for the `dinox.runtime` tag."""
     values = {
@@ -73,7 +85,7 @@ def applied(device: torch.device, non_blocking: bool, set_to_none: bool, seen: d
         "matmul_precision": torch.get_float32_matmul_precision(),
         "matmul_tf32": str(torch.backends.cuda.matmul.allow_tf32),
         "cudnn_tf32": str(torch.backends.cudnn.allow_tf32),
-        "alloc_conf": os.environ.get(ALLOC_CONF, "") or "-",
+        "alloc_conf": allocator_settings() or "-",
         "fused_attention": str(timm.layers.use_fused_attn()),
         "non_blocking": str(non_blocking),
         "set_to_none": str(set_to_none),
