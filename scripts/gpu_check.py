@@ -308,6 +308,12 @@ class Line:
             out.append(f"{self.case.label}: labelled {r['bound']}, built to be {self.case.expect_bound}")
         if fidelity and self.ratio is not None and self.ratio < FIDELITY_MIN:
             out.append(f"{self.case.label}: dinox / hand loop = {self.ratio:.3f} < {FIDELITY_MIN}")
+        # Static shapes compile every graph in warm-up: one inside the windows is in their time.
+        if (recompiled := _num(r.get("recompiles_in_windows"))) and recompiled > 0:
+            out.append(f"{self.case.label}: {recompiled:g} graph(s) compiled inside the timed windows")
+        # MFU above 1 is a peak of the wrong precision class (dinox.math_class), never a fast trial.
+        if (mfu := _num(r.get("mfu"))) and mfu > 1.0:
+            out.append(f"{self.case.label}: MFU {mfu:.0%} is above the peak (math class {r.get('math_class', '?')})")
         return out
 
     @property

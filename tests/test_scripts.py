@@ -120,6 +120,10 @@ def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status
     assert oom.problems() == ["OOM: ok where oom was expected ()"]
     fine = gc.Line(gc.Case("fine", {}), {**row, "bound": "compute_bound"}, hand=96.0)
     assert fine.problems() == []
+    recompiled = gc.Line(gc.Case("compile", {}), {**row, "bound": "compute_bound", "recompiles_in_windows": "2.0"})
+    assert recompiled.problems() == ["compile: 2 graph(s) compiled inside the timed windows"]
+    too_fast = gc.Line(gc.Case("fp32", {}), {**row, "mfu": "1.7", "math_class": "fp32"})
+    assert too_fast.problems() == ["fp32: MFU 170% is above the peak (math class fp32)"]
     text = gc.table([line, fine])
     assert "| built compute_bound | ok     | 96.0  | -             | 0.960" in text and "41.0%" in text
     assert "2.0%" in text and gc.table([gc.Line(built, {**row, "window_spread": "0.031"})]).count("| 3.1% ") == 1

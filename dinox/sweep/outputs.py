@@ -127,6 +127,7 @@ def row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
         "unstable": r.tags.get(rec.UNSTABLE, ""),
         "error": r.error,
         "note": r.tags.get(rec.NOTE, ""),
+        "math_class": r.tags.get(rec.MATH_CLASS, "").split(" ")[0],  # MFU's peak: the class the math ran in
     }
     row.update({k: round(v, 6) for k, v in r.metrics.items()})
     row.update(trial.spec.flat_params())
