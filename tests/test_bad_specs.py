@@ -470,7 +470,9 @@ def test_a_fuzzed_spec_corpus_never_gets_a_traceback(tmp_path, monkeypatch):
     from tests.conftest import ROOT, TINY
 
     monkeypatch.chdir(tmp_path)
+    routine = "routine: {checkpoint_every_steps: 3, checkpoint_dir: ckpt, eval_every_epochs: 1, eval_images: 12}\n"
     seeds = [p.read_text() for p in sorted((ROOT / "specs").glob("*.yaml"))] + [TINY.format(name="fuzz")]
+    seeds.append(TINY.format(name="fuzz") + routine + "data: {source: synthetic, pixels: uint8}\n")
     rng = random.Random(20261122)
     runner = CliRunner()
     outcomes = {0: 0, 2: 0}
