@@ -150,6 +150,12 @@ def test_an_auto_batch_on_a_cpu_without_a_cap_stays_within_the_host_s_available_
     assert BatchSearch.for_spec(capped).bound_by_host(capped, est) == ""  # the cap bounds it already
     assert killed_for_memory(TrialResult("crashed", error="child killed by SIGKILL (the kernel OOM killer sends this)"))
     assert not killed_for_memory(TrialResult("crashed", error="child killed by SIGSEGV"))
+    # cuDNN finding no engine at the cap's edge: the boundary once a smaller batch fitted, an error before.
+    no_engine = TrialResult("error", error="RuntimeError: GET was unable to find an engine to execute this computation")
+    search = BatchSearch(16, 1024, 0.1)
+    assert not killed_for_memory(no_engine, search)
+    search.record(16, True)
+    assert killed_for_memory(no_engine, search) and not killed_for_memory(TrialResult("error", error="x"), search)
 
 
 def test_a_step_of_hours_is_said_before_it_starts():

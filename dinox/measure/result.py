@@ -73,7 +73,7 @@ _OOM_MARKERS = (
 # cuDNN's frontend says the first when no engine's workspace fits (pytorch#108645) as well as for a configuration
 # no engine supports, and the second for a handle created with no memory left as well as for a broken install:
 # an OOM only when the trial's memory is near what it may use.
-_NEAR_FULL_MARKERS = ("unable to find an engine", "cudnn_status_not_initialized")
+NEAR_FULL_MARKERS = ("unable to find an engine", "cudnn_status_not_initialized")
 NEAR_FULL = 0.9
 
 
@@ -83,7 +83,7 @@ def is_oom(exc: BaseException, memory_share: float | None = None) -> bool:
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
     text = str(exc).lower()
-    if any(marker in text for marker in _NEAR_FULL_MARKERS):
+    if any(marker in text for marker in NEAR_FULL_MARKERS):
         return memory_share is not None and memory_share >= NEAR_FULL
     return any(marker in text for marker in _OOM_MARKERS)
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from dinox import record as rec
-from dinox.measure.result import TrialResult
+from dinox.measure.result import NEAR_FULL_MARKERS, TrialResult
 from dinox.plan.footprint import GIB, Estimates
 from dinox.spec.sections import TrialSpec
 
@@ -127,7 +127,12 @@ def probe_spec(spec: TrialSpec, size: int) -> TrialSpec:
     return spec.model_copy(update={"batch": batch, "measure": measure, "routine": None})
 
 
-def killed_for_memory(result: TrialResult) -> bool:
-    """A probe SIGKILLed: the kernel's OOM killer's doing (a sweep stops its children with SIGTERM), so the
-    batch did not fit, as an allocator's refusal says."""
-    return result.status == "crashed" and "SIGKILL" in result.error
+def killed_for_memory(result: TrialResult, search: BatchSearch | None = None) -> bool:
+    """A probe that did not fit though it is not `oom`: SIGKILLed (the kernel's OOM killer's doing; a sweep
+    stops its children with SIGTERM); or, once a smaller batch of the same trial has fitted, cuDNN finding no
+    engine (pytorch#108645: no engine's workspace fits at the cap's edge, while the probe's own peak, taken
+    before the failing request, reads below the near-full share the trial's own rule asks)."""
+    if result.status == "crashed" and "SIGKILL" in result.error:
+        return True
+    near_full = any(marker in result.error.lower() for marker in NEAR_FULL_MARKERS)
+    return result.status == "error" and near_full and search is not None and search.fit is not None

@@ -423,7 +423,7 @@ class Sweep:
                 f"[{trial.index + 1}/{trial.total}] probe    batch={size:<5} {r.status}"
                 + (f" | {r.error[:160]}" if r.status not in ("ok", "oom") else "")
             )
-            if r.status not in ("ok", "oom") and not killed_for_memory(r):
+            if r.status not in ("ok", "oom") and not killed_for_memory(r, search):
                 failure = TrialResult(
                     r.status, error=one_line(f"batch.size auto: the probe at batch {size} ended {r.status}: {r.error}")
                 )
