@@ -102,3 +102,21 @@ def test_the_routine_over_a_schedule():
     assert b.days_for(100.0, 0.0, cost.seconds) == pytest.approx((10_000 / 100 + 29) / 86400)
     with pytest.raises(DecisionError, match="routine.eval_every_epochs: the schedule has no epochs"):
         routine_cost(params, metrics, Budget(days=1, target_images=10_000), 10)
+
+
+def test_an_evaluation_pass_never_resets_a_persistent_training_iterator():
+    """A new iterator of a DataLoader whose workers persist is its one iterator reset: the evaluation pass
+    reads through a loader of its own, so the training epoch goes on where it was."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from dinox.measure.routine import eval_loader
+
+    data = torch.arange(40.0).view(20, 2)
+    train = DataLoader(data, batch_size=2, num_workers=1, persistent_workers=True, drop_last=True)
+    it = iter(train)
+    assert next(it)[0, 0] == 0 and next(it)[0, 0] == 4
+    val = eval_loader(train)
+    assert val is not train and val.batch_size == 2 and val.drop_last and not val.persistent_workers
+    assert [b[0, 0].item() for b in val][:2] == [0.0, 4.0]
+    assert next(it)[0, 0] == 8  # the training iterator went on

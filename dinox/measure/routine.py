@@ -6,9 +6,9 @@ A checkpoint is the objective's state (the model; DINO's student, teacher and ce
 the gradient scaler's, written with ``torch.save`` to a new file in ``routine.checkpoint_dir`` (made with
 O_EXCL: a link planted under that name is never followed) and fsynced, so the time is the disk's, not the
 page cache's; the file is removed after. An evaluation pass is forward only, under ``no_grad`` and the
-trial's autocast, the modules in eval mode, over a new iterator of the trial's own loader (its workers
-start as a validation loader's do each pass; a validation set's lighter transforms would load faster: the
-figure errs slow).
+trial's autocast, the modules in eval mode, through a validation loader over the trial's own data and
+loader settings (its workers start with each pass, as a validation loader's do; a validation set's lighter
+transforms would load faster: the figure errs slow).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from dinox import record as rec
 from dinox.plan.footprint import GIB
@@ -99,6 +100,24 @@ def evaluate(
             m.train(mode)
 
 
+def eval_loader(loader: DataLoader) -> DataLoader:
+    """A validation loader as a run builds one beside its training loader: the same data and settings, workers
+    of its own, started with each pass. A new iterator of the training loader itself would be the training
+    iterator reset where its workers persist (DataLoader keeps one), cutting the training epoch short."""
+    workers = loader.num_workers
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        num_workers=workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        worker_init_fn=loader.worker_init_fn,
+        prefetch_factor=loader.prefetch_factor if workers else None,
+        multiprocessing_context=loader.multiprocessing_context if workers else None,
+        drop_last=loader.drop_last,  # the training batch's shapes: a compiled model's graphs serve them
+    )
+
+
 def measure(run: TrialRun) -> None:
     """routine: one checkpoint save (rank 0, as a run saves) and an evaluation window of a timed window's
     batches, recorded for decide to charge at the spec's cadence."""
@@ -114,6 +133,7 @@ def measure(run: TrialRun) -> None:
         if run.on_phase is not None:
             run.on_phase("evaluation")
         batches = run.spec.measure.bench_steps * run.accumulation
+        eval_pass(run, 1)  # untimed: eval mode's first graphs compile (and cuDNN tunes) once a run, not each pass
         start_s, pass_s = eval_pass(run, batches)
         m[rec.EVAL_START_S] = start_s
         m[rec.EVAL_IMAGES_PER_S] = batches * run.spec.size / max(pass_s - start_s, 1e-9)
@@ -138,4 +158,5 @@ def eval_pass(run: TrialRun, batches: int) -> tuple[float, float]:
     def autocast() -> contextlib.AbstractContextManager:
         return torch.autocast(run.dev.type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
-    return evaluate(run.objective, run.loader, run.to_device, batches, autocast, run.loop.timeline.synchronize)  # type: ignore[union-attr]
+    sync = run.loop.timeline.synchronize  # type: ignore[union-attr]
+    return evaluate(run.objective, eval_loader(run.loader), run.to_device, batches, autocast, sync)
