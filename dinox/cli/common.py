@@ -3,7 +3,10 @@ the options several commands take."""
 
 from __future__ import annotations
 
+import os
+import sys
 import typing
+from typing import Any, TextIO
 
 import click
 
@@ -100,3 +103,39 @@ MAX_TRIALS = click.option(
     show_default=True,
     help="Refuse sweeps that expand to more trials than this.",
 )
+
+
+class ReaderGone:
+    """sys.stdout for a command whose reader may leave (`dinox decide | head -1`, a CI log that closes): once a
+    write finds the pipe closed, one line says so on stderr and the rest of the output goes to /dev/null,
+    while the command goes on to its end and its exit code (a sweep's trials, a decision or a verification is
+    still recorded; the terminal output is only a view of them). Python's own advice for SIGPIPE-less
+    programs (the signal module's docs), applied once for every command instead of at each echo."""
+
+    def __init__(self, stream: TextIO):
+        self._stream, self.gone = stream, False
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def _reader_left(self) -> None:
+        if self.gone:
+            return
+        self.gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())  # what is still buffered drains there
+        os.close(devnull)
+        sys.stderr.write("dinox: standard output was closed; going on (the results are recorded as usual)\n")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from dinox.cli import decide, submit, tools, verify
-from dinox.cli.common import MAX_TRIALS, SET, TRACKING_URI, BadInput, load_trials, machine_problems, show_error
+from dinox.cli.common import (
+    MAX_TRIALS,
+    SET,
+    TRACKING_URI,
+    BadInput,
+    ReaderGone,
+    load_trials,
+    machine_problems,
+    show_error,
+)
 from dinox.errors import EXIT_BAD_INPUT, DinoxError
 
 if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` stays quick
@@ -340,6 +349,7 @@ for command in (decide.decide, verify.verify, submit.submit, tools.preprocess, t
 def entry() -> None:
     """The `dinox` command: the click group, then a quick exit. Once a command has returned, everything it
     wrote is flushed and closed; interpreter teardown would only unload torch and MLflow (about 2.5 s here)."""
+    sys.stdout = ReaderGone(sys.stdout)  # type: ignore[assignment]  # a closed pipe ends the view, not the work
     try:
         # Not click's standalone mode: it turns a Ctrl-C into "Aborted!" and exit 1, where dinox says 130.
         result = main.main(prog_name="dinox", standalone_mode=False)

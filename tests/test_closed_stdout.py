@@ -1,0 +1,53 @@
+"""A reader that leaves (`dinox decide | head -1`, a CI log that closes): the command goes on to its end, records
+what it records, exits with its own code, and says on stderr in one line that stdout was closed. Through the
+commands a user types, with the pipe's read end closed before the first line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import TINY
+
+GONE = "dinox: standard output was closed; going on (the results are recorded as usual)"
+
+
+def closed_stdout(args: list[str], cwd) -> tuple[int, str]:
+    env = dict(os.environ)
+    env.pop("MLFLOW_RUN_ID", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # the reader is gone before the command writes anything
+    err = proc.stderr.read().decode()
+    return proc.wait(timeout=300), err
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    work = tmp_path_factory.mktemp("closed")
+    (work / "spec.yaml").write_text(TINY.format(name="closed").replace("repeats: 1", "repeats: 3"))
+    return work, MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+
+
+def test_run_decide_and_verify_go_on_when_their_reader_leaves(store):
+    work, client = store
+    code, err = closed_stdout(["run", "spec.yaml", "--no-system-metrics"], work)
+    assert code == 0 and err.strip().splitlines() == [GONE], err
+    (sweep,) = client.search_runs(["1"], "tags.`dinox.role` = 'sweep'")
+    assert sweep.info.status == "FINISHED" and len(client.search_runs(["1"], "tags.`dinox.role` = 'trial'")) == 1
+
+    code, err = closed_stdout(["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "1000"], work)
+    assert code in (0, 3) and err.strip().splitlines() == [GONE], err  # GO, or unsettled: a verdict either way
+    assert len(client.search_runs(["1"], "tags.`dinox.role` = 'decision'")) == 1
+    assert (work / "decision" / "decision.json").is_file()
+
+    (trial,) = client.search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    args = ["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.05", "--epoch-images", "16"]
+    code, err = closed_stdout(args, work)
+    assert code in (0, 1) and err.strip().splitlines() == [GONE], err  # held or off: the verdict's own code
+    assert len(client.search_runs(["1"], "tags.`dinox.role` = 'verify'")) == 1
