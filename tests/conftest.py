@@ -56,6 +56,17 @@ def run_dinox(
     )
 
 
+def measure_one(work: Path, spec_text: str):
+    """`dinox run` of a one-trial spec in `work` as a user runs it; (work, the trial's MLflow run)."""
+    from mlflow import MlflowClient
+
+    (work / "spec.yaml").write_text(spec_text)
+    proc = run_dinox(["run", "spec.yaml", "--no-system-metrics"], cwd=work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = MlflowClient(f"sqlite:///{work / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    return work, trial
+
+
 class MlflowServer:
     """A real `mlflow server` on loopback (a SQLite backend in `root`, or `backend`: a PostgreSQL database;
     proxied artifacts) that tests can stop and start again on the same port and store."""

@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 
 from dinox.decide.budget import Budget, DecisionError
 from dinox.decide.routine import RoutineCost, routine_cost
-from tests.conftest import TINY, run_dinox
+from tests.conftest import TINY, measure_one, run_dinox
 
 ROUTINE = "routine: {checkpoint_every_steps: 3, checkpoint_dir: ckpt, eval_every_epochs: 1, eval_images: 12}\n"
 SPEC = TINY.format(name="routine").replace("repeats: 1", "repeats: 3") + ROUTINE
@@ -19,13 +19,8 @@ SPEC = TINY.format(name="routine").replace("repeats: 1", "repeats: 3") + ROUTINE
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     work = tmp_path_factory.mktemp("routine")
-    (work / "spec.yaml").write_text(SPEC)
     (work / "ckpt").mkdir()
-    proc = run_dinox(["run", "spec.yaml", "--no-system-metrics"], cwd=work)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    (trial,) = client.search_runs(["1"], "tags.`dinox.role` = 'trial'")
-    return work, trial
+    return measure_one(work, SPEC)
 
 
 def test_the_trial_measures_one_save_and_one_evaluation_window(measured):

@@ -13,7 +13,7 @@ from dinox.report import text as report
 from dinox.store.trial_record import TrialRecord
 from dinox.verify import Forecast, slice_forecast
 from tests import study
-from tests.conftest import TINY, run_dinox
+from tests.conftest import TINY, measure_one, run_dinox
 
 SPEC = TINY.format(name="verified").replace("repeats: 1", "repeats: 3")
 
@@ -22,12 +22,7 @@ SPEC = TINY.format(name="verified").replace("repeats: 1", "repeats: 3")
 def measured(tmp_path_factory):
     """One tiny trial measured for real (three windows), as `dinox run` records it."""
     work = tmp_path_factory.mktemp("verify")
-    (work / "spec.yaml").write_text(SPEC)
-    proc = run_dinox(["run", "spec.yaml", "--no-system-metrics"], cwd=work)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    (trial,) = client.search_runs(["1"], "tags.`dinox.role` = 'trial'")
-    return work, trial
+    return measure_one(work, SPEC)
 
 
 def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(measured):

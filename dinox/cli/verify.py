@@ -87,17 +87,20 @@ def verify(
     if why:
         click.echo(f"       {why}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
+    _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0))
+    sys.exit(0 if done.held else 1)
+
+
+def _say(done, own_ips: float) -> None:  # noqa: ANN001 - a dinox.verify.VerifyOutcome (imported lazily)
+    """The verdict, the rates it rests on, and where the plan was a tied trial's, this trial's own windows."""
+    forecast = done.forecast
     click.echo(f"{'HELD' if done.held else 'OFF'}: {done.verdict()}")
     click.echo(
         f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
         f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"
     )
     if forecast.source.startswith("decision"):  # the plan may be a tied trial's: this trial's own windows too
-        click.echo(
-            f"       against this trial's own windows ({record.metrics.get(rec.IMAGES_PER_S, 0):.1f} img/s): "
-            f"{done.own_error:+.1%}"
-        )
-    sys.exit(0 if done.held else 1)
+        click.echo(f"       against this trial's own windows ({own_ips:.1f} img/s): {done.own_error:+.1%}")
 
 
 def _slice(minutes: float | None, epochs: float | None) -> str:

@@ -2,6 +2,7 @@
 
 - ``sections``: the pydantic models (one trial, every knob single-valued, each field with its role); ``base``
   what every section shares; ``data_sources`` the ``data:`` choices; ``runtime`` the process-wide settings;
+  ``routine`` the run's checkpoints and evaluation passes;
   ``shard_urls`` which shard locations may be named.
 - ``file``: reading a spec file safely, with every key's line; ``overrides``: ``--set KEY=VALUE``.
 - ``fields``: field paths (``loader.num_workers``) and the messages that name them; ``rules``: checks that span
