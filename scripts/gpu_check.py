@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,7 @@ class Case:
     expect_status: str = "ok"
     expect_bound: str | None = None  # a constructed case: the label it must get
     hand_loop: bool = False  # also timed in the hand-written loop
+    profiled: bool = False  # measure.profile on: its summary (dinox.profile) must hold the device's idle split
 
     def yaml(self) -> str:
         return f"    - {json.dumps(self.overrides)}   # {self.label}\n"
@@ -71,11 +73,12 @@ class Case:
 
 QUICK = (
     "bf16 channels_last fused",
-    "tf32",
+    "side-stream prefetch",
     "pinned copies",
     "DINO ViT-S/14 multi-crop",
     "CT PNG, 0 workers (built io_bound)",
     "large synthetic (built compute_bound)",
+    "small steps, profiled (built host_bound)",
 )
 
 
@@ -87,7 +90,12 @@ def cases(index_csv: str, small: bool, part: str = "all") -> list[Case]:
         Case("bf16 channels_last fused", {"batch.size": batch, "model.img_size": img}, hand_loop=True),
         Case("fp16 GradScaler", {"precision": "fp16-mixed", "batch.size": batch, "model.img_size": img}),
         Case("tf32", {"precision": "tf32", "model.channels_last": False, "batch.size": batch, "model.img_size": img}),
-        Case("compile", {"model.compile": True, "batch.size": batch, "model.img_size": img}, hand_loop=True),
+        Case(
+            "compile, profiled",
+            {"model.compile": True, "batch.size": batch, "model.img_size": img, "measure.profile": True},
+            hand_loop=True,
+            profiled=True,
+        ),
         Case(
             "pinned copies", {"model.name": "resnet18", "batch.size": 2 * batch, "model.img_size": img}, hand_loop=True
         ),
@@ -123,6 +131,55 @@ def cases(index_csv: str, small: bool, part: str = "all") -> list[Case]:
                 "objective": {"kind": "dino", "out_dim": 65536, "local_crops": 8, "local_crop_size": 98},
                 "batch.size": 64,
             },
+        ),
+        Case(
+            "side-stream prefetch",
+            {"batch.size": batch, "model.img_size": img, "loader.device_prefetch": True},
+            hand_loop=True,
+        ),
+        Case(
+            "fp32, runtime knobs",
+            {
+                "precision": "fp32",
+                "model.channels_last": False,
+                "batch.size": batch,
+                "model.img_size": img,
+                "runtime": {
+                    "matmul_precision": "high",
+                    "cudnn_benchmark": True,
+                    "expandable_segments": True,
+                    "gc": "frozen",
+                },
+            },
+            hand_loop=True,
+        ),
+        Case(
+            "DINO + compile",
+            {
+                "model.name": "vit_small_patch14_dinov2",
+                "model.channels_last": False,
+                "model.compile": True,
+                "objective": {"kind": "dino", "out_dim": 65536, "local_crops": 8, "local_crop_size": 98},
+                "batch.size": 64,
+            },
+        ),
+        Case(
+            "small steps, profiled (built host_bound)",
+            {"batch.size": 8, "model.img_size": 64, "measure.profile": True},
+            expect_bound="host_bound",
+            profiled=True,
+        ),
+        Case(
+            "CT PNG, 2 workers (built io_bound)",
+            {
+                "data": {"source": "ct_png", "index_csv": index_csv},
+                "model.name": "resnet18",
+                "loader.num_workers": 2,
+                "loader.prefetch_factor": 2,
+                "batch.size": batch // 2,
+                "model.img_size": img,
+            },
+            expect_bound="io_bound",
         ),
         Case(
             "CT PNG, 0 workers (built io_bound)",
@@ -188,25 +245,35 @@ def make_ct(tmp: Path, small: bool) -> str:
 def run_dinox(tmp: Path, spec: Path) -> list[dict[str, str]]:
     """`dinox run` in the temporary folder (store, workdir and all); the sweep's results.csv rows."""
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    sys.stdout.flush()  # its lines as they come, after ours: a check cut short still shows how far it got
     proc = subprocess.run(
         [sys.executable, "-m", "dinox", "run", str(spec), "--tracking-uri", uri, "--workdir", str(tmp / ".dinox")],
         cwd=tmp,
-        text=True,
-        capture_output=True,
     )
-    print(proc.stdout, end="")
     if proc.returncode != 0:
-        print(proc.stderr, file=sys.stderr)
         raise SystemExit(f"dinox run exited {proc.returncode}")
     (results,) = (tmp / ".dinox" / "sweeps" / "gpu_check").glob("*/results.csv")
     shutil.copyfile(results, tmp / "results.csv")
     return sorted(csv.DictReader(results.open()), key=lambda r: int(r["index"]))
 
 
+def profiles(tmp: Path, rows: list[dict[str, str]]) -> list[dict | None]:
+    """Each trial's measure.profile summary (the dinox.profile tag), None where it has none."""
+    from mlflow.tracking import MlflowClient
+
+    from dinox import record as rec
+
+    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+    tags = [client.get_run(r["run_id"]).data.tags if r.get("run_id") else {} for r in rows]
+    return [json.loads(t[rec.PROFILE]) if rec.PROFILE in t else None for t in tags]
+
+
 def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
-    """The same configuration in the loop a careful user writes: no host sync inside the timed window."""
+    """The same configuration in the loop a careful user writes: no host sync inside the timed window, the
+    runtime knobs the trial set, timm's PrefetchLoader where the trial copies on a side stream."""
     import timm
     import torch
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
     from torch.utils.data import DataLoader
 
     from dinox.data.synthetic import SyntheticImages
@@ -215,9 +282,11 @@ def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     size, img = int(row["batch.size"]), int(row["model.img_size"])
     precision, cl = row["precision"], row["model.channels_last"] == "True"
-    torch.backends.cudnn.benchmark = dev.type == "cuda"
-    # torch's defaults, as a user's loop has them: cuDNN's TF32 on, the matmuls' only for tf32.
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.benchmark = row.get("runtime.cudnn_benchmark", "True") != "False" and dev.type == "cuda"
+    # torch's defaults, as a user's loop has them: cuDNN's TF32 on, the matmuls' only for tf32 or where set.
+    torch.set_float32_matmul_precision(
+        row.get("runtime.matmul_precision") or ("high" if precision == "tf32" else "highest")
+    )
     torch.backends.cudnn.allow_tf32 = precision != "fp32-strict"
     model = timm.create_model(row["model.name"], pretrained=False, num_classes=1000).to(dev)
     model = model.to(memory_format=torch.channels_last) if cl else model
@@ -227,6 +296,10 @@ def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
     dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 else None
     workers, pin = int(row["loader.num_workers"]), row["loader.pin_memory"] == "True" and dev.type == "cuda"
+    prefetch = int(row.get("loader.prefetch_factor") or 2) if workers else 0
+    # The workers fill their queue while the model is built and warmed: a window that starts on that backlog
+    # times batches made before it. Warm up past it, so the window sees the loader's own pace.
+    warmup = max(warmup, workers * prefetch + 2)
     data = SyntheticImages((warmup + steps) * size, 3, ViewPlan(full_size=img), 1000, 0)
     loader = DataLoader(
         data,
@@ -236,17 +309,21 @@ def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
         pin_memory=pin,
         drop_last=True,
         persistent_workers=workers > 0,
-        prefetch_factor=4 if workers else None,
+        prefetch_factor=prefetch or None,
     )
+    side = row.get("loader.device_prefetch") == "True" and dev.type == "cuda"
+    if side:  # timm's own side-stream loader: copies, makes float and normalises the next batch ahead
+        loader = timm.data.loader.PrefetchLoader(loader, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, device=dev)
     it, loss_fn = iter(loader), torch.nn.CrossEntropyLoss()
     # uint8 images made float and normalised on the device, as timm's PrefetchLoader does.
-    mean = torch.tensor(timm.data.IMAGENET_DEFAULT_MEAN, device=dev).view(1, 3, 1, 1) * 255
-    std = torch.tensor(timm.data.IMAGENET_DEFAULT_STD, device=dev).view(1, 3, 1, 1) * 255
+    mean = torch.tensor(IMAGENET_DEFAULT_MEAN, device=dev).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_DEFAULT_STD, device=dev).view(1, 3, 1, 1) * 255
 
     def step() -> None:
         x, y = next(it)
-        x, y = x.to(dev, non_blocking=pin), y.to(dev, non_blocking=pin)
-        x = x.float().sub_(mean).div_(std)
+        if not side:
+            x, y = x.to(dev, non_blocking=pin), y.to(dev, non_blocking=pin)
+            x = x.float().sub_(mean).div_(std)
         x = x.contiguous(memory_format=torch.channels_last) if cl else x
         with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = loss_fn(model(x), y)
@@ -269,20 +346,26 @@ def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
     return steps * size / (time.perf_counter() - t)
 
 
-def _hand_in_child(row: dict[str, str], steps: int, warmup: int) -> tuple[float, float]:
-    """The hand loop in a fresh process of its own, as dinox's trials are: (images/s, its seconds)."""
+def _hand_in_child(row: dict[str, str], steps: int, warmup: int) -> tuple[float | None, float, str]:
+    """The hand loop in a fresh process of its own, as dinox's trials are: (images/s, its seconds, its error)."""
     t = time.time()
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import gpu_check; "
         "print(json.dumps(gpu_check.hand_loop(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))"
     )
+    env = dict(os.environ)
+    if row.get("runtime.expandable_segments") == "True":  # as the trial's child sets it, before CUDA starts
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     out = subprocess.run(
         [sys.executable, "-c", code, str(ROOT / "scripts"), json.dumps(row), str(steps), str(warmup)],
         capture_output=True,
         text=True,
-        check=True,
+        env=env,
     )
-    return float(out.stdout.strip().splitlines()[-1]), time.time() - t
+    if out.returncode != 0:  # the table still comes, with this case failed and why
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, time.time() - t, f"hand loop exited {out.returncode}: {last}"
+    return float(out.stdout.strip().splitlines()[-1]), time.time() - t, ""
 
 
 @dataclass
@@ -291,6 +374,8 @@ class Line:
     row: dict[str, str]
     hand: float | None = None
     hand_s: float = 0.0  # the hand loop's own seconds
+    hand_error: str = ""
+    profile: dict | None = None  # the trial's dinox.profile summary
 
     def problems(self, fidelity: bool = True) -> list[str]:
         """What is wrong with this case; `fidelity`: hold the ratio to FIDELITY_MIN (a GPU's windows; a CPU's
@@ -311,6 +396,18 @@ class Line:
         # Static shapes compile every graph in warm-up: one inside the windows is in their time.
         if (recompiled := _num(r.get("recompiles_in_windows"))) and recompiled > 0:
             out.append(f"{self.case.label}: {recompiled:g} graph(s) compiled inside the timed windows")
+        if self.hand_error:
+            out.append(f"{self.case.label}: {self.hand_error}")
+        if self.case.profiled and r["status"] == "ok":
+            idle = (self.profile or {}).get("idle")
+            if self.profile is None:
+                out.append(f"{self.case.label}: measure.profile left no summary (dinox.profile)")
+            elif fidelity and not idle:  # on a GPU the trace has device activity: the split must be there
+                out.append(f"{self.case.label}: the profile has no idle split of the device's time")
+            elif idle and r["bound"] == "host_bound" and idle.get("busy", 0) > 0.9:
+                out.append(
+                    f"{self.case.label}: labelled host_bound, yet the profiled device was busy {idle['busy']:.0%}"
+                )
         # MFU above 1 is a peak of the wrong precision class (dinox.math_class), never a fast trial.
         if (mfu := _num(r.get("mfu"))) and mfu > 1.0:
             out.append(f"{self.case.label}: MFU {mfu:.0%} is above the peak (math class {r.get('math_class', '?')})")
@@ -329,9 +426,14 @@ def _num(value: str | None) -> float | None:
         return None
 
 
+def _idle(profile: dict | None) -> str:
+    idle = (profile or {}).get("idle")
+    return f"{idle['busy']:.0%} / {idle['host_wait']:.0%}" if idle else "-"
+
+
 def table(lines: list[Line]) -> str:
     head = ["trial", "status", "img/s", "windows apart", "dinox/hand", "bound", "idle share", "peak GiB", "MFU"]
-    head.append("seconds")
+    head += ["profiled busy / host wait", "seconds"]
     rows = []
     for ln in lines:
         r = ln.row
@@ -358,6 +460,7 @@ def table(lines: list[Line]) -> str:
                 f"{idle:.1%}" if idle is not None else "-",
                 f"{peak:.2f}" if peak else "-",
                 f"{mfu:.1%}" if mfu else "-",
+                _idle(ln.profile),
                 (f"{wall:.0f}" if wall else "-") + (f" + hand {ln.hand_s:.0f}" if ln.hand else ""),
             ]
         )
@@ -401,9 +504,9 @@ def main() -> int:
         swept = time.time() - t0
         steps, warmup = (4, 2) if a.small else (40, 10)
         lines = []
-        for c, r in zip(cases(index, a.small, part), rows, strict=True):
-            hand, hand_s = _hand_in_child(r, steps, warmup) if c.hand_loop and r["status"] == "ok" else (None, 0.0)
-            lines.append(Line(c, r, hand, hand_s))
+        for c, r, prof in zip(cases(index, a.small, part), rows, profiles(tmp, rows), strict=True):
+            hand = _hand_in_child(r, steps, warmup) if c.hand_loop and r["status"] == "ok" else (None, 0.0, "")
+            lines.append(Line(c, r, *hand, profile=prof))
         name_ = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
         print(f"\n{name_}, torch {torch.__version__}: {time.time() - t0:.0f} s (data and dinox run {swept:.0f} s)\n")
         print(table(lines))

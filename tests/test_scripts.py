@@ -82,20 +82,30 @@ def test_gpu_check_spec_covers_every_gpu_path_and_validates(tmp_path):
     path.write_text(gc.spec_text(str(tmp_path / "index.csv"), small=False, device="cuda"))
     trials = grid.expand(spec_file.load(path))
     cases = gc.cases(str(tmp_path / "index.csv"), small=False)
-    assert len(trials) == len(cases) == 11
+    assert len(trials) == len(cases) == 16
     by_label = {c.label: t.spec for c, t in zip(cases, trials, strict=True)}
     assert by_label["fp16 GradScaler"].precision == "fp16-mixed"
-    assert by_label["compile"].model.compile is True
+    assert by_label["compile, profiled"].model.compile is True and by_label["compile, profiled"].measure.profile
+    assert by_label["DINO + compile"].model.compile and by_label["DINO + compile"].objective.kind == "dino"
+    assert by_label["side-stream prefetch"].loader.device_prefetch
+    assert by_label["fp32, runtime knobs"].runtime.matmul_precision == "high"
+    assert by_label["CT PNG, 2 workers (built io_bound)"].loader.num_workers == 2
     assert by_label["unpinned copies"].loader.pin_memory is False and by_label["pinned copies"].loader.pin_memory
     assert by_label["OOM under a memory cap"].hardware.memory_limit_gb == 6
     assert by_label["batch.size auto"].batch.auto
     assert by_label["DINO ViT-S/14 multi-crop"].objective.kind == "dino"
     assert by_label["CT PNG, 0 workers (built io_bound)"].loader.num_workers == 0
-    assert sum(c.hand_loop for c in cases) == 3 and {c.expect_bound for c in cases} == {
+    assert sum(c.hand_loop for c in cases) == 5 and {c.expect_bound for c in cases} == {
         None,
         "io_bound",
         "compute_bound",
+        "host_bound",
     }
+    quick, rest = (
+        gc.cases(str(tmp_path / "index.csv"), False, "quick"),
+        gc.cases(str(tmp_path / "index.csv"), False, "rest"),
+    )
+    assert len(quick) == len(gc.QUICK) and sorted(c.label for c in quick + rest) == sorted(by_label)
 
 
 def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status():
@@ -124,6 +134,21 @@ def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status
     assert recompiled.problems() == ["compile: 2 graph(s) compiled inside the timed windows"]
     too_fast = gc.Line(gc.Case("fp32", {}), {**row, "mfu": "1.7", "math_class": "fp32"})
     assert too_fast.problems() == ["fp32: MFU 170% is above the peak (math class fp32)"]
+    profiled = gc.Case("small steps", {}, expect_bound="host_bound", profiled=True)
+    host = {**row, "bound": "host_bound"}
+    assert gc.Line(profiled, host).problems() == ["small steps: measure.profile left no summary (dinox.profile)"]
+    assert gc.Line(profiled, host, profile={"steps": 3}).problems() == [
+        "small steps: the profile has no idle split of the device's time"
+    ]
+    busy = {"busy": 0.97, "host_wait": 0.01, "kernel_wait": 0.02, "other": 0.0}
+    assert gc.Line(profiled, host, profile={"idle": busy}).problems() == [
+        "small steps: labelled host_bound, yet the profiled device was busy 97%"
+    ]
+    waiting = {"busy": 0.35, "host_wait": 0.6, "kernel_wait": 0.05, "other": 0.0}
+    assert gc.Line(profiled, host, profile={"idle": waiting}).problems() == []
+    assert "| 35% / 60% " in gc.table([gc.Line(profiled, host, profile={"idle": waiting})])
+    broken = gc.Line(built, {**row, "bound": "compute_bound"}, hand_error="hand loop exited 1: TypeError: x")
+    assert broken.problems() == ["built compute_bound: hand loop exited 1: TypeError: x"]
     text = gc.table([line, fine])
     assert "| built compute_bound | ok     | 96.0  | -             | 0.960" in text and "41.0%" in text
     assert "2.0%" in text and gc.table([gc.Line(built, {**row, "window_spread": "0.031"})]).count("| 3.1% ") == 1
