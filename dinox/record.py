@@ -161,6 +161,9 @@ IMAGES_PER_S_NO_LOADER = _metric(
 )
 IMAGES_PER_S_COMPUTE_HALF = _metric("trial", "images_per_s_compute_half", "CUDA: compute-only at half the batch")
 FIXED_SHARE = _metric("trial", "fixed_share", "CUDA: the share of a step that does not shrink with the batch")
+HOST_AHEAD_STEPS = _metric(
+    "trial", "host_ahead_steps", "CUDA: the device's queued work at a step's end in the compute-only windows, in steps"
+)
 LOADER_COST = _metric("trial", "loader_cost", "1 - images_per_s / images_per_s_no_loader")
 LOADER_COST_LOW = _metric("trial", "loader_cost_low", "the low end of the interval the label read")
 LOADER_COST_HIGH = _metric("trial", "loader_cost_high", "the high end of that interval")

@@ -79,6 +79,17 @@ def test_the_ablation_rule_reads_intervals_and_says_when_they_cannot_tell():
     assert bound(none, compute_only_idle_share=0.3) == "host_bound"
     assert bound(none, fixed_share=0.7) == "host_bound"
     assert bound(none, fixed_share=0.7, host_ahead=3.0) == "compute_bound"  # under-occupied, not starved
+    assert bound(none, fixed_share=0.7, host_ahead=0.0) == "host_bound"  # the device ran dry each step
+    # The first H100's ResNet-50 (bf16, batch 128, side-stream copies): half the batch is host-bound (its
+    # thousand-odd launches outlast the half step), the full batch led by half a step, as fast as its hand loop.
+    assert bound(none, fixed_share=0.55, host_ahead=0.49) == "compute_bound"
+    assert bound(none, fixed_share=0.68, host_ahead=0.15) == "inconclusive"  # a little queued: cannot tell
+    # ... and its evidence says what left it so, beside costs that are below the threshold.
+    costs = {"loader_cost_low": 0.0, "loader_cost_high": 0.05, "transfer_cost_low": 0.0, "transfer_cost_high": 0.02}
+    assert explain({**costs, "fixed_share": 0.68, "host_ahead_steps": 0.15}, 0.1) == (
+        "loader ≤5%, copies ≤2%, fixed 68% at lead 0.15 step"
+    )
+    assert explain({**costs, "fixed_share": 0.3, "host_ahead_steps": 0.15}, 0.1) == "loader ≤5%, copies ≤2%"
 
 
 def test_the_device_and_host_rules():

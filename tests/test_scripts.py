@@ -198,3 +198,29 @@ def test_bench_verify_prints_a_row_per_round(tmp_path):
     out = run_script("bench_verify.py", "--spec", str(spec), "--rounds", "1", "--minutes", "0.05", cwd=tmp_path)
     row = next(ln for ln in out.splitlines() if ln.startswith("| 1 |"))
     assert re.match(r"\| 1 \| GO \| size=4 .*\| \d+ \| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \|$", row), out
+
+
+def test_gpu_check_stopped_by_timeout_stops_its_children(tmp_path):
+    """`timeout` (SIGTERM) on the check stops the `dinox run` under it, whose trial records what it has, and
+    leaves no process behind to weigh on the next run (a hand loop left so once read as a loader's cost)."""
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--small", "--keep", str(tmp_path / "kept")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    first = proc.stdout.readline()
+    while first and not first.startswith("[1/3]"):
+        first = proc.stdout.readline()
+    assert first.startswith("[1/3]"), proc.stderr.read()
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children  # dinox run and its trial
+    proc.terminate()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "gpu_check: stopped; its children with it" in err, err[-2000:]
+    assert "dinox: interrupted" in out + err
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, alive

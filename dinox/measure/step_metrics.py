@@ -82,6 +82,8 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
         fixed_share=out.metrics.get(rec.FIXED_SHARE),
         host_ahead=_host_ahead(stats.compute_full),
     )
+    if evidence.host_ahead is not None:
+        out.metrics[rec.HOST_AHEAD_STEPS] = evidence.host_ahead
     out.bound, out.tags[rec.BOUND_RULE] = classify(evidence, m.bound_threshold)
     if why := explain(out.metrics, m.bound_threshold):
         out.tags[rec.BOUND_EVIDENCE] = why
