@@ -4,6 +4,7 @@ servers; the store is checked run by run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -217,3 +218,35 @@ def test_two_sweeps_at_once_against_one_server(mlflow_server, tmp_path):
             "spec.yaml",
             "throughput_vs_batch.png",
         }
+
+
+def test_a_password_in_the_tracking_uri_is_used_and_never_shown(mlflow_server, tmp_path):
+    """http://user:password@host, as MLflow takes it (basic auth), is accepted, not refused as an unknown
+    host; the password reaches no line, log, file, tag or report (each once printed it)."""
+    secret = "s3cret-pw"
+    host = mlflow_server.url.split("://", 1)[1]
+    uri = f"http://team:{secret}@{host}"
+    (tmp_path / "s.yaml").write_text(TINY.format(name="guarded") + "budget: {days: 1, target_images: 100}\n")
+    env = {"MLFLOW_TRACKING_URI": uri, **SIDE_BY_SIDE}
+    ran = run_dinox(["run", "s.yaml"], tmp_path, env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"-> http://team:***@{host} (experiment" in ran.stdout
+    decided = run_dinox(["decide", "--spec", "s.yaml", "--out", "out"], tmp_path, env)
+    assert decided.returncode in (0, 1, 3), decided.stdout + decided.stderr
+    down = run_dinox(["decide", "--spec", "s.yaml", "--tracking-uri", f"http://team:{secret}@127.0.0.1:9"], tmp_path)
+    assert down.returncode == 2 and "http://team:***@127.0.0.1:9" in down.stderr, down.stderr
+    (sweep_dir,) = (tmp_path / ".dinox" / "sweeps" / "guarded").iterdir()
+    synced = run_dinox(["sync", str(sweep_dir)], tmp_path, env)  # the journal's masked URI, filled from the env
+    assert synced.returncode == 0 and "0 result(s) logged" in synced.stdout, synced.stdout + synced.stderr
+    unsure = run_dinox(["sync", str(sweep_dir)], tmp_path, {"MLFLOW_TRACKING_URI": mlflow_server.url})
+    assert unsure.returncode == 2 and "names http://team:***@" in unsure.stderr, unsure.stdout + unsure.stderr
+    assert "without its password (never written to disk)" in unsure.stderr
+    for proc in (ran, decided, down, synced, unsure):
+        assert secret not in proc.stdout + proc.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    client = MlflowClient(mlflow_server.url)
+    exp = client.get_experiment_by_name("guarded")
+    for run in client.search_runs([exp.experiment_id]):
+        assert secret not in json.dumps([run.data.tags, run.data.params]), run.info.run_id

@@ -125,3 +125,45 @@ def test_submit_refuses_a_local_store_and_tasks_or_ids_the_sweep_does_not_have(t
         proc = run_dinox(["submit", "s.yaml", *args], cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith(message), (args, proc.stderr)
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".dinox").exists()
+
+
+def test_submit_refuses_what_would_not_stay_a_value_in_the_job_script(tmp_path):
+    """A newline in an option or the workdir once became a command line of job.sbatch (run on the node), a
+    space made sbatch refuse the script, a % sent every task's log to a path that does not exist. Each is
+    refused in one line naming the option, before the store is asked and before anything is written."""
+    (tmp_path / "s.yaml").write_text(SWEEP)
+    bad = tmp_path / "bad"
+    hostile = {
+        ("--mem", "64G\necho pwned >/tmp/pwned"): "error: --mem '64G\\necho pwned >/tmp/pwned': a control character",
+        ("--mem", "64 G"): "error: --mem '64 G': not a value sbatch takes for --mem",
+        ("--time", "6h; rm -rf ~"): "error: --time '6h; rm -rf ~': not a value sbatch takes for --time",
+        ("--partition", "gpu\n#SBATCH --uid=0"): "error: --partition 'gpu\\n#SBATCH --uid=0': a control character",
+        ("--sbatch-option", "--qos=high\ntouch x"): "error: --sbatch-option '--qos=high\\ntouch x': a control",
+        ("--sbatch-option", "qos=high"): "error: --sbatch-option 'qos=high': an sbatch option starts with -",
+        ("--workdir", f"{bad}\nid"): "error: --workdir: the job's folder",
+        ("--workdir", f"{bad} space"): "error: --workdir: the job's folder",
+        ("--workdir", f"{bad}%A"): "error: --workdir: the job's folder",
+    }
+    for (option, value), message in hostile.items():
+        args = ["submit", "s.yaml", "--tasks", "2", option, value, "--tracking-uri", "http://127.0.0.1:9"]
+        proc = run_dinox(args, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(message), (option, value, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert "\n" not in proc.stderr.strip()  # the value shown escaped, never as a line of its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing written, no store made
+
+
+def test_submit_into_a_workdir_it_cannot_write_leaves_nothing_behind(tmp_path, slurm, pg_mlflow_server):
+    """Once a traceback and a 0-byte job.sbatch: now one line, exit 2, no job folder, nothing submitted. A
+    file where the workdir should be fails for root as for anyone (a read-only folder does not stop root)."""
+    (tmp_path / "s.yaml").write_text(SWEEP)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "slurm").write_text("a file, not a folder\n")
+    env = {**slurm.env, "MLFLOW_TRACKING_URI": pg_mlflow_server.url}
+    proc = run_dinox(["submit", "s.yaml", "--tasks", "2", "--workdir", "taken"], cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    folder = tmp_path / "taken" / "slurm"
+    assert proc.stderr.startswith(f"error: --workdir: cannot write the job script in '{folder}/"), proc.stderr
+    assert "Not a directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert (tmp_path / "taken" / "slurm").read_text() == "a file, not a folder\n"
+    assert not slurm.run("squeue", "-h").stdout.strip()  # nothing submitted

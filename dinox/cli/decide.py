@@ -14,6 +14,7 @@ import click
 
 from dinox.cli.common import TRACKING_URI, BadInput, load_trials
 from dinox.errors import DinoxError
+from dinox.store.backend import shown_uri
 
 if typing.TYPE_CHECKING:  # imported when the command runs: `dinox --help` stays quick
     from dinox.decide.budget import Budget
@@ -234,7 +235,7 @@ def run_decision(
 
     records, sources, home = fetch_trials(uri, experiments, run_ids)
     if not records:
-        raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {uri}")
+        raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {shown_uri(uri)}")
     verified = fetch_verifications(uri, [r.experiment_id for r in records])
     decision = decide(records, budget, policy, verified)
     decision.sources = sources

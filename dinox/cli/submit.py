@@ -17,6 +17,7 @@ from dinox import record as rec
 from dinox.cli.common import SET, TRACKING_URI, BadInput, load_trials
 from dinox.errors import DinoxError
 from dinox.launch import slurm
+from dinox.store.backend import shown_uri
 
 # Stores a task on another host cannot share: each would write (or fail to find) its own.
 _LOCAL_SCHEMES = ("sqlite", "file", "")
@@ -84,14 +85,14 @@ def submit(
         raise BadInput(f"--tasks {tasks}: the sweep has {len(trials)} trials; give at most {len(trials)}")
     ids = _array(array, tasks)
     name = trials[0].spec.name
-    uri = _shared_store(tracking_uri)
     resources = slurm.Resources(partition, gpus_per_task, cpus_per_task, mem, time_limit, parallel, extra)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     job = slurm.Job(name, tasks, ids, Path(workdir).absolute() / "slurm" / f"{stamp}-{name}")
+    slurm.check_script_values(resources, job.job_dir)  # before the store is asked anything
+    uri = _shared_store(tracking_uri)
     run_args = [sys.executable, "-m", "dinox", "run", str(Path(spec_file).absolute())]
     run_args += [arg for s in sets for arg in ("--set", s)]
-    job.job_dir.mkdir(parents=True, exist_ok=True)
-    job.script.write_text(slurm.render(job, resources, run_args, job.job_dir, Path.cwd()))
+    _write_script(job, slurm.render(job, resources, run_args, job.job_dir, Path.cwd()))
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri)  # sbatch passes its environment on (--export=ALL)
     try:
         job_id = slurm.sbatch(job.script, env)
@@ -100,13 +101,29 @@ def submit(
         raise
     click.echo(
         f"dinox: {name!r} ({len(trials)} trials) submitted as Slurm job {job_id}: tasks "
-        f"{slurm.compress(ids)} of {tasks} slices, recording into {_shown(uri)}"
+        f"{slurm.compress(ids)} of {tasks} slices, recording into {shown_uri(uri)}"
     )
     click.echo(f"       script and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
     if wait:
         recorded = _recorded(uri, name, trials)
         _follow(slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo), job)
         click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
+
+
+def _write_script(job: slurm.Job, text: str) -> None:
+    """The script whole or not at all: written beside itself and renamed, so a full or unwritable workdir
+    leaves no empty job.sbatch to be mistaken for a job, and no folder of the job's."""
+    made = not job.job_dir.exists()
+    try:
+        job.job_dir.mkdir(parents=True, exist_ok=True)
+        part = job.job_dir / ".job.sbatch.part"
+        with open(part, "x") as f:  # exclusive: a link planted under that name is never followed
+            f.write(text)
+        part.replace(job.script)
+    except OSError as e:
+        if made:
+            shutil.rmtree(job.job_dir, ignore_errors=True)
+        raise BadInput(f"--workdir: cannot write the job script in {str(job.job_dir)!r} ({e.strerror})") from None
 
 
 def _follow(wait: slurm.Wait, job: slurm.Job) -> None:
@@ -137,34 +154,24 @@ def _array(text: str | None, tasks: int) -> tuple[int, ...]:
 
 def _shared_store(tracking_uri: str | None) -> str:
     """The store every task can reach, or a one-line refusal with the fix."""
-    from dinox.store.backend import resolve_tracking_uri, store_problem
+    from dinox.store.backend import TrackingError, check_reachable, resolve_tracking_uri, store_problem
 
     uri = resolve_tracking_uri(tracking_uri)
     scheme = urllib.parse.urlsplit(uri).scheme.lower()
     if scheme in _LOCAL_SCHEMES or len(scheme) == 1:  # a Windows drive letter is a path too
         raise BadInput(
-            f"tracking store {uri} is a local file: every array task would write its own on its own host; start "
+            f"tracking store {shown_uri(uri)} is a local file: every array task would write its own on its own "
+            "host; start "
             "one `mlflow server` the nodes reach and give its URL (--tracking-uri http://HOST:5000, or export "
             "MLFLOW_TRACKING_URI)"
         )
     if problem := store_problem(uri):
-        raise BadInput(f"tracking store {_shown(uri)}: {problem}")
-    if scheme in ("http", "https"):
-        try:
-            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=10)
-        except OSError as e:
-            raise BadInput(
-                f"tracking server {uri} does not answer ({getattr(e, 'reason', e)}): start it before submitting"
-            ) from None
+        raise BadInput(f"tracking store {shown_uri(uri)}: {problem}")
+    try:
+        check_reachable(uri)
+    except TrackingError as e:
+        raise BadInput(f"{e}: start it before submitting") from None
     return uri
-
-
-def _shown(uri: str) -> str:
-    """The URI without its password (it goes to the terminal and the logs)."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.password is None:
-        return uri
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 def _recorded(uri: str, name: str, trials: list):

@@ -10,6 +10,7 @@ import click
 
 from dinox.cli.common import TRACKING_URI, BadInput
 from dinox.errors import EXIT_BAD_INPUT
+from dinox.store.backend import shown_uri
 
 
 @click.command()
@@ -157,10 +158,10 @@ def ui(tracking_uri: str | None, host: str, port: int) -> None:
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
-        raise BadInput(f"{uri} is a tracking server: open it in a browser, it serves its own UI")
+        raise BadInput(f"{shown_uri(uri)} is a tracking server: open it in a browser, it serves its own UI")
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: the UI listens on {host}, reachable by others, with no authentication", err=True)
-    click.echo(f"MLflow UI on http://{host}:{port} for {uri} (Ctrl-C to stop)")
+    click.echo(f"MLflow UI on http://{host}:{port} for {shown_uri(uri)} (Ctrl-C to stop)")
     # One user's UI: one worker starts in a fraction of the time of MLflow's default four, and the job
     # runner MLflow 3 starts beside it (for its GenAI features) has nothing to do for dinox's runs.
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")

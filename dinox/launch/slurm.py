@@ -33,6 +33,49 @@ class SlurmError(DinoxError):
     """sbatch refused the job, or Slurm's commands are not here."""
 
 
+class ScriptValueError(DinoxError):
+    """A value that cannot enter the job script safely (exit 2): refused before anything is written."""
+
+
+# A control character (a newline above all) ends an #SBATCH or comment line, and what follows it is a command
+# of the job script, run on the node.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# An #SBATCH line has no quoting: whitespace ends its value, and in --output's path % starts one of Slurm's
+# filename patterns (%a, %A, %j): a log path with either is wrong before the task runs.
+_NOT_IN_A_DIRECTIVE_PATH = re.compile(r"[\s%\"'\\]")
+# sbatch's own forms: --mem 64G, 16000M, 500; --time 30, 06:00:00, 2-00:00:00, 2-12; a partition's name.
+_FORMS = {
+    "--mem": re.compile(r"\d+[KMGT]?"),
+    "--time": re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE"),
+    "--partition": re.compile(r"[\w.+-]+(,[\w.+-]+)*"),
+}
+
+
+def check_script_values(resources: Resources, job_dir: Path) -> None:
+    """Refuse, in one line naming the option, every value that would not stay what it is in the job script:
+    a line of its own, a shell command, a Slurm pattern. The rest of the script is shell-quoted."""
+    values = [("--partition", resources.partition), ("--mem", resources.mem), ("--time", resources.time)]
+    values += [("--sbatch-option", e) for e in resources.extra]
+    for option, value in values:
+        if value is None:
+            continue
+        if _CONTROL.search(value):
+            raise ScriptValueError(
+                f"{option} {value!r}: a control character (a newline) would end the #SBATCH line and make the "
+                "rest a command of the job script"
+            )
+        if option in _FORMS and not _FORMS[option].fullmatch(value):
+            raise ScriptValueError(f"{option} {value!r}: not a value sbatch takes for {option}")
+        if option == "--sbatch-option" and not value.startswith("-"):
+            raise ScriptValueError(f"{option} {value!r}: an sbatch option starts with - (--qos=high)")
+    if bad := _CONTROL.search(str(job_dir)) or _NOT_IN_A_DIRECTIVE_PATH.search(str(job_dir)):
+        raise ScriptValueError(
+            f"--workdir: the job's folder {str(job_dir)!r} holds {bad.group()!r}: Slurm reads the tasks' log path "
+            "from an #SBATCH line, where whitespace ends it, % starts a pattern and a newline starts a command; "
+            "give a --workdir (by default .dinox in the current folder) without whitespace, %, quotes or backslashes"
+        )
+
+
 @dataclass(frozen=True)
 class Resources:
     """What each array task asks Slurm for; None: the cluster's default."""
@@ -100,7 +143,9 @@ def expand(text: str) -> list[int]:
 
 def render(job: Job, resources: Resources, run_args: list[str], workdir: Path, cwd: Path) -> str:
     """The sbatch script: directives, then `dinox run ... --shard ${SLURM_ARRAY_TASK_ID}/N` in `cwd`, each task
-    journaling into a workdir of its own (tasks on one shared file system must not share one)."""
+    journaling into a workdir of its own (tasks on one shared file system must not share one). Values in its
+    directives and comments are checked (check_script_values); those in its commands are shell-quoted."""
+    check_script_values(resources, job.job_dir)
     run = " ".join(shlex.quote(a) for a in run_args)
     task_dir = shlex.quote(str(workdir / "task-")) + "${SLURM_ARRAY_TASK_ID}"
     return "\n".join(

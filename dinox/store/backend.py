@@ -60,6 +60,13 @@ def configure_client(log_file: Path | None = None) -> None:
         log.propagate = False
 
 
+def client(uri: str) -> MlflowClient:
+    """A client of the store at `uri`, configured as every dinox client is (configure_client): quick to fail,
+    quiet, and printing no "View run at" link (which would show the URI's password)."""
+    configure_client()
+    return MlflowClient(tracking_uri=uri)
+
+
 @contextlib.contextmanager
 def _dir_lock(folder: Path) -> Iterator[None]:
     """An exclusive flock on a folder (no lock file left behind), held while the block runs."""
@@ -228,6 +235,21 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
     return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+def shown_uri(uri: str) -> str:
+    """A tracking URI as it may be shown (terminal, logs, tags, reports): its password masked, the rest as
+    given; the one rule for every line that names a store."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        password = parts.password
+    except ValueError:  # not a URL urllib can read (a bad port): nothing in it is taken for a password
+        return uri
+    if not password:
+        return uri
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.split(":", 1)[0]
+    return parts._replace(netloc=f"{name}:***@{host}").geturl()
+
+
 def describe_store_error(e: BaseException) -> str:
     """One line for a store failure; for a server that cannot be reached, why, before MLflow's long tail of
     retry details cuts it off."""
@@ -239,9 +261,9 @@ def describe_store_error(e: BaseException) -> str:
 def store_error(uri: str, e: BaseException) -> str:
     why = _unreachable(getattr(e, "message", None) or str(e))
     return (
-        f"cannot reach the tracking server at {uri} ({why})"
+        f"cannot reach the tracking server at {shown_uri(uri)} ({why})"
         if why
-        else f"tracking store {uri}: " + (describe_store_error(e))
+        else f"tracking store {shown_uri(uri)}: " + (describe_store_error(e))
     )
 
 
@@ -264,8 +286,12 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
     with backoff for minutes before it says anything. Any HTTP answer will do: something is listening."""
     if not uri.startswith(("http://", "https://")):
         return
+    # http://user:password@host, as MLflow reads it (its basic auth): urllib would take "user:password@host"
+    # for the host. /health answers without the credentials, and any answer will do.
+    parts = urllib.parse.urlsplit(uri)
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).close()
+        urllib.request.urlopen(bare.rstrip("/") + "/health", timeout=timeout).close()
     except urllib.error.HTTPError:
         return
     except (urllib.error.URLError, OSError) as e:
@@ -279,7 +305,7 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
             # MLFLOW_TRACKING_INSECURE_TLS) may fail here and work there, so MLflow gets to try.
             why = _unreachable(str(reason)) if isinstance(reason, socket.gaierror | OSError) else ""
         if why:
-            raise TrackingError(f"cannot reach the tracking server at {uri} ({why})") from None
+            raise TrackingError(f"cannot reach the tracking server at {shown_uri(uri)} ({why})") from None
 
 
 def search_all(client: MlflowClient, experiment_ids: list[str], filter_string: str = "") -> list:

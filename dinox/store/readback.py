@@ -8,7 +8,6 @@ import os
 import time
 from pathlib import Path
 
-from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
@@ -18,9 +17,13 @@ from dinox.store.backend import (
     check_reachable,
     now_ms,
     search_all,
+    shown_uri,
     sqlite_path,
     store_error,
     store_problem,
+)
+from dinox.store.backend import (
+    client as store_client,
 )
 from dinox.store.descriptions import NOTE_TAG
 from dinox.store.trial_record import TrialRecord, store_text
@@ -50,7 +53,7 @@ def fetch_trials(
     dinox.trial_id) counts once, by its latest run. Also the sources read and the experiment id a decision
     run should go to. Raises TrackingError for what does not exist."""
     if why := store_problem(tracking_uri):
-        raise TrackingError(f"tracking store {tracking_uri}: {why}")
+        raise TrackingError(f"tracking store {shown_uri(tracking_uri)}: {why}")
     check_reachable(tracking_uri)
     path = sqlite_path(tracking_uri)
     if path is not None and not path.exists():  # reading never creates a store
@@ -62,12 +65,12 @@ def fetch_trials(
     sources: list[str] = []
     home = ""
     try:
-        client = MlflowClient(tracking_uri=tracking_uri)
+        client = store_client(tracking_uri)
         for name in experiments:
             exp = client.get_experiment_by_name(name)
             if exp is None or exp.lifecycle_stage == "deleted":
                 raise TrackingError(
-                    f"experiment {name!r} not found in {tracking_uri}: `dinox run SPEC` records a "
+                    f"experiment {name!r} not found in {shown_uri(tracking_uri)}: `dinox run SPEC` records a "
                     "spec's trials in the experiment named by its `name`"
                 )
             home = home or exp.experiment_id
@@ -78,7 +81,7 @@ def fetch_trials(
             try:
                 parent = client.get_run(run_id)
             except MlflowException:
-                raise TrackingError(f"run {run_id!r} not found in {tracking_uri}") from None
+                raise TrackingError(f"run {run_id!r} not found in {shown_uri(tracking_uri)}") from None
             home = home or parent.info.experiment_id
             sources.append(f"sweep run {run_id}")
             children = search_all(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
@@ -137,7 +140,7 @@ def log_decision(
 ) -> str:
     """Record a decision as a run of its own (dinox.role = decision) with the report files as artifacts.
     Under `mlflow run`, the run MLflow started is that run."""
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = store_client(tracking_uri)
     try:
         run_id = os.environ.get("MLFLOW_RUN_ID")
         if not run_id:
@@ -167,15 +170,15 @@ def log_decision(
 def read_run(tracking_uri: str, run_id: str) -> TrialRecord:
     """One run as a record (`dinox verify` reads the trial it trains). Raises TrackingError."""
     if why := store_problem(tracking_uri):
-        raise TrackingError(f"tracking store {tracking_uri}: {why}")
+        raise TrackingError(f"tracking store {shown_uri(tracking_uri)}: {why}")
     check_reachable(tracking_uri)
     path = sqlite_path(tracking_uri)
     if path is not None and not path.exists():
         raise TrackingError(f"no tracking store at {path}: `dinox run SPEC` records the trials there first")
     try:
-        return record_of(MlflowClient(tracking_uri=tracking_uri).get_run(run_id))
+        return record_of(store_client(tracking_uri).get_run(run_id))
     except MlflowException:
-        raise TrackingError(f"run {run_id!r} not found in {tracking_uri}") from None
+        raise TrackingError(f"run {run_id!r} not found in {shown_uri(tracking_uri)}") from None
     except (OSError, ValueError, ImportError) as e:
         raise TrackingError(store_error(tracking_uri, e)) from None
 
@@ -185,7 +188,7 @@ def fetch_verifications(tracking_uri: str, experiment_ids: list[str]) -> dict[st
     TrackingError."""
     latest: dict[str, tuple[int, TrialRecord]] = {}
     try:
-        client = MlflowClient(tracking_uri=tracking_uri)
+        client = store_client(tracking_uri)
         for run in search_all(client, sorted(set(experiment_ids)), f"tags.`{rec.ROLE}` = 'verify'"):
             record = record_of(run)
             trial = record.tags.get(rec.VERIFIES, "")
@@ -207,7 +210,7 @@ def log_verify(
     note: str,
 ) -> str:
     """Record a `dinox verify` as a run of its own (dinox.role = verify) beside the trial it trained."""
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = store_client(tracking_uri)
     try:
         run_id = client.create_run(experiment_id, run_name=run_name).info.run_id
         client.log_batch(

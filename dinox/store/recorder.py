@@ -32,6 +32,7 @@ from dinox.store.backend import (
     prepare_store,
     resolve_tracking_uri,
     search_all,
+    shown_uri,
     store_error,
     store_problem,
 )
@@ -96,7 +97,7 @@ class SweepRecorder:
         """The client, once the store is known to be able to hold a sweep and an embedded one is created and
         migrated under its folder's lock. Raises TrackingError (one line) for any store that cannot."""
         if why := store_problem(self.uri):
-            raise TrackingError(f"tracking store {self.uri}: {why}")
+            raise TrackingError(f"tracking store {shown_uri(self.uri)}: {why}")
         check_reachable(self.uri)
         try:
             prepare_store(self.uri)
@@ -149,7 +150,7 @@ class SweepRecorder:
         if exp is not None:
             if exp.lifecycle_stage == "deleted":
                 raise TrackingError(
-                    f"experiment {name!r} is deleted in {self.uri}; restore it "
+                    f"experiment {name!r} is deleted in {shown_uri(self.uri)}; restore it "
                     f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or change the spec's name"
                 )
             if EXPERIMENT_KIND[0] not in exp.tags:
@@ -269,7 +270,7 @@ class SweepRecorder:
         opened on). Raises TrackingError otherwise: the result then stays pending in the journal."""
         run = self.client.get_run(run_id)
         if run.data.tags.get(rec.STATUS) != status or run.info.status != RUN_STATUS[status]:
-            raise TrackingError(f"run {run_id} does not read back as {status} from {self.uri}")
+            raise TrackingError(f"run {run_id} does not read back as {status} from {shown_uri(self.uri)}")
         self._confirm_file()
 
     def explain(self, e: BaseException) -> str:

@@ -13,6 +13,7 @@ its results are logged, its runs still RUNNING are marked KILLED with the reason
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from mlflow.exceptions import MlflowException
 from dinox import record as rec
 from dinox.errors import DinoxError
 from dinox.isolate.lifeline import ProcessRef
-from dinox.store.backend import TrackingError, describe_store_error
+from dinox.store.backend import TrackingError, describe_store_error, shown_uri
 from dinox.store.recorder import RUN_STATUS, SweepRecorder, result_summary
 from dinox.sweep.journal import JOURNAL, Journal, JournalState
 
@@ -64,6 +65,20 @@ def pending_sweeps(workdir: Path) -> list[Path]:
     return out
 
 
+def _journal_uri(recorded: str) -> str:
+    """The store a journal names. Its password was masked when written: the environment's URI fills it in
+    when it names the same store, else the user is asked for it."""
+    if shown_uri(recorded) == recorded and "***@" not in recorded:
+        return recorded
+    env = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if env and shown_uri(env) == recorded:
+        return env
+    raise SyncError(
+        f"the sweep's journal names {recorded} without its password (never written to disk): give the store "
+        "with --tracking-uri or MLFLOW_TRACKING_URI"
+    )
+
+
 def sync_sweep(sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[[str], None] = print) -> SyncReport:
     """Raises SyncError for a local problem, TrackingError when the store fails."""
     journal = Journal(sweep_dir)
@@ -75,7 +90,7 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[
     for bad in state.bad_lines[:5]:
         echo(f"warning: {journal.path}: {bad}; skipped")
     try:
-        recorder = SweepRecorder(tracking_uri or state.sweep["tracking_uri"])
+        recorder = SweepRecorder(tracking_uri or _journal_uri(state.sweep["tracking_uri"]))
         recorder.attach(state.sweep["experiment_id"], state.sweep["parent_run_id"])
         _log_pending(recorder, journal, state, report)
         _close_parent(recorder, journal, state, report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dinox.store.backend import shown_uri
 from dinox.store.recorder import SweepRecorder
 from dinox.sweep.journal import Journal
 from dinox.sweep.outputs import SweepReport
@@ -31,7 +32,8 @@ class BestEffortStore:
             self.report.store_failures += 1
             if getattr(e, "error_code", "") in REFUSALS:  # the store is up and said no: not an outage
                 self.echo(
-                    f"warning: tracking store {self.recorder.uri} refused a write ({self.recorder.explain(e)}); "
+                    f"warning: tracking store {shown_uri(self.recorder.uri)} refused a write "
+                    f"({self.recorder.explain(e)}); "
                     "a sync cannot change that: the record itself is at fault, please report it"
                 )
                 return False, None
@@ -44,10 +46,11 @@ class BestEffortStore:
                     if self.journal is not None
                     else "nothing was measured yet"
                 )
-                self.echo(f"warning: tracking store {self.recorder.uri} failed ({self.recorder.explain(e)}); {kept}")
+                why = self.recorder.explain(e)
+                self.echo(f"warning: tracking store {shown_uri(self.recorder.uri)} failed ({why}); {kept}")
             self.down = True
             return False, None
         if self.down:
-            self.echo(f"note: tracking store {self.recorder.uri} answers again")
+            self.echo(f"note: tracking store {shown_uri(self.recorder.uri)} answers again")
         self.down = False
         return True, value

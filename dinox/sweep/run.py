@@ -31,7 +31,7 @@ from dinox.plan.grid import Trial, trial_id
 from dinox.plan.machine import DeviceMissing, missing_message
 from dinox.spec.file import SpecDocument
 from dinox.store import descriptions
-from dinox.store.backend import configure_client
+from dinox.store.backend import configure_client, shown_uri
 from dinox.store.recorder import SweepRecorder
 from dinox.store.trial_record import TrialRecord
 from dinox.sweep import end
@@ -212,13 +212,15 @@ class Sweep:
                 self.estimate_dir.parent.rmdir()  # the tmp folder, once no other sweep uses it
         configure_client(sweep_dir / "store.log")  # the store libraries' own tracebacks go there, not here
         self.journal = journal = Journal(sweep_dir)
-        journal.sweep(self.recorder.uri, self.recorder.experiment_id, self.parent, self.name, ProcessRef.me().tags())
+        # The journal names the store as shown: a password is never written to disk (sync asks for it).
+        shown, me = shown_uri(self.recorder.uri), ProcessRef.me().tags()
+        journal.sweep(shown, self.recorder.experiment_id, self.parent, self.name, me)
         self.store = BestEffortStore(self.recorder, journal, self.echo, self.report)
         self.store.call(self.recorder.tag_sweep_dir, sweep_dir)
         self.csv_path = sweep_dir / "results.csv"
-        n, exp = len(self.trials), self.recorder.experiment_id
+        n, exp, uri = len(self.trials), self.recorder.experiment_id, shown_uri(self.recorder.uri)
         self.echo(
-            f"dinox: {n} trial{'s' if n != 1 else ''} of {self.name!r} -> {self.recorder.uri} (experiment {exp}, "
+            f"dinox: {n} trial{'s' if n != 1 else ''} of {self.name!r} -> {uri} (experiment {exp}, "
             f"parent run {self.parent}); local results in {sweep_dir}"
         )
 
