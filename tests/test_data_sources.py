@@ -370,3 +370,29 @@ def test_synthetic_uint8_is_normalised_on_the_device_as_timm_s_loader_does():
     assert out[0, :, 0, 0].tolist() == pytest.approx([(1 - m) / s for m, s in zip(MEAN, STD, strict=True)])
     one = DevicePrep(SyntheticData(), torch.device("cpu"), 8, 10, channels=1).images(batch[:, :1])
     assert one.shape == (2, 1, 8, 8) and prep.mixup is None and prep.erase is None
+
+
+@pytest.mark.parametrize("planted", ["absolute", "dotdot"])
+def test_an_index_that_names_files_outside_its_root_is_refused_by_dinox_shards(ct, tmp_path, planted):
+    """An index (shared, downloaded) once carried /etc/shadow-like paths, or ../ ones, into shards anyone
+    with the shards could read. It names files under its root only; --root says where that is."""
+    import shutil
+
+    from tests.conftest import run_dinox
+
+    root, _hu = ct
+    png = tmp_path / "png"
+    shutil.copytree(root / "png", png)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the team's token\n")
+    index = png / "_index" / "index.csv"
+    rows = index.read_text().splitlines()
+    series = rows[1].split(",")[1]
+    bad = str(secret) if planted == "absolute" else "../secret.txt"
+    index.write_text("\n".join([*rows, f"{bad},{series},99"]) + "\n")
+    out = tmp_path / "shards"
+    proc = run_dinox(["shards", "--index-csv", str(index), "--out", str(out)], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = len(rows) + 1
+    assert proc.stderr.startswith(f"error: {index}:{line}: png_path {bad!r} lies outside the index's root"), proc.stderr
+    assert "Traceback" not in proc.stderr and not any(out.glob("*.tar"))

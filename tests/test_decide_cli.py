@@ -455,3 +455,26 @@ def test_decide_out_where_nothing_can_be_written_is_one_line_and_exit_2(sqlite_s
     proc = decide(work, uri, "--experiment", "study", *BUDGET, "--no-log", "--out", out)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"error: --out {out}: cannot write the report there (")
+
+
+def test_links_planted_in_a_shared_out_are_replaced_never_written_through(sqlite_store, tmp_path):
+    """A `.report.md.tmp` link planted in a shared --out once made decide overwrite the file it pointed to.
+    Every file decide writes (and every temporary name beside it) now replaces a link, never follows it."""
+    work, uri, _ = sqlite_store
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "shared"
+    out.mkdir()
+    names = ["report.md", "report.html", "decision.json", "throughput_vs_batch.png", "days_vs_budget.png"]
+    for name in names + [f".{n}.tmp" for n in names]:
+        (out / name).symlink_to(victim)
+    proc = run_dinox(
+        ["decide", "--experiment", "study", *BUDGET, "--no-log", "--out", str(out)],
+        tmp_path,
+        {"MLFLOW_TRACKING_URI": uri},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert victim.read_text() == "precious\n"
+    for name in names:
+        assert not (out / name).is_symlink() and (out / name).stat().st_size > 0, name
+    assert json.loads((out / "decision.json").read_text())["verdict"] == "GO"

@@ -3,7 +3,6 @@ option), the trials from the store, the decision, the report files, the verdict 
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 import typing
@@ -15,6 +14,7 @@ import click
 from dinox.cli.common import TRACKING_URI, BadInput, load_trials
 from dinox.errors import DinoxError
 from dinox.store.backend import shown_uri
+from dinox.writes import write_whole
 
 if typing.TYPE_CHECKING:  # imported when the command runs: `dinox --help` stays quick
     from dinox.decide.budget import Budget
@@ -267,9 +267,7 @@ def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> 
         paths = [out / "report.md", out / "report.html", out / "decision.json"]
         texts = [markdown, render_html(markdown, decision.verdict, out), decision_json.dumps(decision)]
         for path, text in zip(paths, texts, strict=True):
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            write_whole(path, text)
     except OSError as e:
         raise BadInput(f"--out {out}: cannot write the report there ({e.strerror or e})") from None
     return [*paths, *plots]

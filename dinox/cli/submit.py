@@ -18,6 +18,7 @@ from dinox.cli.common import SET, TRACKING_URI, BadInput, load_trials
 from dinox.errors import DinoxError
 from dinox.launch import slurm
 from dinox.store.backend import shown_uri
+from dinox.writes import write_whole
 
 # Stores a task on another host cannot share: each would write (or fail to find) its own.
 _LOCAL_SCHEMES = ("sqlite", "file", "")
@@ -116,10 +117,7 @@ def _write_script(job: slurm.Job, text: str) -> None:
     made = not job.job_dir.exists()
     try:
         job.job_dir.mkdir(parents=True, exist_ok=True)
-        part = job.job_dir / ".job.sbatch.part"
-        with open(part, "x") as f:  # exclusive: a link planted under that name is never followed
-            f.write(text)
-        part.replace(job.script)
+        write_whole(job.script, text)
     except OSError as e:
         if made:
             shutil.rmtree(job.job_dir, ignore_errors=True)

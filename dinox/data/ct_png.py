@@ -72,7 +72,7 @@ class CtPngSlices(Dataset):
         num_classes: int,
     ):
         self.root = Path(root) if root else default_root(index_csv)
-        self.series, slices = neighbours(read_index(index_csv))
+        self.series, slices = neighbours(read_index(index_csv, self.root))
         if subset_size is not None:
             if subset_size > len(slices):
                 raise DataError(f"{subset_size} > the {len(slices)} slices in {index_csv}", "data.subset_size")

@@ -35,7 +35,9 @@ class DataError(DinoxError, ValueError):
         self.field, self.message = field, message
 
 
-def read_index(index_csv: str | Path) -> list[dict[str, str]]:
+def read_index(index_csv: str | Path, root: Path | None = None) -> list[dict[str, str]]:
+    """The index's rows, checked; with `root`, each png_path must name a file under it: an index (shared,
+    downloaded) that names /etc/shadow or ../../secrets would read it into a batch, or store it in shards."""
     path = Path(index_csv)
     try:
         with open(path, newline="") as f:
@@ -55,6 +57,13 @@ def read_index(index_csv: str | Path) -> list[dict[str, str]]:
             raise DataError(f"{path}:{line}: a row without {', '.join(c for c in REQUIRED_COLUMNS if not r.get(c))}")
         if not r["slice_index"].strip().lstrip("-").isdigit():
             raise DataError(f"{path}:{line}: slice_index {r['slice_index']!r} is not a whole number")
+        png = r["png_path"]
+        if root is not None and (os.path.isabs(png) or os.path.normpath(png).split(os.sep)[0] == ".."):
+            raise DataError(
+                f"{path}:{line}: png_path {png!r} lies outside the index's root {str(root)!r}: an index names files "
+                "under its root only (relative, no ..); give the folder that holds them as the root "
+                "(dinox shards --root, data.root)"
+            )
     return rows
 
 
@@ -86,7 +95,7 @@ def write_shards(
     """Write every slice of the index as a sample; return the shard paths. png16: the three slices as the PNG
     bytes preprocess wrote; raw16: as one uint16 [3, H, W] array (``slices.npy``), nothing to inflate."""
     root = Path(root) if root else default_root(index_csv)
-    series, slices = neighbours(read_index(index_csv))
+    series, slices = neighbours(read_index(index_csv, root))
     with ShardSet(Path(out_dir), prefix, shard_size, replace) as sink:
         for s, z in slices:
             paths = series[s]

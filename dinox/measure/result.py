@@ -6,13 +6,13 @@ No torch and no MLflow here: the child writes it, the parent reads it, tracking 
 from __future__ import annotations
 
 import json
-import os
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from dinox.measure.bound import BOUNDS, Bound
+from dinox.writes import write_whole
 
 # The file beside result.json where a trial says which phase it is in (setup, warm-up, window 2/3, ...).
 PHASE_FILE = "phase"
@@ -52,9 +52,7 @@ class TrialResult:
 
     def write_atomic(self, path: str | Path) -> None:
         # rename is atomic: the parent never reads half a result, even if the child dies mid-write.
-        tmp = Path(f"{path}.tmp{os.getpid()}")
-        tmp.write_text(self.to_json())
-        os.replace(tmp, path)
+        write_whole(path, self.to_json())
 
 
 def one_line(text: str, limit: int = 500) -> str:

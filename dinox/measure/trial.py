@@ -44,6 +44,7 @@ from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import GIB  # noqa: E402
 from dinox.spec.sections import TrialSpec  # noqa: E402
+from dinox.writes import write_whole  # noqa: E402
 
 
 def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device, tags: dict[str, str]):
@@ -395,9 +396,7 @@ def phase_writer(path: Path) -> Callable[[str], None]:
 
     def write(text: str) -> None:
         with contextlib.suppress(OSError):
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            write_whole(path, text)
 
     return write
 

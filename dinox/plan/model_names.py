@@ -15,6 +15,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from dinox.writes import write_whole
+
 
 def _cache_file() -> Path | None:
     spec = importlib.util.find_spec("timm")
@@ -39,9 +41,7 @@ def architectures() -> list[str]:
     if cache is not None:
         with contextlib.suppress(OSError):  # a read-only home only costs the import next time
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text("\n".join(names) + "\n")
-            os.replace(tmp, cache)
+            write_whole(cache, "\n".join(names) + "\n")
     return names
 
 

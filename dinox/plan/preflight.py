@@ -12,6 +12,7 @@ from dinox.data.files import (
     DataError,
     count_images,
     count_rows,
+    default_root,
     first_sample,
     read_index,
     shard_urls,
@@ -35,7 +36,7 @@ def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
             add(t, "model.name", unknown[t.spec.model.name])
         data = t.spec.data
         if isinstance(data, CtPngData):
-            for message in _index_problems(data.index_csv):
+            for message in _index_problems(data.index_csv, data.root):
                 add(t, "data.index_csv", message)
             if data.root is not None and not Path(data.root).is_dir():
                 add(t, "data.root", f"{data.root}: no such directory")
@@ -129,7 +130,7 @@ def _image_folder_problems(root: str) -> list[str]:
     return []
 
 
-def _index_problems(index_csv: str) -> list[str]:
+def _index_problems(index_csv: str, root: str | None) -> list[str]:
     path = Path(index_csv)
     if not path.exists():
         return [f"{index_csv}: no such file (write it with dinox preprocess)"]
@@ -144,7 +145,8 @@ def _index_problems(index_csv: str) -> list[str]:
     if missing:
         return [f"{index_csv}: not a dinox index.csv (missing columns {', '.join(missing)})"]
     try:
-        read_index(index_csv)  # every row, as the trial will read them: a bad one named by its line here
+        # every row, as the trial will read them: a bad one named by its line here
+        read_index(index_csv, Path(root) if root else default_root(index_csv))
     except DataError as e:
         return [e.message]
     return []

@@ -3,6 +3,7 @@ throughput against loader workers. Pure rendering of a Decision and its records;
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from dinox.decide.grouping import device_label, device_of, model_key, only_devic
 from dinox.decide.types import Candidate, ModelVerdict  # noqa: E402
 from dinox.decide.verdict import Decision  # noqa: E402
 from dinox.store.trial_record import IPS_WINDOWS, TrialRecord  # noqa: E402
+from dinox.writes import write_whole  # noqa: E402
 
 
 def write_plots(d: Decision, records: list[TrialRecord], out: Path) -> list[Path]:
@@ -284,6 +286,8 @@ def _clip_loader(ax, shown) -> None:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()  # savefig(path) would write through a link planted at path
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    write_whole(path, png.getvalue())
     return path

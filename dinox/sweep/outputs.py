@@ -4,6 +4,7 @@ then the params), the one-line account of each trial, and the SweepReport the co
 from __future__ import annotations
 
 import csv
+import io
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from dinox.plan.grid import Trial
 from dinox.store import descriptions
 from dinox.store.trial_record import IPS_WINDOWS, measured_spread, no_effect, pair_noise, within_noise
 from dinox.sweep.journal import WorkdirError
+from dinox.writes import write_whole
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
 CSV_LEAD = [
@@ -147,12 +149,11 @@ def _rung_step(r: dict[str, object], prior: dict[str, object] | None, ips: float
 
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     extra = sorted({k for row in rows for k in row} - set(CSV_LEAD))
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_LEAD + extra)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=CSV_LEAD + extra)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_whole(path, text.getvalue())
 
 
 def describe(trial: Trial, r: TrialResult) -> str:
