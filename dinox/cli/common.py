@@ -105,6 +105,55 @@ MAX_TRIALS = click.option(
 )
 
 
+# A --set value is YAML, read by the spec's own reader (which refuses control characters but newlines in a
+# flow value); every other text or path a command takes is one line of printable characters.
+_YAML_VALUED = frozenset({"--set"})
+
+
+def refuse_control_characters(group: click.Group) -> None:
+    """Every text and path parameter of every command refuses a control character (a newline, an escape),
+    before the command runs: such a value would become a line of a job script, a second line of a log or
+    journal, or a sequence the terminal obeys. One rule, applied here to all, present and future."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        for v in value if isinstance(value, tuple) else (value,):
+            text = os.fsdecode(v) if isinstance(v, bytes | os.PathLike) else v
+            if isinstance(text, str) and not text.isprintable():
+                bad = next(c for c in text if not c.isprintable())
+                raise click.BadParameter(
+                    f"{text!r} holds the control character {bad!r}: a value is one line of printable characters"
+                )
+        return value
+
+    for command in group.commands.values():
+        for param in command.params:
+            texty = isinstance(param.type, click.types.StringParamType | click.Path)
+            if texty and not _YAML_VALUED & set(param.opts) and param.callback is None:
+                param.callback = check
+
+
+class Inert:
+    """sys.stdout and sys.stderr for every command: a control character reaches the terminal as its escape
+    (`\\x1b`), never as itself. Values from a spec, an option, a path or the store are printed in many lines
+    (errors name them); an escape sequence among them would rewrite the screen, set the window's title or
+    hide what follows. Newlines, tabs and the carriage return the progress line uses pass as they are."""
+
+    _KEEP = frozenset("\n\r\t")
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if not text.isprintable():
+            text = "".join(
+                c if c.isprintable() or c in self._KEEP else c.encode("unicode_escape").decode() for c in text
+            )
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class ReaderGone:
     """sys.stdout for a command whose reader may leave (`dinox decide | head -1`, a CI log that closes): once a
     write finds the pipe closed, one line says so on stderr and the rest of the output goes to /dev/null,

@@ -17,9 +17,11 @@ from dinox.cli.common import (
     SET,
     TRACKING_URI,
     BadInput,
+    Inert,
     ReaderGone,
     load_trials,
     machine_problems,
+    refuse_control_characters,
     show_error,
 )
 from dinox.errors import EXIT_BAD_INPUT, DinoxError
@@ -344,12 +346,14 @@ def _of_shard(trials: list[Trial], shard: str | None) -> tuple[list[Trial], str 
 
 for command in (decide.decide, verify.verify, submit.submit, tools.preprocess, tools.shards, tools.sync, tools.ui):
     main.add_command(command)
+refuse_control_characters(main)
 
 
 def entry() -> None:
     """The `dinox` command: the click group, then a quick exit. Once a command has returned, everything it
     wrote is flushed and closed; interpreter teardown would only unload torch and MLflow (about 2.5 s here)."""
-    sys.stdout = ReaderGone(sys.stdout)  # type: ignore[assignment]  # a closed pipe ends the view, not the work
+    sys.stdout = ReaderGone(Inert(sys.stdout))  # type: ignore[assignment]  # a closed pipe ends the view, not the work
+    sys.stderr = Inert(sys.stderr)  # type: ignore[assignment]  # no raw escape sequence from a value reaches a terminal
     try:
         # Not click's standalone mode: it turns a Ctrl-C into "Aborted!" and exit 1, where dinox says 130.
         result = main.main(prog_name="dinox", standalone_mode=False)

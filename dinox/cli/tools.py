@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -122,6 +123,9 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
     from dinox.store.backend import TrackingError
     from dinox.store.sync import SyncError, pending_sweeps, sync_sweep
 
+    given = click.get_current_context().get_parameter_source("workdir") == click.core.ParameterSource.COMMANDLINE
+    if not sweep_dirs and given and not Path(workdir).is_dir():  # a mistyped --workdir is not "all synced"
+        raise BadInput(f"--workdir {workdir}: no such folder")
     dirs = [Path(d) for d in sweep_dirs] or pending_sweeps(Path(workdir))
     if not dirs:
         click.echo(f"nothing to sync under {workdir}")
@@ -154,11 +158,20 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
 def ui(tracking_uri: str | None, host: str, port: int) -> None:
     """Open the MLflow UI on the sweeps' store (`mlflow ui`), listening on 127.0.0.1 unless told otherwise."""
-    from dinox.store.backend import resolve_tracking_uri
+    from dinox.store.backend import resolve_tracking_uri, store_problem
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith(("http://", "https://")):
         raise BadInput(f"{shown_uri(uri)} is a tracking server: open it in a browser, it serves its own UI")
+    # What `mlflow ui` is handed must be a store it opens: anything else ends in its traceback.
+    scheme = uri.partition(":")[0].lower().split("+")[0]
+    if scheme not in ("sqlite", "postgresql", "postgres", "mysql", "mssql") or (problem := store_problem(uri)):
+        why = problem if scheme in ("sqlite", "postgresql", "postgres", "mysql", "mssql") else "not a database store"
+        raise BadInput(f"tracking store {shown_uri(uri)}: {why} (sqlite:///mlflow.db, postgresql://HOST/DB)")
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"--host {host}: not an address to listen on ({e})") from None
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: the UI listens on {host}, reachable by others, with no authentication", err=True)
     click.echo(f"MLflow UI on http://{host}:{port} for {shown_uri(uri)} (Ctrl-C to stop)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dinox.spec.file import Problem, SpecDocument, SpecError, safe_yaml
+from dinox.spec.file import MAX_YAML_DEPTH, Problem, SpecDocument, SpecError, safe_yaml
 
 
 def parse(items: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
@@ -35,7 +35,9 @@ def apply(doc: SpecDocument, items: list[tuple[str, str | None]]) -> SpecDocumen
     for key, raw in items:
         problem = _set(base, key, raw, swept)
         if problem:
-            problems.append(Problem(key, f"{problem} (--set {key}{'' if raw is None else '=' + raw})"))
+            given = f"{key}{'' if raw is None else '=' + raw}"
+            given = given if len(given) <= 200 else f"{given[:200]}... ({len(given)} characters)"
+            problems.append(Problem(key[:200], f"{problem} (--set {given})"))
         else:  # its line in the file no longer holds its value
             lines = {p: n for p, n in lines.items() if p[: len(key.split("."))] != tuple(key.split("."))}
     if problems:
@@ -49,6 +51,8 @@ def _set(base: dict[str, Any], key: str, raw: str | None, swept: set[str]) -> st
     parts = key.split(".")
     if raw is None or not key or "" in parts:
         return "needs KEY=VALUE with a dotted KEY such as batch.size"
+    if len(parts) > MAX_YAML_DEPTH:  # the file's own limit: a key is a path of mappings as deep as its parts
+        return f"a key {len(parts)} parts deep; a spec nests at most {MAX_YAML_DEPTH} levels"
     if parts[0] == "sweep":
         return "sets a fixed field; a sweep is edited in the file"
     if key in swept:

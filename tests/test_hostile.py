@@ -1,0 +1,137 @@
+"""The hostile-input test: every text and path parameter of every command `dinox --help` lists, given the
+values a hostile week brings (a control character, shell syntax, Slurm's %, an escape sequence), through
+`dinox` itself. What each command must do: refuse in one line with exit 2 (or end as it would on any bad
+name), never print a raw escape sequence, never run what the value says, never leave a traceback. A new
+command or option joins by being listed in PARAMS; a test compares PARAMS with the commands themselves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+
+from dinox.cli.main import main
+from tests.conftest import ROOT, TINY
+
+# A line break then a command, escape sequences (a window title, a cleared screen, text turned around).
+CONTROL = "x\n$(touch PWNED)\x1b]0;owned\x07\x1b[2J\u202e"
+# All printable: shell syntax, Slurm's and printf's % patterns, a path that climbs out.
+SHELL = "$(touch PWNED);`touch PWNED`|touch PWNED %n%A%s ../../x"
+
+# Each command's valid call; the parameter under test replaces its value there (or is added).
+BASE = {
+    "validate": ["validate", "s.yaml"],
+    "plan": ["plan", "s.yaml"],
+    "run": ["run", "bad.yaml", "--tracking-uri", "sqlite:///m.db", "--workdir", "wd"],
+    "submit": ["submit", "s.yaml", "--tasks", "1", "--tracking-uri", "http://127.0.0.1:9"],
+    "decide": ["decide", "--tracking-uri", "sqlite:///m.db", "--experiment", "none", "--days", "1", "--no-log"],
+    "verify": ["verify", "s.yaml", "--tracking-uri", "sqlite:///m.db", "--minutes", "0.01"],
+    "preprocess": ["preprocess", "--dicom-root", "dicom", "--out-root", "png"],
+    "shards": ["shards", "--index-csv", "idx.csv", "--out", "sh"],
+    "sync": ["sync", "--workdir", "wd"],
+    "ui": ["ui", "--tracking-uri", "sqlite:///m.db", "--port", "1"],
+    "schema": ["schema"],
+}
+# Every text or path parameter, by command: the option, or the positional's name.
+PARAMS = {
+    "validate": ["SPEC_FILES", "--set"],
+    "plan": ["SPEC_FILE", "--set"],
+    "run": ["SPEC_FILE", "--tracking-uri", "--workdir", "--shard", "--devices", "--profile", "--set"],
+    "submit": [
+        "SPEC_FILE",
+        "--tracking-uri",
+        "--array",
+        "--partition",
+        "--mem",
+        "--time",
+        "--sbatch-option",
+        "--workdir",
+        "--set",
+    ],
+    "decide": ["--experiment", "--run-id", "--tracking-uri", "--out", "--spec", "--price"],
+    "verify": ["SPEC_FILE", "--decision", "--run-id", "--tracking-uri", "--workdir"],
+    "preprocess": ["--dicom-root", "--out-root"],
+    "shards": ["--index-csv", "--image-folder", "--out", "--root"],
+    "sync": ["SWEEP_DIRS", "--workdir", "--tracking-uri"],
+    "ui": ["--tracking-uri", "--host"],
+    "schema": [],
+}
+# A printable value some commands take as a name or a path and go on with: their outcome is their own (a
+# name not found, a folder made), and still nothing runs, nothing prints raw, nothing crashes.
+ACCEPTS_PRINTABLE = {("run", "--workdir"), ("decide", "--out"), ("preprocess", "--out-root"), ("shards", "--out")}
+
+
+def _texty(command: click.Command) -> list[str]:
+    return [
+        p.opts[0] if isinstance(p, click.Option) else p.name.upper()
+        for p in command.params
+        if isinstance(p.type, click.types.StringParamType | click.Path)
+    ]
+
+
+def test_params_lists_every_text_and_path_parameter_of_every_command():
+    assert sorted(main.commands) == sorted(PARAMS)
+    for name, command in main.commands.items():
+        assert sorted(_texty(command)) == sorted(PARAMS[name]), name
+
+
+def _argv(command: str, param: str, value: str) -> list[str]:
+    argv = list(BASE[command])
+    if param.startswith("--"):
+        if param == "--set":
+            return [*argv, "--set", f"model.name={value}"]
+        if param in argv:
+            argv[argv.index(param) + 1] = value
+            return argv
+        return [*argv, param, value]
+    return [argv[0], value, *argv[2:]] if command not in ("sync",) else [*argv, value]
+
+
+CASES = [(c, p, kind) for c in PARAMS for p in PARAMS[c] for kind in ("control", "shell")]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    work = tmp_path_factory.mktemp("hostile")
+    (work / "s.yaml").write_text(TINY.format(name="hostile"))
+    (work / "bad.yaml").write_text("name: hostile\nmodel: {name: no_such_model}\n")
+    (work / "dicom").mkdir()
+    (work / "idx.csv").write_text("png_path,series_dir,slice_index\n")
+    cases = []
+    for command, param, kind in CASES:
+        case_dir = work / f"{command}{param}-{kind}".replace("/", "_")
+        case_dir.mkdir()
+        for name in ("s.yaml", "bad.yaml", "idx.csv"):
+            (case_dir / name).write_text((work / name).read_text())
+        (case_dir / "dicom").mkdir()
+        value = CONTROL if kind == "control" else SHELL
+        cases.append({"argv": _argv(command, param, value), "cwd": str(case_dir), "timeout": 90})
+    (work / "cases.json").write_text(json.dumps(cases))
+    (work / "out").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.hostile_runner", str(work / "cases.json"), str(work / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return work, dict(zip(CASES, json.loads(proc.stdout), strict=True))
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(c) for c in CASES])
+def test_a_hostile_value_is_refused_or_inert(results, case):
+    work, by_case = results
+    command, param, kind = case
+    r = by_case[case]
+    shown = f"dinox {' '.join(_argv(command, param, '<' + kind + '>'))}: rc {r['rc']}\n{r['out']}\n{r['err']}"
+    assert r["rc"] in (0, 1, 2, 3), shown  # not a crash (99), a signal or a hang
+    assert "Traceback" not in r["err"] + r["out"], shown
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in r["out"] + r["err"], shown  # shown as its escape, never as itself
+    assert not list(work.rglob("PWNED")), shown  # nothing the value said ran
+    if kind == "control" or (command, param) not in ACCEPTS_PRINTABLE:
+        assert r["rc"] == 2, shown
