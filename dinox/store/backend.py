@@ -97,6 +97,8 @@ def store_problem(uri: str) -> str:
             return "an in-memory SQLite store keeps nothing once dinox exits; name a file, e.g. sqlite:///mlflow.db"
         if path.exists() and not path.is_file():
             return f"{path} is not a regular file"
+        if path.exists() and (damage := _sqlite_damage(path)):
+            return f"{path} is not a readable SQLite database ({damage}); move it aside to start a new one"
         return ""
     if scheme in ("http", "https"):
         try:
@@ -136,14 +138,28 @@ def prepare_store(uri: str) -> None:
             _adopt_default_experiment(client, path)
 
 
+def _sqlite_damage(path: Path, tables: tuple[str, ...] = ()) -> str:
+    """Why the SQLite file at `path` cannot be read ("" when it can), opened read-only; with `tables`, also
+    any of them it lacks. Reads the schema only: a large store costs no more than a small one."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True)) as db:
+            names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as e:
+        return str(e)
+    missing = [t for t in tables if t not in names]
+    return f"no table {', '.join(missing)}" if missing else ""
+
+
 def _empty_store() -> Path | None:
     """An empty store migrated by this MLflow, made once per MLflow version; None if it cannot be kept."""
     import mlflow
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dinox"
     template = cache / f"mlflow-{mlflow.__version__}-empty.db"
-    if template.exists():
+    if template.exists() and not _sqlite_damage(template, ("experiments", "alembic_version")):
         return template
+    with contextlib.suppress(OSError):  # a damaged copy would seed every new store with its damage: made again
+        template.unlink()
     try:
         cache.mkdir(parents=True, exist_ok=True)
         with _dir_lock(cache):
@@ -284,6 +300,9 @@ def _unreachable(text: str) -> str:
 def check_reachable(uri: str, timeout: float = 10.0) -> None:
     """One plain request to an HTTP tracking server before MLflow's client, which retries a refused connection
     with backoff for minutes before it says anything. Any HTTP answer will do: something is listening."""
+    if uri.partition(":")[0].lower().split("+")[0] in ("postgresql", "postgres", "mysql"):
+        _check_database(uri, timeout)
+        return
     if not uri.startswith(("http://", "https://")):
         return
     # http://user:password@host, as MLflow reads it (its basic auth): urllib would take "user:password@host"
@@ -306,6 +325,24 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
             why = _unreachable(str(reason)) if isinstance(reason, socket.gaierror | OSError) else ""
         if why:
             raise TrackingError(f"cannot reach the tracking server at {shown_uri(uri)} ({why})") from None
+
+
+def _check_database(uri: str, timeout: float) -> None:
+    """One connection to a database store before MLflow's, which retries a refused one 15 times with
+    backoff (104 s here) and then raises its traceback. Only a database that is certainly not there stops
+    dinox here; any other trouble is MLflow's to meet and report."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": max(1, int(timeout))})
+        with engine.connect():
+            pass
+        engine.dispose()
+    except sqlalchemy.exc.OperationalError as e:
+        if why := _unreachable(str(e.orig) if e.orig is not None else str(e)):
+            raise TrackingError(f"cannot reach the database at {shown_uri(uri)} ({why})") from None
+    except Exception:  # noqa: BLE001 - a driver's own trouble (an unknown option): MLflow reports it
+        return
 
 
 def search_all(client: MlflowClient, experiment_ids: list[str], filter_string: str = "") -> list:
