@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from dinox.launch.slurm import GONE, Job, Resources, TaskState, Wait, compress, expand, parse_scontrol, render
+from dinox.launch.slurm import (
+    GONE,
+    Job,
+    Resources,
+    ScriptValueError,
+    TaskState,
+    Wait,
+    compress,
+    expand,
+    parse_scontrol,
+    render,
+)
 
 
 def test_array_ids_round_trip_through_sbatch_notation():
@@ -17,7 +28,11 @@ def test_array_ids_round_trip_through_sbatch_notation():
 
 
 def test_the_script_runs_its_slice_by_task_id_with_every_resource_and_quotes_what_it_passes(tmp_path):
-    job = Job("s w", 4, (2,), tmp_path / "job dir")
+    # A job folder or name with whitespace is refused (an #SBATCH line has no quoting); the command is quoted.
+    for bad in (Job("s w", 4, (2,), tmp_path / "job_dir"), Job("s", 4, (2,), tmp_path / "job dir")):
+        with pytest.raises(ScriptValueError):
+            render(bad, Resources(), ["dinox"], tmp_path, tmp_path)
+    job = Job("s_w", 4, (2,), tmp_path / "job_dir")
     resources = Resources("gpu", 1, 16, "64G", "06:00:00", 2, ("--qos=high",))
     text = render(
         job, resources, ["/venv/bin/python", "-m", "dinox", "run", "/a b/s.yaml", "--set", "x=1 2"], tmp_path, tmp_path
@@ -71,6 +86,37 @@ def test_the_wait_prints_each_change_once_and_ends_with_every_task_ended_or_gone
         "slurm job 12: 2 tasks (1 failed, 1 gone); trials recorded 3/4",
     ]
     assert seen[1].state == GONE and seen[2] == TaskState("FAILED", "1:0")
+
+
+def test_a_controller_that_does_not_answer_is_waited_for_not_read_as_tasks_gone():
+    """A few seconds of slurmctld downtime once printed "task 1 GONE ... submit it again" while the task ran
+    on: a resubmission would have measured its slice twice. Now the wait keeps what it saw and asks again."""
+    from dinox.launch.slurm import ControllerDown, SlurmError
+
+    def down():
+        raise ControllerDown("Unable to contact slurm controller (connect failure)")
+
+    answers = [lambda: {1: TaskState("RUNNING")}, down, down, lambda: {1: TaskState("COMPLETED", "0:0")}]
+    lines: list[str] = []
+    wait = Wait("7", (1,), lambda: answers.pop(0)(), lambda: 2, 2, lines.append, lambda _s: None)
+    assert wait.run()[1].state == "COMPLETED"
+    assert lines == [
+        "slurm job 7: 1 tasks (1 running); trials recorded 2/2",
+        "slurm controller not answering (Unable to contact slurm controller (connect failure)); still following job 7",
+        "slurm controller answers again",
+        "slurm job 7: 1 tasks (1 completed); trials recorded 2/2",
+    ]
+    # Down for longer than its patience: an error that says the job may still run, and how to follow it.
+    ticks = iter(range(0, 10_000, 400))
+    stuck = Wait("8", (1,), down, lambda: 0, 1, lines.append, lambda _s: None, clock=lambda: next(ticks))
+    with pytest.raises(SlurmError, match="may still run and record: follow it with scontrol show job 8"):
+        stuck.run()
+
+
+def test_an_array_range_is_bounded_before_it_is_expanded():
+    with pytest.raises(ValueError, match="task id 999999999 above 4"):
+        expand("1-999999999", limit=4)
+    assert expand("1-3,4", limit=4) == [1, 2, 3, 4]
 
 
 def test_a_job_slurm_never_knew_is_an_error_not_a_wait_forever():

@@ -129,27 +129,29 @@ def test_submit_refuses_a_local_store_and_tasks_or_ids_the_sweep_does_not_have(t
 
 def test_submit_refuses_what_would_not_stay_a_value_in_the_job_script(tmp_path):
     """A newline in an option or the workdir once became a command line of job.sbatch (run on the node), a
-    space made sbatch refuse the script, a % sent every task's log to a path that does not exist. Each is
-    refused in one line naming the option, before the store is asked and before anything is written."""
+    space made sbatch refuse the script, a % sent every task's log to a path that does not exist, and
+    --array 1-999999999 was expanded before it was bounded. Each is refused naming the option, exit 2, before
+    the store is asked and before anything is written."""
     (tmp_path / "s.yaml").write_text(SWEEP)
     bad = tmp_path / "bad"
+    control = "holds the control character '\\n'"  # every command's rule (tests/test_hostile.py)
     hostile = {
-        ("--mem", "64G\necho pwned >/tmp/pwned"): "error: --mem '64G\\necho pwned >/tmp/pwned': a control character",
-        ("--mem", "64 G"): "error: --mem '64 G': not a value sbatch takes for --mem",
-        ("--time", "6h; rm -rf ~"): "error: --time '6h; rm -rf ~': not a value sbatch takes for --time",
-        ("--partition", "gpu\n#SBATCH --uid=0"): "error: --partition 'gpu\\n#SBATCH --uid=0': a control character",
-        ("--sbatch-option", "--qos=high\ntouch x"): "error: --sbatch-option '--qos=high\\ntouch x': a control",
-        ("--sbatch-option", "qos=high"): "error: --sbatch-option 'qos=high': an sbatch option starts with -",
-        ("--workdir", f"{bad}\nid"): "error: --workdir: the job's folder",
-        ("--workdir", f"{bad} space"): "error: --workdir: the job's folder",
-        ("--workdir", f"{bad}%A"): "error: --workdir: the job's folder",
+        ("--mem", "64G\necho pwned >/tmp/pwned"): ("Invalid value for '--mem'", control),
+        ("--partition", "gpu\n#SBATCH --uid=0"): ("Invalid value for '--partition'", control),
+        ("--sbatch-option", "--qos=high\ntouch x"): ("Invalid value for '--sbatch-option'", control),
+        ("--workdir", f"{bad}\nid"): ("Invalid value for '--workdir'", control),
+        ("--mem", "64 G"): ("error: --mem '64 G': not a value sbatch takes for --mem",),
+        ("--time", "6h; rm -rf ~"): ("error: --time '6h; rm -rf ~': not a value sbatch takes for --time",),
+        ("--sbatch-option", "qos=high"): ("error: --sbatch-option 'qos=high': an sbatch option starts with -",),
+        ("--workdir", f"{bad} space"): ("error: --workdir: the job's folder", "holds ' '"),
+        ("--workdir", f"{bad}%A"): ("error: --workdir: the job's folder", "holds '%'"),
+        ("--array", "1-999999999"): ("error: --array 1-999999999: task ids run from 1 to --tasks 2",),
     }
-    for (option, value), message in hostile.items():
+    for (option, value), expected in hostile.items():
         args = ["submit", "s.yaml", "--tasks", "2", option, value, "--tracking-uri", "http://127.0.0.1:9"]
         proc = run_dinox(args, cwd=tmp_path)
-        assert proc.returncode == 2 and proc.stderr.startswith(message), (option, value, proc.stderr)
-        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-        assert "\n" not in proc.stderr.strip()  # the value shown escaped, never as a line of its own
+        assert proc.returncode == 2 and all(e in proc.stderr for e in expected), (option, value, proc.stderr)
+        assert "Traceback" not in proc.stderr and "\nid" not in proc.stderr and "pwned\n" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing written, no store made
 
 
@@ -167,3 +169,38 @@ def test_submit_into_a_workdir_it_cannot_write_leaves_nothing_behind(tmp_path, s
     assert "Not a directory" in proc.stderr and "Traceback" not in proc.stderr
     assert (tmp_path / "taken" / "slurm").read_text() == "a file, not a folder\n"
     assert not slurm.run("squeue", "-h").stdout.strip()  # nothing submitted
+
+
+def test_ctrl_c_during_wait_says_the_job_runs_on_and_it_does(tmp_path, slurm, pg_mlflow_server):
+    """Ctrl-C during --wait once said "nothing was recorded" while the job ran on and recorded. It stops
+    the following only, and says so with how to follow or cancel the job."""
+    import signal
+    import subprocess
+
+    (tmp_path / "s.yaml").write_text(SWEEP)
+    env = {**os.environ, **slurm.env, "MLFLOW_TRACKING_URI": pg_mlflow_server.url, **SIDE_BY_SIDE}
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "submit", "s.yaml", "--tasks", "2", "--wait", "--workdir", "w"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first = proc.stdout.readline()
+    job = first.split("submitted as Slurm job ")[1].split(":")[0]
+    try:
+        while not (line := proc.stdout.readline()).startswith(f"slurm job {job}:"):
+            assert line, proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out + err
+        assert (
+            f"dinox: stopped following; job {job} runs on and records into the store. Follow it: scontrol show "
+            f"job {job}; cancel it: scancel {job}"
+        ) in err
+        assert "nothing was recorded" not in err
+        assert slurm.run("squeue", "-h", "-j", job).stdout.strip()  # the job is still Slurm's
+    finally:
+        slurm.run("scancel", job)

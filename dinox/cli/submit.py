@@ -107,7 +107,16 @@ def submit(
     click.echo(f"       script and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
     if wait:
         recorded = _recorded(uri, name, trials)
-        _follow(slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo), job)
+        try:
+            _follow(slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo), job)
+        except KeyboardInterrupt:
+            # Only the following stops: the job is Slurm's, and its tasks go on recording.
+            click.echo(
+                f"dinox: stopped following; job {job_id} runs on and records into the store. Follow it: "
+                f"scontrol show job {job_id}; cancel it: scancel {job_id}",
+                err=True,
+            )
+            sys.exit(130)
         click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
 
 
@@ -142,8 +151,10 @@ def _array(text: str | None, tasks: int) -> tuple[int, ...]:
     if text is None:
         return tuple(range(1, tasks + 1))
     try:
-        ids = tuple(sorted(set(slurm.expand(text))))
-    except ValueError:
+        ids = tuple(sorted(set(slurm.expand(text, limit=tasks))))
+    except ValueError as e:
+        if "above" in str(e):
+            raise BadInput(f"--array {text}: task ids run from 1 to --tasks {tasks}") from None
         raise BadInput(f"--array {text}: not a list of task ids (2, 1,3 or 1-3)") from None
     if not ids or ids[0] < 1 or ids[-1] > tasks:
         raise BadInput(f"--array {text}: task ids run from 1 to --tasks {tasks}")

@@ -131,13 +131,17 @@ def compress(ids: tuple[int, ...]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def expand(text: str) -> list[int]:
-    """sbatch's --array (or scontrol's ArrayTaskId) to ids: '1-3,5%2' -> [1, 2, 3, 5]; '1-7:3' -> [1, 4, 7]."""
+def expand(text: str, limit: int | None = None) -> list[int]:
+    """sbatch's --array (or scontrol's ArrayTaskId) to ids: '1-3,5%2' -> [1, 2, 3, 5]; '1-7:3' -> [1, 4, 7].
+    With `limit`, an id above it is refused before any list is made ('1-999999999' would fill the memory)."""
     ids: list[int] = []
     for part in text.split("%")[0].split(","):
         span, _, step = part.partition(":")
         low, _, high = span.partition("-")
-        ids += list(range(int(low), int(high or low) + 1, int(step or 1)))
+        top = int(high or low)
+        if limit is not None and top > limit:
+            raise ValueError(f"task id {top} above {limit}")
+        ids += list(range(int(low), top + 1, int(step or 1)))
     return ids
 
 
@@ -146,6 +150,8 @@ def render(job: Job, resources: Resources, run_args: list[str], workdir: Path, c
     journaling into a workdir of its own (tasks on one shared file system must not share one). Values in its
     directives and comments are checked (check_script_values); those in its commands are shell-quoted."""
     check_script_values(resources, job.job_dir)
+    if _CONTROL.search(job.name) or _NOT_IN_A_DIRECTIVE_PATH.search(job.name):  # the spec's name allows none
+        raise ScriptValueError(f"name {job.name!r}: not a job name an #SBATCH line keeps whole")
     run = " ".join(shlex.quote(a) for a in run_args)
     task_dir = shlex.quote(str(workdir / "task-")) + "${SLURM_ARRAY_TASK_ID}"
     return "\n".join(
@@ -208,12 +214,24 @@ def parse_scontrol(text: str) -> dict[int, TaskState]:
     return out
 
 
+class ControllerDown(SlurmError):
+    """slurmctld did not answer a query: the job's state is unknown, not ended."""
+
+
 def query(job_id: str, env: dict[str, str]) -> dict[int, TaskState]:
-    """The array's tasks Slurm still knows ({} once it has forgotten the job)."""
-    proc = subprocess.run(
-        ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, env=env, timeout=60
-    )
-    return parse_scontrol(proc.stdout) if proc.returncode == 0 else {}
+    """The array's tasks Slurm still knows ({} once it has forgotten the job). Raises ControllerDown when the
+    controller does not answer (a restart, a failover): that says nothing about the tasks."""
+    try:
+        proc = subprocess.run(
+            ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, env=env, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        raise ControllerDown("scontrol did not answer in 60 s") from None
+    if proc.returncode == 0:
+        return parse_scontrol(proc.stdout)
+    if "Invalid job id" in proc.stderr:  # Slurm has forgotten the job (MinJobAge)
+        return {}
+    raise ControllerDown(" ".join(proc.stderr.split())[:200] or f"scontrol exited {proc.returncode}")
 
 
 @dataclass
@@ -228,12 +246,31 @@ class Wait:
     echo: Callable[[str], None]
     sleep: Callable[[float], None] = time.sleep
     interval: float = 2.0
+    patience: float = 600.0  # seconds without an answer from the controller before the wait gives up
+    clock: Callable[[], float] = time.monotonic
     seen: dict[int, TaskState] = field(default_factory=dict)
 
     def run(self) -> dict[int, TaskState]:
-        last = ""
+        last, down_since = "", None
         while True:
-            now = self.poll()
+            try:
+                now = self.poll()
+            except ControllerDown as e:
+                # The controller restarting is not the tasks ending: keep what was seen, ask again.
+                if down_since is None:
+                    down_since = self.clock()
+                    self.echo(f"slurm controller not answering ({e}); still following job {self.job_id}")
+                elif self.clock() - down_since > self.patience:
+                    raise SlurmError(
+                        f"the Slurm controller has not answered for {self.patience:.0f} s ({e}); job {self.job_id} "
+                        f"may still run and record: follow it with scontrol show job {self.job_id}, cancel it with "
+                        f"scancel {self.job_id}"
+                    ) from None
+                self.sleep(self.interval)
+                continue
+            if down_since is not None:
+                self.echo("slurm controller answers again")
+                down_since = None
             for task in self.tasks:
                 if task in now:
                     self.seen[task] = now[task]
