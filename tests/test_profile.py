@@ -16,7 +16,7 @@ from dinox.report import decision_json
 from dinox.report.text import render_markdown
 from dinox.store.profile_table import ProfileSummary, markdown
 from dinox.store.readback import fetch_trials
-from tests.conftest import TINY, run_dinox
+from tests.conftest import TINY, run_dinox, trial_process
 
 
 def _kernel(ts: float, dur: float, corr: int, cat: str = "kernel") -> dict:
@@ -152,3 +152,39 @@ def test_the_profiled_rate_counts_every_rank_as_images_per_s_does(tmp_path):
     loop.run(1, 1)
     summary = profile_steps(loop, 2, torch.device("cpu"), tmp_path, world=4)
     assert summary["images_per_s"] == pytest.approx(2 * 4 * 4 / summary["span_s"], rel=1e-2)
+
+
+def test_a_profile_cut_short_costs_its_trace_never_the_measurement(tmp_path):
+    """The profile runs after the measurement, inside the trial's time limit: a slow profile once turned a
+    finished measurement into `timeout`. The trial's process is SIGKILLed once it is profiling (as a time
+    limit or a full disk ends it): the trial is recorded ok, with its figures, and the profile says why it
+    is missing; no partial trace is left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = TINY.format(name="cut").replace("timeout_s: 120", "timeout_s: 120, profile: true, profile_steps: 100")
+    (tmp_path / "p.yaml").write_text(spec + "data: {source: synthetic, sample_delay_ms: 30}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "run", "p.yaml", "--no-system-metrics"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 120
+    while not any(p.read_text() == "profile" for p in tmp_path.glob(".dinox/sweeps/*/*/trials/*/phase")):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    (trial_dir,) = {p.parent for p in tmp_path.glob(".dinox/sweeps/*/*/trials/*/phase")}
+    assert (trial_dir / "result.provisional.json").exists()
+    trial_process(proc.pid, 0).send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    assert run.data.tags["dinox.status"] == "ok" and run.data.metrics["images_per_s"] > 0
+    why = json.loads(run.data.tags["dinox.profile"])["error"]
+    assert why.startswith("the profile did not finish (the child ended: ") and why.endswith("the measurement stands")
+    assert not list(trial_dir.glob("*trace*")) and not list(trial_dir.glob(".*.tmp"))

@@ -26,7 +26,7 @@ from dinox.isolate.contention import omp_env
 from dinox.isolate.forkserver import ForkedChild, ForkServer
 from dinox.isolate.process_tree import TreeMemory, kill_group
 from dinox.isolate.slots import rank_threads
-from dinox.measure.result import PHASE_FILE, TrialResult, one_line
+from dinox.measure.result import PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, TrialResult, one_line
 from dinox.plan.footprint import GIB
 from dinox.plan.grid import Trial
 from dinox.sweep.journal import WorkdirError
@@ -134,6 +134,10 @@ def _result(
         result = _read_result(result_path)
     if result is not None:
         return result
+    if not rank_paths and (kept := _read_result(trial_dir / PROVISIONAL_FILE)) is not None:
+        why = f"measure.timeout_s={timeout:g}s came first" if timed_out else f"the child ended: {_death(returncode)}"
+        kept.tags[rec.PROFILE] = json.dumps({"error": f"{PROFILE_CUT} ({why}); the measurement stands"})
+        return kept
     _check_writable(trial_dir)  # a child that could not write its result on a full disk did not crash
     tail = _tail(log_path)
     if timed_out:
@@ -168,7 +172,7 @@ def run_trial(
     with _workdir(trial_dir):
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(trial.spec.model_dump_json(indent=2))
-        for path in [result_path, *rank_paths, phase.path]:
+        for path in [result_path, *rank_paths, phase.path, trial_dir / PROVISIONAL_FILE]:
             path.unlink(missing_ok=True)
         log = open(log_path, "wb")  # closed below, once the child is gone
 

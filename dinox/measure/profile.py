@@ -24,6 +24,7 @@ from dinox.measure.loop import Loop
 
 TRACE_FILE = "trace.json.gz"
 TOP_OPS = 8
+MAX_TRACE_BYTES = 1 << 30  # the uncompressed trace a profile keeps at most
 NAME_CHARS = 80  # an op's name, cut: compiled graphs' names run to hundreds of characters
 # HTA's consecutive_kernel_delay: a gap shorter than this between two kernels is the launch overhead itself.
 KERNEL_WAIT_US = 0.03
@@ -60,15 +61,28 @@ def profile_steps(loop: Loop, steps: int, device: torch.device, out_dir: Path, w
     return summary
 
 
+class TraceTooLarge(Exception):
+    """The exported trace is over MAX_TRACE_BYTES: not kept (the summary stands without it)."""
+
+
 def write_trace(prof: Any, out_dir: Path) -> Path:
-    """The Chrome trace, gzipped (Perfetto and chrome://tracing open .json.gz as it is)."""
+    """The Chrome trace, gzipped (Perfetto and chrome://tracing open .json.gz as it is), whole or not at all:
+    a disk that fills while it is written leaves no partial file, and a trace over MAX_TRACE_BYTES (a few
+    steps of a model with tens of thousands of kernels) is not kept."""
     plain = out_dir / f".trace-{os.getpid()}.json"
-    prof.export_chrome_trace(str(plain))
-    path = out_dir / TRACE_FILE
-    with open(plain, "rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
-        shutil.copyfileobj(src, dst)
-    plain.unlink()
-    return path
+    packed = out_dir / f".{TRACE_FILE}-{os.getpid()}.tmp"
+    try:
+        prof.export_chrome_trace(str(plain))
+        if (size := plain.stat().st_size) > MAX_TRACE_BYTES:
+            raise TraceTooLarge(f"trace of {size / 2**20:.0f} MiB, over the {MAX_TRACE_BYTES // 2**20} MiB kept")
+        with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        path = out_dir / TRACE_FILE
+        os.replace(packed, path)
+        return path
+    finally:
+        for leftover in (plain, packed):
+            leftover.unlink(missing_ok=True)
 
 
 def summarize_ops(averages: Any, span_s: float, steps: int) -> dict[str, Any]:

@@ -16,6 +16,10 @@ from dinox.writes import write_whole
 
 # The file beside result.json where a trial says which phase it is in (setup, warm-up, window 2/3, ...).
 PHASE_FILE = "phase"
+# The file beside result.json where a profiled trial records its measurement before the profile starts: the
+# parent takes it when the profile does not finish (the time limit, a crash), so a profile never costs it.
+PROVISIONAL_FILE = "result.provisional.json"
+PROFILE_CUT = "the profile did not finish"
 # The file beside a `dinox verify` child's trial.json that says how long to train (dinox.measure.verify).
 SLICE_FILE = "slice.json"
 

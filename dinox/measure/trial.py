@@ -39,7 +39,14 @@ from dinox.measure import device, models, objectives, profile, routine, runtime 
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
 from dinox.measure.bound import rounds_decided  # noqa: E402
-from dinox.measure.result import PHASE_FILE, TrialResult, describe_exception, is_oom  # noqa: E402
+from dinox.measure.result import (  # noqa: E402
+    PHASE_FILE,
+    PROFILE_CUT,
+    PROVISIONAL_FILE,
+    TrialResult,
+    describe_exception,
+    is_oom,
+)
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import GIB  # noqa: E402
@@ -106,9 +113,27 @@ class TrialRun:
             self.marks["measured"] = time.time()
             # The peaks before the profile: the profiler's buffers are not the trial's.
             device.record_memory(self.dev, self.metrics, self.tags)
-            if self.spec.measure.profile:
-                self._profile()
             routine.measure(self)  # what the real run does besides its steps (routine:), timed once
+            if self.spec.measure.profile:
+                self._provisional(stats)
+                self._profile()
+        return self._result(stats)
+
+    def _provisional(self, stats: Any) -> None:
+        """The measurement, recorded before the profile starts (one process: under torchrun the ranks' results
+        are merged, and only rank 0 profiles): a profile cut off by the time limit or a crash costs its
+        trace, never the result (the parent takes this file then)."""
+        if self.distributed is not None:
+            return
+        tags = dict(self.tags)
+        self.tags[rec.PROFILE] = json.dumps({"error": PROFILE_CUT}, separators=(",", ":"))
+        result = self._result(stats, keep_loop=True)
+        self.tags = tags
+        result.marks = {**self.marks, "result_written": time.time()}
+        with contextlib.suppress(OSError):  # no room for it: the profile's result is still written after
+            result.write_atomic(self.out_dir / PROVISIONAL_FILE)
+
+    def _result(self, stats: Any, keep_loop: bool = False) -> TrialResult:
         self.tags[rec.RUNTIME] = runtime.applied(self.dev, self.non_blocking, self.set_to_none, self.runtime_seen)
         share = device.conv_share(routine.modules(self.objective))
         self.tags[rec.MATH_CLASS] = device.math_class_tag(self.dev, self.spec.precision, share)
@@ -117,16 +142,17 @@ class TrialRun:
         self.tags.update(summary.tags)
         loss = self.last_loss
         self.metrics[rec.LOSS] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
-        del self.loop, self.loader  # shut the workers down before the process reports (the loop holds them too)
+        if not keep_loop:
+            del self.loop, self.loader  # shut the workers down before the process reports (the loop holds them)
         if why := self._over_limit():
-            return TrialResult("oom", error=why, metrics=self.metrics, tags=self.tags)
+            return TrialResult("oom", error=why, metrics=dict(self.metrics), tags=dict(self.tags))
         return TrialResult(
             "ok",
             bound=summary.bound,
-            metrics=self.metrics,
-            tags=self.tags,
+            metrics=dict(self.metrics),
+            tags=dict(self.tags),
             step_s=summary.step_s,
-            artifacts=self.artifacts,
+            artifacts=list(self.artifacts),
         )
 
     def _profile(self) -> None:
