@@ -127,6 +127,7 @@ TORCH_VERSION = _tag("trial", "dinox.torch_version", "the child's torch")
 CUDA_VERSION = _tag("trial", "dinox.cuda_version", "torch's CUDA (empty without)")
 HIP_VERSION = _tag("trial", "dinox.hip_version", "torch's HIP (empty without)")
 TIMM_VERSION = _tag("trial", "dinox.timm_version", "the child's timm")
+DINOX_VERSION = _tag("trial", "dinox.dinox_version", "the dinox that measured the trial")
 
 # --- a decision run ------------------------------------------------------------------------------------------
 VERIFIES = _tag("verify", "dinox.verifies", "the trial run a dinox verify run trained for real")

@@ -150,3 +150,29 @@ def test_a_bad_rung_is_named_at_its_line(write_spec):
     with pytest.raises(SpecError) as e:
         grid.expand(spec_file.load(write_spec(LADDER.replace("{batch.size: 32}", "{loader.num_wrkers: 2}"))))
     assert "spec.yaml:7: sweep.ladder[2]['loader.num_wrkers']" in str(e.value), str(e.value)
+
+
+def test_a_ladder_rung_that_changes_nothing_or_changes_back_is_refused_at_its_line(tmp_path):
+    """A rung equal to the one before it (channels_last: false is the default already) or to an earlier one
+    (fp32 again: the base) measures the same trial twice and reads noise as a knob's effect; a --set on a
+    field the ladder changes was accepted, then silently lost after rung 0. All refused, naming the line."""
+    from tests.conftest import run_dinox
+
+    (tmp_path / "lad.yaml").write_text(
+        "name: lad\nmodel: {name: resnet18, img_size: 32}\nbatch: {size: 4}\nprecision: fp32\n"
+        "sweep:\n  ladder:\n    - {precision: bf16-mixed}\n    - {model.channels_last: false}\n"
+        "    - {precision: fp32}\n    - {model.compile: true}\n"
+    )
+    proc = run_dinox(["validate", "lad.yaml"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "lad.yaml:8: sweep.ladder[1]: this rung changes nothing: each value it sets is the one the trial had",
+        "lad.yaml:9: sweep.ladder[2]: this rung repeats the base: the same trial",
+    ], proc.stderr
+    text = (tmp_path / "lad.yaml").read_text()
+    (tmp_path / "ok.yaml").write_text(text.replace("    - {model.channels_last: false}\n    - {precision: fp32}\n", ""))
+    proc = run_dinox(["validate", "ok.yaml", "--set", "precision=tf32"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: ok.yaml: precision: is swept by the spec's sweep section, which would replace this value in every "
+        "trial (--set precision=tf32)"
+    ), proc.stderr
+    assert run_dinox(["validate", "ok.yaml"], tmp_path).returncode == 0

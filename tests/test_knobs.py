@@ -187,3 +187,25 @@ def test_a_ladder_reads_the_same_in_the_sweep_s_table_and_in_decide():
     assert "within noise" in said[("model.channels_last", "True")]
     assert said[("precision", "bf16-mixed")].startswith("precision tf32 -> bf16-mixed: 2.00x")
     assert d.combined == []  # each product of a ladder's rungs is its measurement by construction
+
+
+@pytest.mark.parametrize(
+    "tag, before, after",
+    [
+        ("dinox.torch_threads", "1", "2"),
+        ("dinox.device_name", "NVIDIA H100 80GB HBM3", "NVIDIA H200"),
+        ("dinox.omp_wait_policy", "", "PASSIVE"),
+        ("dinox.torch_version", "2.11.0+cu130", "2.14.1+cu130"),
+        ("dinox.dinox_version", "0.1.0", "0.2.0"),
+    ],
+)
+def test_trials_measured_in_another_context_never_pair(tag, before, after):
+    """decide's knob table paired a 2-thread trial with a 1-thread one and read `runtime.gc enabled ->
+    frozen: 10.61x`. What changes a trial's speed besides its params keeps pairs apart; a pair in one
+    context still pairs."""
+    slow, fast = _row(False, False, "32"), _row(True, False, "32")
+    slow["tags"][tag], fast["tags"][tag] = before, after
+    assert knobs.knob_effects(study.records([slow, fast])) == []
+    fast["tags"][tag] = before
+    (k,) = knobs.knob_effects(study.records([slow, fast]))
+    assert (k.field, k.ratio) == ("model.compile", pytest.approx(1.2))

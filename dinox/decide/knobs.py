@@ -18,6 +18,17 @@ from dinox import record as rec
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord, measured_spread, no_effect, pair_noise, within_noise
 
+# What changes a trial's speed besides its params: two trials that differ in any of these never pair (a
+# 2-thread trial against a 1-thread one once read as "runtime.gc enabled -> frozen: 10.61x").
+SPEED_CONTEXT = (
+    rec.DEVICE_NAME,
+    rec.TORCH_THREADS,
+    rec.OMP_WAIT_POLICY,
+    rec.TORCH_VERSION,
+    rec.CUDA_VERSION,
+    rec.TIMM_VERSION,
+    rec.DINOX_VERSION,
+)
 MAX_COMBINED = 500  # trials of one group compared pairwise for the combinations (a sweep has far fewer)
 DERIVED = "batch.effective"  # follows batch.size x accumulation: never a knob of its own
 
@@ -115,7 +126,7 @@ def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[
             rest = sorted(
                 (k, v) for k, v in r.params.items() if k not in fields and k != DERIVED and ROLES.describes(k)
             )
-            groups[(tuple(rest), r.tags.get(rec.DEVICE_NAME, ""))].append(r)
+            groups[(tuple(rest), _context(r))].append(r)
     for ok in groups.values():
         for a in ok[:MAX_COMBINED]:
             for b in ok[:MAX_COMBINED]:
@@ -135,9 +146,11 @@ def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[
 
 def _same_else(a: TrialRecord, b: TrialRecord, diff: list[str]) -> bool:
     keys = {k for k in (*a.params, *b.params) if ROLES.describes(k)} - {*diff, DERIVED}
-    return all(a.params.get(k) == b.params.get(k) for k in keys) and a.tags.get(rec.DEVICE_NAME) == b.tags.get(
-        rec.DEVICE_NAME
-    )
+    return all(a.params.get(k) == b.params.get(k) for k in keys) and _context(a) == _context(b)
+
+
+def _context(r: TrialRecord) -> tuple[str, ...]:
+    return tuple(r.tags.get(t, "") for t in SPEED_CONTEXT)
 
 
 def _varied(records: list[TrialRecord]) -> list[str]:
@@ -152,12 +165,12 @@ def _varied(records: list[TrialRecord]) -> list[str]:
 
 def _groups_without(records: list[TrialRecord], name: str) -> list[list[TrialRecord]]:
     """Trials equal in every workload param but `name` (and the effective batch, which follows the batch size
-    and the accumulation), on the same device."""
+    and the accumulation), in the same speed context (device, threads, versions: SPEED_CONTEXT)."""
     groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
     for r in records:
         if name in r.params:
             key = tuple(sorted((k, v) for k, v in r.params.items() if k not in (name, DERIVED) and ROLES.describes(k)))
-            groups[(key, r.tags.get(rec.DEVICE_NAME, ""))].append(r)
+            groups[(key, _context(r))].append(r)
     return list(groups.values())
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import timm
 import torch
 
+import dinox
 from dinox import record as rec
 from dinox.plan.footprint import GIB
 from dinox.spec.sections import TrialSpec
@@ -216,6 +217,7 @@ def environment_tags(device: torch.device) -> dict[str, str]:
         rec.CUDA_VERSION: str(torch.version.cuda or ""),
         rec.HIP_VERSION: str(getattr(torch.version, "hip", None) or ""),
         rec.TIMM_VERSION: timm.__version__,
+        rec.DINOX_VERSION: dinox.__version__,
         rec.PYTHON_VERSION: platform.python_version(),
         rec.HOST: platform.node(),
         rec.TORCH_THREADS: str(torch.get_num_threads()),

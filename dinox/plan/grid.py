@@ -163,7 +163,27 @@ def expand(doc: SpecDocument, max_trials: int | None = None) -> list[Trial]:
                 context = f"in {len(indices)} of {len(pts)} trials, e.g. {shown}"
             problems.append(Problem(path, message, line, context))
         raise SpecError(doc.path, problems)
+    if doc.sweep.ladder and (idle := _idle_rungs(doc, trials)):
+        raise SpecError(doc.path, idle)
     return trials
+
+
+def _idle_rungs(doc: SpecDocument, trials: list[Trial]) -> list[Problem]:
+    """A ladder rung whose trials are the ones before it (it changes nothing: each value, defaults included,
+    the one it had) or an earlier rung's (it changes back): the same trial measured twice, its "effect" noise."""
+    per_rung = len(trials) // (len(doc.sweep.ladder) + 1)
+    blocks = [tuple(t.trial_id for t in trials[i : i + per_rung]) for i in range(0, len(trials), per_rung)]
+    problems = []
+    for r in range(1, len(blocks)):
+        if blocks[r] == blocks[r - 1]:
+            why = "this rung changes nothing: each value it sets is the one the trial had"
+        elif blocks[r] in blocks[: r - 1]:
+            j = blocks.index(blocks[r])
+            why = f"this rung repeats {'the base' if j == 0 else f'rung {j} (sweep.ladder[{j - 1}])'}: the same trial"
+        else:
+            continue
+        problems.append(Problem(f"sweep.ladder[{r - 1}]", why, doc.line_of(("sweep", "ladder", str(r - 1)))))
+    return problems
 
 
 def shard(trials: list[Trial], spec: str) -> list[Trial]:

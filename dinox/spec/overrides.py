@@ -29,7 +29,7 @@ def apply(doc: SpecDocument, items: list[tuple[str, str | None]]) -> SpecDocumen
     if not items:
         return doc
     base = _deep_copy(doc.base)
-    swept = set(doc.sweep.grid) | {k for case in doc.sweep.cases for k in case}
+    swept = set(doc.sweep.grid) | {k for entry in (*doc.sweep.cases, *doc.sweep.ladder) for k in entry}
     problems: list[Problem] = []
     lines = dict(doc.lines)
     for key, raw in items:
