@@ -250,3 +250,36 @@ def test_a_password_in_the_tracking_uri_is_used_and_never_shown(mlflow_server, t
     exp = client.get_experiment_by_name("guarded")
     for run in client.search_runs([exp.experiment_id]):
         assert secret not in json.dumps([run.data.tags, run.data.params]), run.info.run_id
+
+
+def test_sync_never_files_a_sweep_into_another_store_s_sweep(tmp_path):
+    """mlflow.db deleted after a sweep whose results were not yet in it: once, sync failed forever, and after
+    another sweep made an experiment with the same id, filed the old trials there (its decide counted them).
+    Now sync refuses, writing nothing; with --new-sweep it logs them as a new sweep of their own experiment."""
+    (tmp_path / "a.yaml").write_text(TINY.format(name="first") + "sweep:\n  grid:\n    batch.size: [2, 3]\n")
+    (tmp_path / "b.yaml").write_text(TINY.format(name="second"))
+    assert run_dinox(["run", "a.yaml"], tmp_path).returncode == 0
+    (sweep_dir,) = (tmp_path / ".dinox" / "sweeps" / "first").iterdir()
+    journal = sweep_dir / "results.jsonl"
+    kept = [ln for ln in journal.read_text().splitlines() if json.loads(ln)["event"] not in ("logged", "sweep_closed")]
+    journal.write_text("\n".join(kept) + "\n")  # as if the store had failed before any result reached it
+    (tmp_path / "mlflow.db").unlink()
+    assert run_dinox(["run", "b.yaml"], tmp_path).returncode == 0  # experiment 1 again, now 'second'
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    before = len(runs_of(uri, "second"))
+
+    refused = run_dinox(["sync", str(sweep_dir)], tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "this store is not the one the sweep ran against (a new mlflow.db?), and nothing was written" in (
+        refused.stderr
+    )
+    assert f"`dinox sync --new-sweep {sweep_dir}`" in refused.stderr
+    assert len(runs_of(uri, "second")) == before and not runs_of(uri, "first")
+
+    synced = run_dinox(["sync", "--new-sweep", str(sweep_dir)], tmp_path)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert "2 result(s) logged" in synced.stdout and "sweep closed as FINISHED" in synced.stdout
+    first = runs_of(uri, "first")
+    assert sorted(r.data.tags["dinox.role"] for r in first) == ["sweep", "trial", "trial"]
+    assert all(r.info.status == "FINISHED" for r in first) and len(runs_of(uri, "second")) == before
+    assert run_dinox(["sync", str(sweep_dir)], tmp_path).returncode == 0  # its journal names the new parent

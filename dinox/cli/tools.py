@@ -114,7 +114,13 @@ def shards(
     help="Without SWEEP_DIRs: every sweep under here with results not yet in the store.",
 )
 @click.option("--tracking-uri", default=None, metavar="URI", help="Override the store the sweep was run against.")
-def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) -> None:
+@click.option(
+    "--new-sweep",
+    is_flag=True,
+    help="Where the store is not the one the sweep ran against (a new mlflow.db): log every result of the sweep "
+    "as a new sweep run of its experiment there.",
+)
+def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None, new_sweep: bool) -> None:
     """Log the results a sweep kept locally while the tracking store was unreachable.
 
     Each result is logged once: one already in the store (found by its dinox.result_id tag) is not
@@ -133,7 +139,7 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None) ->
     failed = 0
     for d in dirs:  # one sweep's problem never keeps the others from syncing
         try:
-            sync_sweep(d, tracking_uri, click.echo)
+            sync_sweep(d, tracking_uri, click.echo, new_sweep)
         except SyncError as e:
             failed += 1
             click.echo(f"error: sync {e}", err=True)

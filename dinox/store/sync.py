@@ -79,8 +79,11 @@ def _journal_uri(recorded: str) -> str:
     )
 
 
-def sync_sweep(sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[[str], None] = print) -> SyncReport:
-    """Raises SyncError for a local problem, TrackingError when the store fails."""
+def sync_sweep(
+    sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[[str], None] = print, new_sweep: bool = False
+) -> SyncReport:
+    """Raises SyncError for a local problem (the store is not the one the sweep ran against, without
+    `new_sweep`), TrackingError when the store fails."""
     journal = Journal(sweep_dir)
     state = journal.read()
     if not state.sweep:
@@ -92,6 +95,15 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[
     try:
         recorder = SweepRecorder(tracking_uri or _journal_uri(state.sweep["tracking_uri"]))
         recorder.attach(state.sweep["experiment_id"], state.sweep["parent_run_id"])
+        if problem := _not_its_sweep(recorder, state.sweep):
+            if not new_sweep:
+                raise SyncError(
+                    f"{sweep_dir}: {problem}: this store is not the one the sweep ran against (a new mlflow.db?), "
+                    f"and nothing was written to it; the results stay here. `dinox sync --new-sweep {sweep_dir}` "
+                    f"logs them all as a new sweep of {state.sweep['name']!r} there"
+                )
+            _restart_in(recorder, journal, state)
+            echo(f"sync {sweep_dir}: a new sweep run {recorder.parent_run_id} of {state.sweep['name']!r} holds them")
         _log_pending(recorder, journal, state, report)
         _close_parent(recorder, journal, state, report)
     except MlflowException as e:
@@ -101,6 +113,34 @@ def sync_sweep(sweep_dir: Path, tracking_uri: str | None = None, echo: Callable[
         + (f", sweep closed as {report.closed_sweep}" if report.closed_sweep else "")
     )
     return report
+
+
+def _not_its_sweep(recorder: SweepRecorder, sweep: dict) -> str:
+    """Why the store's run of the journal's parent id is not this sweep's parent ("" when it is): the store
+    was made again (mlflow.db deleted) and another sweep may own that experiment id by now."""
+    try:
+        run = recorder.client.get_run(sweep["parent_run_id"])
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        return f"the store has no run {sweep['parent_run_id']} (the sweep's parent)"
+    if run.info.experiment_id != sweep["experiment_id"] or run.data.tags.get(rec.ROLE) != "sweep":
+        return f"run {sweep['parent_run_id']} of the store is not this sweep's parent"
+    return ""
+
+
+def _restart_in(recorder: SweepRecorder, journal: Journal, state: JournalState) -> None:
+    """A new parent run of the sweep's experiment (by name) in this store, written to the journal; every
+    result of the sweep pending again (the store that held the logged ones is gone)."""
+    recorder.parent_run_id = ""
+    recorder.connect(state.sweep["name"])
+    total = max((p.trial.total for p in state.results.values()), default=0)
+    recorder.open_sweep(state.sweep["name"], "", total)
+    journal.sweep(shown_uri(recorder.uri), recorder.experiment_id, recorder.parent_run_id, state.sweep["name"])
+    for p in state.results.values():
+        p.run_id = None
+    state.logged.clear()
+    state.closed = False
 
 
 def _log_pending(recorder: SweepRecorder, journal: Journal, state: JournalState, report: SyncReport) -> None:
