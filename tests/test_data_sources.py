@@ -396,3 +396,38 @@ def test_an_index_that_names_files_outside_its_root_is_refused_by_dinox_shards(c
     line = len(rows) + 1
     assert proc.stderr.startswith(f"error: {index}:{line}: png_path {bad!r} lies outside the index's root"), proc.stderr
     assert "Traceback" not in proc.stderr and not any(out.glob("*.tar"))
+
+
+def test_a_shard_folder_is_one_whole_set_or_refused(ct, tmp_path):
+    """A `dinox shards --replace` killed while moving its set into place once left old and new samples side
+    by side that read as one set; shards of another prefix written into a folder said nothing. The marker a
+    kill leaves makes every reader refuse the folder until a --replace completes it; another prefix is
+    refused."""
+    from tests.conftest import run_dinox
+
+    root, _hu = ct
+    index = root / "png" / "_index" / "index.csv"
+    out = tmp_path / "sh"
+    first = ["shards", "--index-csv", str(index), "--out", str(out), "--shard-size", "2"]
+    assert run_dinox(first, tmp_path).returncode == 0
+    spec = tmp_path / "w.yaml"
+    spec.write_text(
+        "name: w\nmodel: {name: resnet18, img_size: 32}\nbatch: {size: 2}\n"
+        f"data: {{source: webdataset, shards: {out}}}\n"
+    )
+    assert run_dinox(["validate", str(spec)], tmp_path).returncode == 0
+    (out / ".dinox-shards-incomplete").write_text("dinox shards was moving 3 ct-*.tar into place\n")  # a kill's
+    proc = run_dinox(["validate", str(spec)], tmp_path)
+    assert proc.returncode == 2 and "holds an incomplete shard set (a dinox shards run was stopped" in proc.stderr
+    again = ["shards", "--index-csv", str(index), "--out", str(out), "--shard-size", "2", "--replace"]
+    assert run_dinox(again, tmp_path).returncode == 0
+    assert not (out / ".dinox-shards-incomplete").exists()
+    assert run_dinox(["validate", str(spec)], tmp_path).returncode == 0
+
+    (tmp_path / "imgs" / "a").mkdir(parents=True)
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "imgs" / "a" / "x.jpg")
+    mixed = run_dinox(["shards", "--image-folder", str(tmp_path / "imgs"), "--out", str(out)], tmp_path)
+    assert mixed.returncode == 2 and "holds other shards (ct-000000.tar and more)" in mixed.stderr, mixed.stderr
+    assert not list(out.glob("images-*.tar"))

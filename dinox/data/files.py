@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from dinox.errors import DinoxError
+from dinox.writes import write_whole
 
 REQUIRED_COLUMNS = ("png_path", "series_dir", "slice_index")
 HU_OFFSET = 32768
@@ -112,11 +113,18 @@ def write_shards(
     return sink.written
 
 
+# Left in a shard folder while a set is moved into place, removed once it is whole: a process killed halfway
+# through a --replace leaves old and new shards side by side, and this says the folder is not one set.
+INCOMPLETE = ".dinox-shards-incomplete"
+
+
 class ShardSet:
     """Shards written whole or not at all: into a staging folder inside `out`, moved into place once every
     sample is in (a failure halfway leaves no complete-looking shard). `out` holding shards of this prefix
     already is refused, or with `replace` the old ones go once the new ones are there (a 2-image set over a
-    40-image one kept 32 of the old samples)."""
+    40-image one kept 32 of the old samples). The moves happen under the INCOMPLETE marker, so a kill during
+    them leaves a folder every reader refuses. `out` holding shards of another prefix is refused: a folder
+    is read as one set, and would mix them."""
 
     def __init__(self, out: Path, prefix: str, shard_size: int, replace: bool):
         self.out, self.prefix, self.shard_size, self.replace = out, prefix, shard_size, replace
@@ -126,6 +134,12 @@ class ShardSet:
         import webdataset as wds
 
         self.old = sorted(self.out.glob(f"{self.prefix}-*.tar")) if self.out.is_dir() else []
+        others = sorted(p.name for p in self.out.glob("*.tar") if p not in self.old) if self.out.is_dir() else []
+        if others:
+            raise DataError(
+                f"{self.out} holds other shards ({others[0]}{' and more' if len(others) > 1 else ''}): a shard folder "
+                f"is read as one set, and {self.prefix}-*.tar beside them would mix two; give another --out"
+            )
         if self.old and not self.replace:
             raise DataError(
                 f"{self.out} already holds {len(self.old)} shard(s) ({self.prefix}-*.tar); --replace writes the new "
@@ -145,11 +159,14 @@ class ShardSet:
             self.writer.close()
             if kind is None:
                 new = sorted(self.staging.glob(f"{self.prefix}-*.tar"))
+                marker = self.out / INCOMPLETE
+                write_whole(marker, f"dinox shards was moving {len(new)} {self.prefix}-*.tar into place\n")
                 for path in new:
                     os.replace(path, self.out / path.name)
                 self.written = [self.out / p.name for p in new]
                 for stale in set(self.old) - set(self.written):
                     stale.unlink(missing_ok=True)
+                marker.unlink()  # the set is whole
         finally:
             shutil.rmtree(self.staging, ignore_errors=True)
 
@@ -181,6 +198,13 @@ def shard_urls(shards: str) -> list[str]:
     if why:
         raise DataError(why, "data.shards")
     path = Path(shards)
+    folder = path if path.is_dir() else Path(shards).parent
+    if (folder / INCOMPLETE).exists():
+        raise DataError(
+            f"{folder} holds an incomplete shard set (a dinox shards run was stopped while moving it into place): "
+            "run dinox shards again with --replace",
+            "data.shards",
+        )
     if path.is_dir():
         urls = sorted(str(p) for p in path.glob("*.tar"))
     elif any(c in shards for c in "*?[") and "{" not in shards:
