@@ -35,9 +35,7 @@ def apply(doc: SpecDocument, items: list[tuple[str, str | None]]) -> SpecDocumen
     for key, raw in items:
         problem = _set(base, key, raw, swept)
         if problem:
-            given = f"{key}{'' if raw is None else '=' + raw}"
-            given = given if len(given) <= 200 else f"{given[:200]}... ({len(given)} characters)"
-            problems.append(Problem(key[:200], f"{problem} (--set {given})"))
+            problems.append(Problem(key, f"{problem} (--set {key}{'' if raw is None else '=' + raw})"))
         else:  # its line in the file no longer holds its value
             lines = {p: n for p, n in lines.items() if p[: len(key.split("."))] != tuple(key.split("."))}
     if problems:
