@@ -12,6 +12,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The tiers (pyproject's markers): `service` for a test that starts PostgreSQL, an MLflow server or Slurm (by
+# its fixtures), `slow` for those and for every test listed in tests/slow.txt (measured over a second on the
+# 2-core box: they start dinox processes or train), `gpu` for the CUDA ones. The fast loop is
+# `pytest -m "not slow"`; the full suite, the CI gate, runs them all.
+SERVICE_FIXTURES = frozenset({"postgres", "pg_mlflow_server", "mlflow_server", "slurm"})
+# Module fixtures that run dinox for real (a sweep, a busy box, the estimate child): every test that uses one
+# is slow, whatever its own call costs.
+SLOW_FIXTURES = frozenset({"busy", "oom_sweep", "estimates", "measured", "results"})
+SLOW_LIST = Path(__file__).with_name("slow.txt")
+
+
+def slow_tests() -> set[str]:
+    """Node ids of tests/slow.txt (a `#` starts a comment)."""
+    lines = (ln.split("#", 1)[0].strip() for ln in SLOW_LIST.read_text().splitlines())
+    return {ln for ln in lines if ln}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = slow_tests()
+    for item in items:
+        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.service)
+            item.add_marker(pytest.mark.slow)
+        elif item.nodeid in slow or item.nodeid.split("[")[0] in slow or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
 # A trial small enough that a 2-core CPU measures it in about a second once torch is imported. Without the
 # ablation windows (tests that are about them turn them on).
 TINY = """\

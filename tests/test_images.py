@@ -101,6 +101,8 @@ def test_device_decoding_turns_encoded_jpegs_into_a_batch(tree):
         assert x.shape == (4, 3, 32, 32) and x.dtype == torch.float32
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_decoding_on_a_gpu(tree):
     _classes, items = list_image_folder(tree)

@@ -310,3 +310,25 @@ def test_what_the_docs_commands_write_is_ignored_by_git():
     ignored = set((ROOT / ".gitignore").read_text().split())
     missing = {w for w in written if w.rstrip("/") + "/" not in ignored and w.rstrip("/") not in ignored}
     assert not missing, missing
+
+
+def test_the_fast_tier_covers_every_room():
+    """`pytest -m "not slow"` (the contributors' loop) still has a test that imports each room of dinox."""
+    import re
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not slow", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    files = {line.split("::")[0] for line in proc.stdout.splitlines() if "::" in line}
+    assert files, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rooms = sorted(p.name for p in (ROOT / "dinox").iterdir() if (p / "__init__.py").exists())
+    covered = set()
+    for name in files:
+        text = (ROOT / name).read_text()
+        covered |= set(re.findall(r"\bdinox\.(\w+)", text)) | set(re.findall(r"from dinox import ([\w, ]+)", text))
+    covered = {part.strip() for c in covered for part in c.split(",")}
+    assert [r for r in rooms if r not in covered] == []

@@ -181,6 +181,8 @@ def test_gpu_check_small_passes_on_this_cpu(tmp_path):
     assert re.search(r"^CPU, torch .*: \d+ s \(data and dinox run \d+ s\)$", proc.stdout, re.M)
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_check_passes_on_this_gpu():
     proc = subprocess.run(

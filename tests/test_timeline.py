@@ -224,6 +224,8 @@ def test_events_are_read_lazily_and_reused():
     assert len(made) < 30  # 200 steps x 7 markers, from a pool of a few dozen events
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_the_window_synchronises_only_at_its_edges(monkeypatch):
     dev = torch.device("cuda")
