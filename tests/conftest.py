@@ -38,6 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif item.nodeid in slow or item.nodeid.split("[")[0] in slow or SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
 
+
 # A trial small enough that a 2-core CPU measures it in about a second once torch is imported. Without the
 # ablation windows (tests that are about them turn them on).
 TINY = """\
