@@ -14,7 +14,7 @@ import pytest
 from mlflow import MlflowClient
 
 from tests import study
-from tests.conftest import run_dinox
+from tests.conftest import ROOT, run_dinox
 
 BUDGET = ["--days", "15", "--dataset-size", str(study.DATASET), "--epochs", str(study.EPOCHS)]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -478,3 +478,32 @@ def test_links_planted_in_a_shared_out_are_replaced_never_written_through(sqlite
     for name in names:
         assert not (out / name).is_symlink() and (out / name).stat().st_size > 0, name
     assert json.loads((out / "decision.json").read_text())["verdict"] == "GO"
+
+
+@pytest.mark.parametrize(
+    "experiment, budget, verdict",
+    [
+        ("study", BUDGET, "GO"),
+        ("study", ["--days", "10", "--target-images", "24452700"], "NO-GO"),
+        ("loader", BUDGET, None),
+        ("two_devices", [*BUDGET, "--price", "2.5"], None),
+    ],
+)
+def test_decision_json_validates_against_the_shipped_schema(sqlite_store, experiment, budget, verdict):
+    """decision.json is a public contract (users' scripts and CI gates parse it): a real decision, each
+    verdict, validates against docs/decision.schema.json, whose schema_version is the one decide writes."""
+    import jsonschema
+
+    from dinox.report.decision_json import SCHEMA_VERSION
+
+    schema = json.loads((ROOT / "docs" / "decision.schema.json").read_text())
+    assert schema["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
+    work, uri, _ = sqlite_store
+    out = f"schema-{experiment}-{verdict}"
+    proc = decide(work, uri, "--experiment", experiment, *budget, "--no-log", "--out", out)
+    data = json.loads((work / out / "decision.json").read_text())
+    assert verdict is None or data["verdict"] == verdict, proc.stdout
+    jsonschema.validate(data, schema)
+    broken = {k: v for k, v in data.items() if k != "recommended"}
+    with pytest.raises(jsonschema.ValidationError, match="'recommended' is a required property"):
+        jsonschema.validate(broken, schema)
