@@ -332,3 +332,33 @@ def test_the_fast_tier_covers_every_room():
         covered |= set(re.findall(r"\bdinox\.(\w+)", text)) | set(re.findall(r"from dinox import ([\w, ]+)", text))
     covered = {part.strip() for c in covered for part in c.split(",")}
     assert [r for r in rooms if r not in covered] == []
+
+
+def test_decide_store_and_report_name_params_only_through_spec_params():
+    """A spec field renamed once emptied decide's columns silently: the rooms that read params back spell no
+    field path themselves; dinox.spec.params names each, checked against the spec at import."""
+    import re
+
+    from dinox.spec import params
+
+    fields = r"(?:batch|loader|model|data|hardware|measure|runtime|routine|augment)\.[a-z_.]+|precision"
+    literal = re.compile(rf"([\"'])({fields})\1")  # the same quote at both ends: a string, not prose
+    found = []
+    for room in ("decide", "store", "report"):
+        for path in sorted((ROOT / "dinox" / room).glob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                if not line.lstrip().startswith("#") and (m := literal.search(line)):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {m.group(0)}")
+    assert found == []
+    names = [v for k, v in vars(params).items() if k.isupper()]
+    assert len(names) == len(set(names)) >= 16
+    from dinox.spec.sections import TrialSpec
+
+    spec = {
+        "name": "p",
+        "model": {"name": "resnet18"},
+        "data": {"source": "webdataset", "shards": "shards/"},
+        "routine": {"checkpoint_every_steps": 100, "eval_every_epochs": 1, "eval_images": 500},
+    }
+    flat = TrialSpec.model_validate(spec).flat_params()
+    assert set(names) <= set(flat), sorted(set(names) - set(flat))  # each a param a trial logs

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from dinox import record as rec
 from dinox.decide.grouping import model_key
+from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord
 
@@ -68,7 +69,7 @@ def memory_checks(records: list[TrialRecord]) -> list[MemoryCheck]:
 def scaling(records: list[TrialRecord]) -> list[ScalingRow]:
     """Scaling efficiency = global images/s / (N x images/s of the same configuration on one device). The
     effective batch grows with the devices, so it is not part of "the same configuration"."""
-    free = {"hardware.gpus", "batch.effective"}
+    free = {params.HARDWARE_GPUS, params.BATCH_EFFECTIVE}
     single: dict[tuple, float] = {}
     multi: list[tuple[tuple, TrialRecord, int]] = []
     for r in records:
@@ -76,7 +77,7 @@ def scaling(records: list[TrialRecord]) -> list[ScalingRow]:
             continue
         key = tuple(sorted((k, v) for k, v in r.params.items() if k not in free and ROLES.describes(k)))
         key += ((rec.DEVICE_NAME, r.tags.get(rec.DEVICE_NAME, "")),)  # never one kind against another
-        gpus = r.param_int("hardware.gpus") or 1
+        gpus = r.param_int(params.HARDWARE_GPUS) or 1
         if gpus == 1:
             single[key] = max(single.get(key, 0.0), r.metrics[rec.IMAGES_PER_S])
         else:

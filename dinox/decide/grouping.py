@@ -6,15 +6,17 @@ from __future__ import annotations
 from collections import defaultdict
 
 from dinox import record as rec
+from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord
 
 
 def model_key(r: TrialRecord) -> tuple[str, str, dict[str, str]]:
-    name = r.params.get("model.name", "?")
-    kwargs = {k.removeprefix("model.kwargs."): v for k, v in r.params.items() if k.startswith("model.kwargs.")}
-    if r.params.get("model.kwargs") not in (None, "{}"):
-        kwargs["kwargs"] = r.params["model.kwargs"]
+    name = r.params.get(params.MODEL_NAME, "?")
+    inside = params.MODEL_KWARGS + "."
+    kwargs = {k.removeprefix(inside): v for k, v in r.params.items() if k.startswith(inside)}
+    if r.params.get(params.MODEL_KWARGS) not in (None, "{}"):
+        kwargs["kwargs"] = r.params[params.MODEL_KWARGS]
     key = name + "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))
     return key, name, kwargs
 
@@ -53,7 +55,7 @@ def device_of(r: TrialRecord, default: str = "") -> tuple[str, int]:
     """The device that measured a trial (its `dinox.device_name`; `default` for one that never reached a
     device: skipped, or crashed before it said) and how many of them (`hardware.gpus`): trials measured on
     different hardware are decided apart."""
-    return r.tags.get(rec.DEVICE_NAME) or default, r.param_int("hardware.gpus") or 1
+    return r.tags.get(rec.DEVICE_NAME) or default, r.param_int(params.HARDWARE_GPUS) or 1
 
 
 def only_device(records: list[TrialRecord]) -> str:

@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from dinox import record as rec
+from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord, measured_spread, no_effect, pair_noise, within_noise
 
@@ -30,7 +31,7 @@ SPEED_CONTEXT = (
     rec.DINOX_VERSION,
 )
 MAX_COMBINED = 500  # trials of one group compared pairwise for the combinations (a sweep has far fewer)
-DERIVED = "batch.effective"  # follows batch.size x accumulation: never a knob of its own
+DERIVED = params.BATCH_EFFECTIVE  # follows batch.size x accumulation: never a knob of its own
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from dinox import record as rec
 from dinox.decide.grouping import groups_without, telling
+from dinox.spec import params
 from dinox.store.trial_record import TrialRecord
 
 
@@ -75,7 +76,7 @@ def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindi
     findings.io_bound = [
         (
             r.run_name or r.run_id,
-            r.params.get("model.name", "?"),
+            r.params.get(params.MODEL_NAME, "?"),
             r.metrics[rec.IMAGES_PER_S],
             r.bound_evidence,
         )
@@ -88,7 +89,7 @@ def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindi
         if r.tags.get(rec.BOUND) == "io_bound" and int(r.tags.get(rec.CONCURRENT_TRIALS, "1")) > 1
     ]
     findings.host_bound = [
-        (r.run_name or r.run_id, r.params.get("model.name", "?"), r.metrics[rec.IMAGES_PER_S])
+        (r.run_name or r.run_id, r.params.get(params.MODEL_NAME, "?"), r.metrics[rec.IMAGES_PER_S])
         for r in ok
         if r.tags.get(rec.BOUND) == "host_bound"
     ]
@@ -98,11 +99,11 @@ def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindi
 def _knees(ok: list[TrialRecord], tolerance: float) -> list[KneeRow]:
     """The worker knee: among trials equal in everything but loader.num_workers."""
     knees: list[tuple[tuple, list[tuple[int, float]], list[tuple[int, float]]]] = []
-    for key, rs in groups_without(ok, "loader.num_workers"):
+    for key, rs in groups_without(ok, params.LOADER_NUM_WORKERS):
         by_workers: dict[int, float] = {}
         ceiling: dict[int, float] = {}
         for r in rs:
-            w = r.param_int("loader.num_workers")
+            w = r.param_int(params.LOADER_NUM_WORKERS)
             if w is not None:
                 by_workers[w] = max(by_workers.get(w, 0.0), r.metrics[rec.IMAGES_PER_S])
                 if rec.LOADER_IMAGES_PER_S in r.metrics:
@@ -120,9 +121,9 @@ def _knees(ok: list[TrialRecord], tolerance: float) -> list[KneeRow]:
 def _pins(ok: list[TrialRecord]) -> list[PinRow]:
     """Pinned memory: pairs equal in everything but loader.pin_memory."""
     pairs: list[tuple[tuple, float, float]] = []
-    for key, rs in groups_without(ok, "loader.pin_memory"):
-        pinned = [r.metrics[rec.IMAGES_PER_S] for r in rs if r.param_bool("loader.pin_memory")]
-        unpinned = [r.metrics[rec.IMAGES_PER_S] for r in rs if r.param_bool("loader.pin_memory") is False]
+    for key, rs in groups_without(ok, params.LOADER_PIN_MEMORY):
+        pinned = [r.metrics[rec.IMAGES_PER_S] for r in rs if r.param_bool(params.LOADER_PIN_MEMORY)]
+        unpinned = [r.metrics[rec.IMAGES_PER_S] for r in rs if r.param_bool(params.LOADER_PIN_MEMORY) is False]
         if pinned and unpinned:
             pairs.append((key, max(pinned), max(unpinned)))
     labels = telling([k for k, _, _ in pairs])
@@ -132,7 +133,7 @@ def _pins(ok: list[TrialRecord]) -> list[PinRow]:
 def _encodings(ok: list[TrialRecord]) -> list[EncodingRow]:
     """PNG against raw CT shards: trials equal but for data.shards, whose shards' layouts differ."""
     groups = []
-    for key, rs in groups_without(ok, "data.shards"):
+    for key, rs in groups_without(ok, params.DATA_SHARDS):
         layouts = {r.tags.get(rec.SHARD_LAYOUT) for r in rs} & {"png16", "raw16"}
         if len(layouts) == 2:
             groups.append((key, rs))

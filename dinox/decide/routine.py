@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 from dinox import record as rec
 from dinox.decide.budget import Budget, DecisionError
+from dinox.spec import params
 
 # The spec fields the trial's params carry (dinox.spec.sections.RoutineSpec).
 EVERY_STEPS, EVERY_EPOCHS, EVAL_IMAGES = (
-    "routine.checkpoint_every_steps",
-    "routine.eval_every_epochs",
-    "routine.eval_images",
+    params.ROUTINE_CHECKPOINT_EVERY_STEPS,
+    params.ROUTINE_EVAL_EVERY_EPOCHS,
+    params.ROUTINE_EVAL_IMAGES,
 )
 
 

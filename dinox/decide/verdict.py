@@ -31,6 +31,7 @@ from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, proje
 from dinox.decide.routine import routine_cost
 from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict, Verification
 from dinox.measure.result import one_line
+from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.profile_table import ProfileSummary
 from dinox.store.trial_record import IPS_WINDOWS, SETTLED_WINDOWS, TrialRecord, record_problem, store_text
@@ -112,7 +113,7 @@ def _varying(records: list[TrialRecord]) -> set[str]:
             values[k].add(v)
     keys = {k for k, vs in values.items() if len(vs) > 1 or any(k not in r.params for r in records)}
     # The model's kwargs are part of the model's key, shown with its name.
-    return {k for k in keys if ROLES.describes(k) and not k.startswith("model.kwargs")}
+    return {k for k in keys if ROLES.describes(k) and not k.startswith(params.MODEL_KWARGS)}
 
 
 def _candidate(

@@ -21,6 +21,7 @@ from dinox.decide.budget import fmt_cost, fmt_days  # noqa: E402
 from dinox.decide.grouping import device_label, device_of, model_key, only_device  # noqa: E402
 from dinox.decide.types import Candidate, ModelVerdict  # noqa: E402
 from dinox.decide.verdict import Decision  # noqa: E402
+from dinox.spec import params  # noqa: E402
 from dinox.store.trial_record import IPS_WINDOWS, TrialRecord  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
@@ -93,7 +94,7 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
         ax.scatter([], [], marker="|", color="black", label="skipped: pruned after an OOM (at the foot)")
     _needed_line(ax, d.needed_ips, values)
     sizes = sorted(
-        {int(c.configuration.get("batch.size", 0)) for mv in d.models for c in mv.candidates}
+        {int(c.configuration.get(params.BATCH_SIZE, 0)) for mv in d.models for c in mv.candidates}
         | {b for by in failed.values() for bs in by.values() for b in bs} - {0}
     )
     if sizes:
@@ -135,7 +136,7 @@ def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> li
     several trials share a batch size, each dot is labelled with what else it varied (`num_workers=2`), so
     two dots at one batch say which is which without the README."""
     pts = sorted(
-        ((int(c.configuration.get("batch.size", 0)), c) for c in candidates if c.measured_ips > 0),
+        ((int(c.configuration.get(params.BATCH_SIZE, 0)), c) for c in candidates if c.measured_ips > 0),
         key=lambda p: (p[0], p[1].measured_ips),
     )
     if not pts:
@@ -160,7 +161,7 @@ def _model_points(ax, candidates: list[Candidate], color: str, label: str) -> li
 
 def _varied(candidates: list[Candidate]) -> list[str]:
     """The params other than the batch size whose values differ among the candidates."""
-    keys = sorted({k for c in candidates for k in c.configuration} - {"batch.size", "batch.effective"})
+    keys = sorted({k for c in candidates for k in c.configuration} - {params.BATCH_SIZE, params.BATCH_EFFECTIVE})
     return [k for k in keys if len({c.configuration.get(k) for c in candidates}) > 1][:2]
 
 

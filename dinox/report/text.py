@@ -20,18 +20,19 @@ from dinox.report.settling import (
     unsettled_lines,
     verifications,
 )
+from dinox.spec import params
 from dinox.store.profile_table import markdown as profile_markdown
 from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, inert
 
 
 def _fmt_config(config: dict[str, str]) -> str:
     short = {
-        "batch.size": "batch",
-        "batch.accumulation": "accum",
-        "batch.effective": "effective",
-        "model.grad_checkpointing": "ckpt",
-        "loader.num_workers": "workers",
-        "loader.pin_memory": "pin",
+        params.BATCH_SIZE: "batch",
+        params.BATCH_ACCUMULATION: "accum",
+        params.BATCH_EFFECTIVE: "effective",
+        params.MODEL_GRAD_CHECKPOINTING: "ckpt",
+        params.LOADER_NUM_WORKERS: "workers",
+        params.LOADER_PIN_MEMORY: "pin",
     }
     return ", ".join(f"{short.get(k, k)}={v}" for k, v in config.items() if v not in ("None",))
 

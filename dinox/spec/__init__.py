@@ -8,4 +8,6 @@
 - ``fields``: field paths (``loader.num_workers``) and the messages that name them; ``rules``: checks that span
   fields; ``roles``: what each field is for (identifies a trial, bounds its memory, steers the search).
 - ``schema``: the JSON Schema shipped beside the specs.
+- ``params``: the params the parent reads back (decide, store, report), named once and checked against the
+  fields at import.
 """

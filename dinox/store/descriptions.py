@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dinox import record as rec
+from dinox.spec import params
 from dinox.store import profile_table
 from dinox.store.trial_record import IPS_P90, IPS_WINDOWS
 
@@ -126,7 +127,7 @@ def _window_range(r: dict[str, Any]) -> str:
 def p90_images_per_s(r: dict[str, Any]) -> float | None:
     """A result row's conservative figure, the one decide plans with: images per optimizer step / p90 step
     time (the parent's table and the ladder's read it)."""
-    step, images = r.get(rec.STEP_S_P90), r.get("batch.effective")
+    step, images = r.get(rec.STEP_S_P90), r.get(params.BATCH_EFFECTIVE)
     if step is None or images is None or not float(step) > 0:
         return None
     return float(images) / float(step)
@@ -139,8 +140,8 @@ def _cut(r: dict[str, Any]) -> str:
 def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """img/s (windows) against physical batch, one line per model, the windows' min-max as bars; None when
     fewer than two batch sizes ran ok."""
-    ok = [r for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r and r.get("batch.size")]
-    if len({int(r["batch.size"]) for r in ok}) < 2:
+    ok = [r for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r and r.get(params.BATCH_SIZE)]
+    if len({int(r[params.BATCH_SIZE]) for r in ok}) < 2:
         return None  # one batch size is no curve (and matplotlib costs a second of every short sweep)
     import matplotlib
 
@@ -148,8 +149,9 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    for model in sorted({str(r.get("model.name")) for r in ok}):
-        pts = sorted(((int(r["batch.size"]), r) for r in ok if str(r.get("model.name")) == model), key=lambda p: p[0])
+    for model in sorted({str(r.get(params.MODEL_NAME)) for r in ok}):
+        mine = (r for r in ok if str(r.get(params.MODEL_NAME)) == model)
+        pts = sorted(((int(r[params.BATCH_SIZE]), r) for r in mine), key=lambda p: p[0])
         xs, ys = [b for b, _ in pts], [float(r[rec.IMAGES_PER_S]) for _, r in pts]
         (line,) = ax.plot(xs, ys, marker="o", linestyle="none" if len(set(xs)) < len(xs) else "-", label=model)
         for b, r in pts:
@@ -162,7 +164,7 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
                     alpha=0.5,
                     linewidth=2,
                 )
-    sizes = sorted({int(r["batch.size"]) for r in ok})
+    sizes = sorted({int(r[params.BATCH_SIZE]) for r in ok})
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())

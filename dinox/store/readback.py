@@ -12,6 +12,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dinox import record as rec
+from dinox.spec import params
 from dinox.store.backend import (
     TrackingError,
     check_reachable,
@@ -103,7 +104,7 @@ def latest_per_device(found: list[tuple[int, TrialRecord]]) -> list[TrialRecord]
     is superseded by any later run of its trial."""
 
     def device(r: TrialRecord) -> tuple[str, str]:
-        return r.tags.get(rec.DEVICE_NAME, ""), r.params.get("hardware.gpus", "1")
+        return r.tags.get(rec.DEVICE_NAME, ""), r.params.get(params.HARDWARE_GPUS, "1")
 
     latest: dict[tuple[str, tuple[str, str]], tuple[int, TrialRecord]] = {}
     for start, record in found:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dinox import record as rec
+from dinox.spec import params
 
 # A trial's three throughputs, named the same way wherever they appear (sweep lines, terminal, report, plots,
 # docs): measured over the timed windows, and from the p90 and p50 step times (the p90 one drives the verdict).
@@ -123,7 +124,7 @@ class TrialRecord:
     def capped(self) -> bool:
         """Its spec allows fewer windows than a GO needs (measure.repeats: 1, "a quick look"): measuring it
         again gives as few."""
-        most = self.param_int("measure.repeats") or self.param_int("measure.max_repeats")
+        most = self.param_int(params.MEASURE_REPEATS) or self.param_int(params.MEASURE_MAX_REPEATS)
         return most is not None and most < SETTLED_WINDOWS
 
     @property
@@ -136,18 +137,18 @@ class TrialRecord:
 
     @property
     def batch_size(self) -> int | None:
-        return self.param_int("batch.size")
+        return self.param_int(params.BATCH_SIZE)
 
     @property
     def effective_batch(self) -> int | None:
         """Images per optimizer step: the logged value, else size x accumulation x gpus."""
-        effective = self.param_int("batch.effective")
+        effective = self.param_int(params.BATCH_EFFECTIVE)
         if effective is not None:
             return effective
         size = self.batch_size
         if size is None:
             return None
-        return size * (self.param_int("batch.accumulation") or 1) * (self.param_int("hardware.gpus") or 1)
+        return size * (self.param_int(params.BATCH_ACCUMULATION) or 1) * (self.param_int(params.HARDWARE_GPUS) or 1)
 
 
 # Figures no real trial has: a step shorter than a microsecond or longer than the longest trial dinox runs
@@ -161,12 +162,12 @@ def record_problem(r: TrialRecord) -> str | None:
     """Why a record cannot be trusted (another tool logged it, or a store was edited), or None. Checked
     before any policy: a NaN throughput, a negative batch or an infinite step time must never reach a
     verdict, a division or a plot."""
-    for name in ("batch.size", "batch.accumulation", "batch.effective", "hardware.gpus"):
+    for name in (params.BATCH_SIZE, params.BATCH_ACCUMULATION, params.BATCH_EFFECTIVE, params.HARDWARE_GPUS):
         if name in r.params and r.params[name] not in ("", "None") and not (r.param_int(name) or 0) > 0:
             return f"{name} {r.params[name]!r} is not a positive integer"
     if r.status in ("ok", "oom") and r.batch_size is None:
         return "no batch.size"
-    m, gpus = r.metrics, r.param_int("hardware.gpus") or 1
+    m, gpus = r.metrics, r.param_int(params.HARDWARE_GPUS) or 1
     for name in (rec.IMAGES_PER_S, rec.STEP_S_P50, rec.STEP_S_P90, rec.DEVICE_MEM_TOTAL_GB):
         if name in m and not (math.isfinite(m[name]) and m[name] > 0):
             return f"{name} {m[name]!r} is not a finite positive number"
