@@ -279,7 +279,45 @@ def known(name: str, kind: Kind) -> bool:
     entry = NAMES.get(name)
     if entry is not None:
         return entry.kind == kind
+    if kind == "metric" and (m := re.fullmatch(r"rank\d+_(\w+)", name)) and m.group(1) in PER_RANK:
+        return True  # a multi-rank trial's per-rank figure (PER_RANK)
     return any(name.startswith(p) and k == kind and _WORD.match(name) for p, k in FAMILIES.items())
+
+
+# How a trial's metric combines over its ranks (hardware.gpus > 1; isolate.ranks.merge reads this): "pace" is
+# images through every rank over the slowest rank's window; "sum" a rate each rank measures of its own part;
+# "max" the largest rank's (memory, step times, spread, graphs); "slowest" the value of the rank whose window
+# was longest (it sets the trial's pace). Every trial metric is listed: one added without a rule fails here.
+RankRule = Literal["pace", "sum", "max", "slowest"]
+_SUMS = (IMAGES_PER_S_MIN, IMAGES_PER_S_MAX, IMAGES_PER_S_COMPUTE_ONLY, IMAGES_PER_S_NO_LOADER)
+_SUMS += (IMAGES_PER_S_COMPUTE_HALF, LOADER_IMAGES_PER_S, COPY_IMAGES_PER_S, EVAL_IMAGES_PER_S)
+_MAXES = (STEP_S_P50, STEP_S_P90, WINDOW_SPREAD, PEAK_MEM_ALLOCATED_GB, PEAK_MEM_RESERVED_GB, CHILD_PEAK_RSS_GB)
+_MAXES += (DEVICE_MEM_OUTSIDE_GB, COMPILE_GRAPHS, RECOMPILES_IN_WINDOWS)
+_SLOWEST = (STEP_S, WINDOWS, WINDOW_S, DATA_S, H2D_S, COMPUTE_S, DEVICE_BUSY_S, DEVICE_IDLE_S, DEVICE_IDLE_SHARE)
+_SLOWEST += (IDLE_LOADER_SHARE, DEVICE_LAG_S, FIXED_SHARE, HOST_AHEAD_STEPS, LOADER_COST, LOADER_COST_LOW)
+_SLOWEST += (LOADER_COST_HIGH, TRANSFER_COST, TRANSFER_COST_LOW, TRANSFER_COST_HIGH, ABLATION_S, ABLATION_ROUNDS)
+_SLOWEST += (DEVICE_MEM_TOTAL_GB, HOST_PEAK_RSS_GB, PREDICTED_DEVICE_MEM_GB, PREDICTED_ACTIVATIONS_GB)
+_SLOWEST += (PREDICTED_LOADER_HOST_GB, PARAMS_M, TRAINABLE_PARAMS_M, LOSS, FLOPS_PER_IMAGE, TFLOPS, MFU)
+_SLOWEST += (PEAK_TFLOPS, BATCH_AUTO_PROBES_M, BATCH_AUTO_FIT, WARMUP_S, FIRST_STEP_S, FIRST_FETCH_S, COMPILE_S)
+_SLOWEST += (SETTLE_S, LOADER_START_S, EPOCH_START_S, CHECKPOINT_S, CHECKPOINT_GB, EVAL_START_S)
+_SLOWEST += (EPOCH_BOUNDARIES, DATA_SAMPLES, STARTUP_S, SETUP_S, DATA_SETUP_S, BUILD_S, MEASURE_S, TEARDOWN_S)
+_SLOWEST += (TRIAL_WALL_S,)
+RANKS: dict[str, RankRule] = {
+    IMAGES_PER_S: "pace",
+    **dict.fromkeys(_SUMS, "sum"),
+    **dict.fromkeys(_MAXES, "max"),
+    **dict.fromkeys(_SLOWEST, "slowest"),
+}
+_undeclared = [n.name for n in NAMES.values() if n.kind == "metric" and n.run == "trial" and n.name not in RANKS]
+if _undeclared or len(RANKS) != len(_SUMS) + len(_MAXES) + len(_SLOWEST) + 1:
+    raise ValueError(f"trial metrics without one rank rule (RANKS): {_undeclared or 'one listed twice'}")
+# Figures also kept per rank beside the global one, as rank{r}_<name>.
+PER_RANK = (IMAGES_PER_S, STEP_S_P50, PEAK_MEM_ALLOCATED_GB, CHILD_PEAK_RSS_GB, DATA_S)
+
+
+def per_rank(rank: int, name: str) -> str:
+    """The rank{r}_<name> metric of a multi-rank trial (for the PER_RANK names)."""
+    return f"rank{rank}_{name}"
 
 
 def markdown() -> str:

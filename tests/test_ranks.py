@@ -112,3 +112,29 @@ def test_a_rank_killed_by_a_signal_is_the_cause_not_its_peer_s_connection_error(
     # Ranks torchrun itself stopped (SIGTERM) after a real error are not a cause.
     merged = ranks.merge({0: rank(1, 1, 1, "error", "ValueError: x"), 1: None}, 2, "crashed", "", {0: 1, 1: -15})
     assert merged.status == "error"
+
+
+def test_every_trial_metric_merges_by_the_rule_the_record_declares():
+    """Each trial metric of the record, on two ranks (rank 1 the slower): summed, the larger, the slower
+    rank's, or the images over the slower window, as rec.RANKS says; and rank{r}_ figures for PER_RANK."""
+    from dinox import record as rec
+
+    trial_metrics = [n.name for n in rec.NAMES.values() if n.kind == "metric" and n.run == "trial"]
+    assert sorted(rec.RANKS) == sorted(trial_metrics)
+    # rank 0: every metric 1.0 but a 2 s window; rank 1: every metric 3.0 (a larger value) but a 4 s window
+    # (the slower rank) and a smaller peak memory than rank 0 on one figure, to tell "max" from "slowest".
+    low = {name: 1.0 for name in trial_metrics} | {rec.WINDOW_S: 2.0, rec.PEAK_MEM_RESERVED_GB: 9.0}
+    high = {name: 3.0 for name in trial_metrics} | {rec.WINDOW_S: 4.0}
+    merged = ranks.merge({0: TrialResult("ok", metrics=low), 1: TrialResult("ok", metrics=high)}, 2, "crashed", "")
+    m = merged.metrics
+    for name, rule in rec.RANKS.items():
+        expected = {
+            "pace": (1.0 * 2.0 + 3.0 * 4.0) / 4.0,
+            "sum": low[name] + high[name],
+            "max": max(low[name], high[name]),
+            "slowest": high[name],
+        }[rule]
+        assert m[name] == pytest.approx(expected), (name, rule)
+    for r, source in ((0, low), (1, high)):
+        for name in rec.PER_RANK:
+            assert m[rec.per_rank(r, name)] == source[name] and rec.known(rec.per_rank(r, name), "metric")

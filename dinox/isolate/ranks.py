@@ -17,33 +17,6 @@ import signal
 from dinox import record as rec
 from dinox.measure.result import TrialResult, one_line
 
-# Rates a rank measures of its own part of the trial: summed over the ranks, as images_per_s is, or the loader
-# alone would look N times too slow beside the trial's global throughput.
-_SUMMED = (
-    rec.IMAGES_PER_S_COMPUTE_ONLY,
-    rec.IMAGES_PER_S_NO_LOADER,
-    rec.IMAGES_PER_S_COMPUTE_HALF,
-    rec.LOADER_IMAGES_PER_S,
-    rec.COPY_IMAGES_PER_S,
-    rec.EVAL_IMAGES_PER_S,
-)
-# Figures shown per rank beside the global ones, as rank{r}_<name>.
-PER_RANK = (
-    rec.IMAGES_PER_S,
-    rec.STEP_S_P50,
-    rec.PEAK_MEM_ALLOCATED_GB,
-    rec.CHILD_PEAK_RSS_GB,
-    rec.DATA_S,
-)
-_MAX = (
-    rec.PEAK_MEM_ALLOCATED_GB,
-    rec.PEAK_MEM_RESERVED_GB,
-    rec.CHILD_PEAK_RSS_GB,
-    rec.WINDOW_SPREAD,
-    rec.STEP_S_P50,
-    rec.STEP_S_P90,
-)
-
 
 def result_name(base: str, rank: int) -> str:
     return f"{base}.rank{rank}"
@@ -101,17 +74,17 @@ def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
     images = sum(res.metrics[rec.IMAGES_PER_S] * res.metrics[rec.WINDOW_S] for res in ranks.values())
     m[rec.IMAGES_PER_S] = images / window
     m[rec.WINDOW_S] = window
-    for key in (rec.IMAGES_PER_S_MIN, rec.IMAGES_PER_S_MAX, *_SUMMED):
-        if all(key in res.metrics for res in ranks.values()):
-            m[key] = sum(res.metrics[key] for res in ranks.values())
-    for key in _MAX:
+    # Every other metric by the rule the record declares for it (rec.RANKS); "slowest" is the copy above.
+    for key, rule in rec.RANKS.items():
         values = [res.metrics[key] for res in ranks.values() if key in res.metrics]
-        if values:
+        if rule == "sum" and len(values) == len(ranks):
+            m[key] = sum(values)
+        elif rule == "max" and values:
             m[key] = max(values)
     for r, res in sorted(ranks.items()):
-        for key in PER_RANK:
+        for key in rec.PER_RANK:
             if key in res.metrics:
-                m[f"rank{r}_{key}"] = res.metrics[key]
+                m[rec.per_rank(r, key)] = res.metrics[key]
     tags = dict(ranks[0].tags)
     tags[rec.WORLD_SIZE] = str(world)
     tags[rec.UNSTABLE] = str(any(res.tags.get(rec.UNSTABLE) == "true" for res in ranks.values())).lower()
