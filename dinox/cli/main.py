@@ -244,16 +244,16 @@ def run(
 
     live = sys.stdout.isatty()
     options = SweepOptions(
-        force,
-        not no_prune,
-        skip_predicted_oom,
-        shard or "",
-        isolation,
-        not no_system_metrics,
-        live,
-        request,
-        remeasure_unsettled,
-        again,
+        force=force,
+        prune=not no_prune,
+        skip_predicted_oom=skip_predicted_oom,
+        shard=shard or "",
+        isolation=isolation,
+        system_metrics=not no_system_metrics,
+        live=live,
+        devices=request,
+        remeasure_unsettled=remeasure_unsettled,
+        again=again,
     )
     _sweep(doc, trials, options, tracking_uri, Path(workdir), server)
 

@@ -69,7 +69,44 @@ def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device, tags: dic
 
 class TrialRun:
     """One trial in the child, as named steps: the device, the loader, the model and optimizer, the step
-    functions, the loop, and its summary (dinox.measure.step_metrics)."""
+    functions, the loop, and its summary (dinox.measure.step_metrics).
+
+    Its state, declared here (torchtitan's Trainer): what __init__ sets from the spec, then what each setup
+    step adds (the device's, the loader's, the model's), then what the measurement keeps."""
+
+    # from the spec and the launcher (__init__)
+    spec: TrialSpec
+    marks: dict[str, float]
+    metrics: dict[str, float]
+    tags: dict[str, str]
+    on_phase: Callable[[str], None] | None
+    accumulation: int
+    distributed: tuple[int, int, int] | None  # (rank, local rank, world) under torchrun
+    world: int
+    set_to_none: bool
+    out_dir: Path
+    # _setup_device
+    dev: torch.device
+    autocast_dtype: torch.dtype | None
+    scaler: Any  # torch.amp.GradScaler for fp16-mixed, else None
+    num_classes: int
+    plan: Any  # dinox.data.views.ViewPlan
+    # _setup_loader
+    prep: DevicePrep | None
+    pin: bool
+    non_blocking: bool
+    loader: DataLoader
+    # _setup_model
+    objective: Any  # dinox.measure.objectives' module with its loss
+    optimizer: torch.optim.Optimizer
+    ddp: Any  # DistributedDataParallel, under torchrun
+    # the measurement
+    loop: bench.Loop
+    micro_count: int
+    last_loss: torch.Tensor | None
+    runtime_seen: dict[str, str]  # what the gc held during the windows
+    artifacts: list[str]
+    graphs: models.GraphCount | None  # a compiled trial's graph count, phase by phase
 
     def __init__(
         self,

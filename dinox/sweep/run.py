@@ -46,7 +46,7 @@ from dinox.sweep.progress import Progress
 from dinox.sweep.prune import Pruner
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepOptions:
     force: bool = False
     prune: bool = True
