@@ -16,3 +16,8 @@ class DinoxError(Exception):
 
     exit_code: int = EXIT_BAD_INPUT
     store_unusable: bool = False  # the tracking store itself is the trouble: nothing more is written to it
+
+
+class WorkdirError(DinoxError, OSError):
+    """The sweep's folder cannot be written (a full or read-only disk): results cannot be kept locally, and
+    trials, which write theirs there, cannot run."""

@@ -7,6 +7,7 @@ import pytest
 import timm
 import torch
 
+from dinox.contract import GIB
 from dinox.measure import runtime
 from dinox.measure.device import (
     allocator_cap,
@@ -18,7 +19,6 @@ from dinox.measure.device import (
 )
 from dinox.measure.result import is_oom
 from dinox.plan import peaks
-from dinox.plan.footprint import GIB
 
 
 def test_out_of_memory_through_cudnn_or_cublas_is_an_oom():

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
-from dinox.sweep.journal import Journal
+from dinox.store.journal import Journal
 from tests.conftest import SIDE_BY_SIDE, TINY, run_dinox
 from tests.test_reliability import LONGER, dinox_popen, runs_of, trial_child
 
@@ -93,7 +93,7 @@ def test_sigkill_takes_every_child_along_and_sync_closes_the_runs(tmp_path):
 def test_a_later_sweep_closes_an_orphan_of_its_experiment(tmp_path):
     """`dinox run` closes what a dead sweep of its experiment left RUNNING before it starts: here an orphan
     without a journal on this host, so its runs are marked KILLED directly."""
-    from dinox.isolate.lifeline import ProcessRef
+    from dinox.contract import ProcessRef
     from dinox.store.recorder import SweepRecorder
     from dinox.store.sync import close_orphans
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dinox.contract import GIB
 from dinox.plan import footprint, peaks
-from dinox.plan.footprint import GIB, Estimates, Machine, ModelCost
+from dinox.plan.footprint import Estimates, Machine, ModelCost
 from dinox.spec.sections import TrialSpec
 
 COST = ModelCost(
@@ -137,7 +138,7 @@ def test_an_auto_batch_on_a_cpu_without_a_cap_stays_within_the_host_s_available_
     available, and a probe the OOM killer ends counts as a batch that did not fit."""
     import psutil
 
-    from dinox.measure.result import TrialResult
+    from dinox.contract import TrialResult
     from dinox.sweep.batch_search import BatchSearch, killed_for_memory
 
     auto = spec(batch={"size": "auto", "auto_min": 8, "auto_max": 1_000_000})

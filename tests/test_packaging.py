@@ -172,7 +172,7 @@ def test_no_import_cycles():
 
 def test_every_module_lives_in_a_room():
     loose = sorted(p.name for p in (ROOT / "dinox").glob("*.py"))
-    assert loose == ["__init__.py", "__main__.py", "errors.py", "record.py", "writes.py"], loose
+    assert loose == ["__init__.py", "__main__.py", "contract.py", "errors.py", "record.py", "writes.py"], loose
     for pkg in sorted(p for p in (ROOT / "dinox").iterdir() if (p / "__init__.py").exists()):
         doc = (pkg / "__init__.py").read_text()
         assert doc.startswith('"""') and len(doc.splitlines()) >= 3, f"{pkg.name}/__init__.py says what it offers"
@@ -362,3 +362,54 @@ def test_decide_store_and_report_name_params_only_through_spec_params():
     }
     flat = TrialSpec.model_validate(spec).flat_params()
     assert set(names) <= set(flat), sorted(set(names) - set(flat))  # each a param a trial logs
+
+
+# The rooms, top to bottom: a room imports only rooms below it, and the shared vocabulary beside record.py.
+# The data flows one way: spec -> plan (trials) -> isolate (the child process) -> measure (the result) ->
+# store (MLflow) -> sweep -> decide -> report -> the commands.
+LAYERS = [
+    {"__main__"},
+    {"cli"},
+    {"verify"},
+    {"report"},
+    {"decide"},
+    {"sweep", "launch"},
+    {"store"},
+    {"measure"},
+    {"isolate"},
+    {"plan"},
+    {"data"},
+    {"spec"},
+]
+SHARED = {"contract", "record", "errors", "writes"}
+
+
+def test_rooms_import_only_the_rooms_below_them():
+    """A reading of every import (at module level or inside a function): no arrow from a lower room back
+    up, and the shared modules import no room."""
+    import ast
+
+    level = {room: i for i, layer in enumerate(LAYERS) for room in layer}
+    rooms = {p.name for p in (ROOT / "dinox").iterdir() if (p / "__init__.py").exists()} | {"__main__"}
+    assert rooms == set(level), sorted(rooms ^ set(level))
+    wrong = []
+    for path in sorted((ROOT / "dinox").rglob("*.py")):
+        parts = path.relative_to(ROOT / "dinox").parts
+        room = parts[0] if len(parts) > 1 else path.stem.removesuffix(".py")
+        if room == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dinox"):
+                targets = [node.module.split(".")[1]] if "." in node.module else [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name.split(".")[1] for a in node.names if a.name.startswith("dinox.")]
+            else:
+                continue
+            for target in targets:
+                if target == room or target in SHARED and room not in SHARED:
+                    continue
+                if room in SHARED and target in SHARED:
+                    continue
+                if target not in level or room not in level or level[target] <= level[room]:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {room} imports {target}")
+    assert wrong == []

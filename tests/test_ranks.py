@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dinox.contract import TrialResult
 from dinox.isolate import ranks
-from dinox.measure.result import TrialResult
 
 
 def rank(ips: float, window: float, peak: float, status: str = "ok", error: str = "", unstable: bool = False):

@@ -275,10 +275,10 @@ def _sweep(
     workdir: Path,
     server: ForkServer | None,
 ) -> None:
+    from dinox.errors import WorkdirError
     from dinox.store.backend import resolve_tracking_uri
     from dinox.store.recorder import SweepRecorder
     from dinox.sweep.interrupts import Interrupted, SweepStopped
-    from dinox.sweep.journal import WorkdirError
     from dinox.sweep.run import run_sweep
 
     uri = resolve_tracking_uri(tracking_uri)

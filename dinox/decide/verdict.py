@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dinox import record as rec
+from dinox.contract import one_line
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
 from dinox.decide.grouping import device_of, memory_groups, model_key, only_device, telling
@@ -30,7 +31,6 @@ from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
 from dinox.decide.routine import routine_cost
 from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict, Verification
-from dinox.measure.result import one_line
 from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.profile_table import ProfileSummary

@@ -53,8 +53,14 @@ class ForkedChild:
         return self.returncode  # type: ignore[return-value]
 
 
+# What a trial's child imports, named by its room (the caller may name others): the zygote imports them once,
+# before it forks, so a forked trial finds them loaded. Names, not imports: isolate sits below measure.
+TRIAL_MODULES = ("dinox.measure.estimate", "dinox.measure.trial")
+
+
 class ForkServer:
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = TRIAL_MODULES) -> None:
+        self.preload = preload
         self.proc: subprocess.Popen | None = None
         self._exits: dict[int, int] = {}
         self._buffer = b""
@@ -70,7 +76,7 @@ class ForkServer:
         if self.proc is not None and self.proc.poll() is None:
             return
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dinox.isolate.forkserver"],
+            [sys.executable, "-m", "dinox.isolate.forkserver", *self.preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,  # the zygote's own failures (an import error) reach the terminal
@@ -166,11 +172,11 @@ class ForkServer:
 REAP_S = 0.02
 
 
-def _zygote() -> None:
+def _zygote(preload: list[str]) -> None:
     lifeline.die_with_parent(lifeline.env_parent())  # a SIGKILLed sweep takes its zygote and trials with it
     # Everything a trial imports, imported once, here, so a forked child finds it loaded. Nothing touches a device.
-    import dinox.measure.estimate  # noqa: F401
-    import dinox.measure.trial  # noqa: F401
+    for module in preload:
+        importlib.import_module(module)
 
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -235,4 +241,4 @@ def _fork(request: dict, devnull: int) -> int:
 
 
 if __name__ == "__main__":
-    _zygote()
+    _zygote(sys.argv[1:])

@@ -10,15 +10,10 @@ the whole tree goes down with the sweep. A sweep records its host, pid and the p
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
-import socket
 import sys
-from dataclasses import dataclass
-
-from dinox import record as rec
 
 PARENT_ENV = "DINOX_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
@@ -57,43 +52,6 @@ def worker_init(_worker_id: int) -> None:
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a child that calls die_with_parent: this process as its expected parent."""
     return dict(os.environ if env is None else env, **{PARENT_ENV: str(os.getpid())})
-
-
-@dataclass(frozen=True)
-class ProcessRef:
-    """A process as a sweep records it: host, pid, and the pid's start time (pids are reused)."""
-
-    host: str
-    pid: int
-    started: float  # seconds since the epoch, as psutil reports it
-
-    @classmethod
-    def me(cls) -> ProcessRef:
-        import psutil
-
-        return cls(socket.gethostname(), os.getpid(), psutil.Process().create_time())
-
-    def tags(self) -> dict[str, str]:
-        return {rec.HOST: self.host, rec.PID: str(self.pid), rec.PID_STARTED: f"{self.started:.3f}"}
-
-    @classmethod
-    def from_tags(cls, tags: dict[str, str]) -> ProcessRef | None:
-        with contextlib.suppress(KeyError, ValueError):
-            return cls(tags[rec.HOST], int(tags[rec.PID]), float(tags[rec.PID_STARTED]))
-        return None
-
-    def gone(self) -> bool | None:
-        """True when the process no longer runs; None when that cannot be known from here (another host)."""
-        if self.host != socket.gethostname():
-            return None
-        import psutil
-
-        try:
-            return abs(psutil.Process(self.pid).create_time() - self.started) > 1.0
-        except psutil.NoSuchProcess:
-            return True
-        except psutil.Error:
-            return None
 
 
 def _exec_main(argv: list[str]) -> None:

@@ -15,7 +15,7 @@ import re
 import signal
 
 from dinox import record as rec
-from dinox.measure.result import TrialResult, one_line
+from dinox.contract import TrialResult, one_line
 
 
 def result_name(base: str, rank: int) -> str:

@@ -21,15 +21,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from dinox import record as rec
+from dinox.contract import GIB, PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, TrialResult, one_line
+from dinox.errors import WorkdirError
 from dinox.isolate import lifeline, ranks
 from dinox.isolate.contention import omp_env
 from dinox.isolate.forkserver import ForkedChild, ForkServer
 from dinox.isolate.process_tree import TreeMemory, kill_group
 from dinox.isolate.slots import rank_threads
-from dinox.measure.result import PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, TrialResult, one_line
-from dinox.plan.footprint import GIB
 from dinox.plan.grid import Trial
-from dinox.sweep.journal import WorkdirError
 
 # After the child has written its result it gets this long to exit before its group is killed: a hang in
 # interpreter teardown (a stuck loader worker, a driver) must not turn a measured trial into a timeout.

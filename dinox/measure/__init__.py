@@ -1,7 +1,7 @@
 """The child: one trial measured in its own process. The only side that imports torch (and never MLflow).
 
 - ``trial``: the child's entry (``python -m dinox.measure.trial``): builds model, data and step, measures,
-  writes a ``result.TrialResult``. ``estimate``: the meta-device estimate child (parameters, FLOPs, saved
+  writes a ``dinox.contract.TrialResult``. ``estimate``: the meta-device estimate child (parameters, FLOPs, saved
   activations).
 - ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes;
   ``runtime``: the spec's process-wide settings applied and read back.
@@ -10,6 +10,6 @@
 - ``step_metrics``: those records as the trial's metrics; ``bound``: what holds the step back, and why.
 - ``routine``: what a real run does besides its steps (a checkpoint save, an evaluation pass), timed;
   ``verify``: ``dinox verify``'s child, the trial's steps trained for a slice of real training.
-- ``result``: what a trial produces, plain JSON: the only module here the parent imports (with ``bound`` and
-  ``windows``, which it pulls in), so those three import no torch.
+- ``result``: how the child reads a failure (an OOM, an exception in one line); the parent imports only its
+  OOM markers (the batch search), so it imports no torch. What a trial produces is ``dinox.contract``.
 """

@@ -40,15 +40,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import typing
 from dataclasses import dataclass
 from typing import Literal
 
 from dinox import record as rec
+from dinox.contract import Bound
 
-Bound = Literal["compute_bound", "io_bound", "transfer_bound", "host_bound", "inconclusive"]
 Rule = Literal["ablation", "device_events", "host_timers"]
-BOUNDS: tuple[Bound, ...] = typing.get_args(Bound)
 # More than half of a forward/backward's device time independent of the batch: kernel launches and Python set
 # its pace (at the same time the device runs half the work in nearly the same time), not the device.
 FIXED_SHARE_HOST_BOUND = 0.5

@@ -18,7 +18,7 @@ import torch
 
 import dinox
 from dinox import record as rec
-from dinox.plan.footprint import GIB
+from dinox.contract import GIB
 from dinox.spec.sections import TrialSpec
 
 

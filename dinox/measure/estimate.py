@@ -32,11 +32,11 @@ import torch.utils.checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 from dinox import record as rec
+from dinox.contract import GIB, one_line
 from dinox.data.views import view_plan
 from dinox.isolate import lifeline
 from dinox.measure import models, objectives, runtime
-from dinox.measure.result import one_line
-from dinox.plan.footprint import GIB, Machine, ModelCost
+from dinox.plan.footprint import Machine, ModelCost
 from dinox.spec.sections import TrialSpec
 
 SAMPLES = 2  # BatchNorm needs more than one sample in training mode

@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from dinox import record as rec
-from dinox.plan.footprint import GIB
+from dinox.contract import GIB
 
 # A trial's run (dinox.measure.trial.TrialRun, or verify's subclass): this module sits below it, so it names
 # what it reads from one (spec, metrics, objective, optimizer, scaler, loop, loader, ...) instead of importing it.

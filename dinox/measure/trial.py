@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 from dinox import record as rec  # noqa: E402
+from dinox.contract import GIB, PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, TrialResult  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
 from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
@@ -39,17 +40,9 @@ from dinox.measure import device, models, objectives, profile, routine, runtime 
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
 from dinox.measure.bound import rounds_decided  # noqa: E402
-from dinox.measure.result import (  # noqa: E402
-    PHASE_FILE,
-    PROFILE_CUT,
-    PROVISIONAL_FILE,
-    TrialResult,
-    describe_exception,
-    is_oom,
-)
+from dinox.measure.result import describe_exception, is_oom  # noqa: E402
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
-from dinox.plan.footprint import GIB  # noqa: E402
 from dinox.spec.sections import TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 

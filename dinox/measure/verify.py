@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from dinox import record as rec
+from dinox.contract import SLICE_FILE, TrialResult
 from dinox.measure import device, routine, runtime
 from dinox.measure.batches import Batches
-from dinox.measure.result import SLICE_FILE, TrialResult
 from dinox.measure.trial import TrialRun, run_child
 from dinox.spec.data_sources import SyntheticData
 from dinox.spec.sections import TrialSpec

@@ -12,14 +12,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dinox import record as rec
-from dinox.measure.result import TrialResult
+from dinox.contract import GIB, TrialResult
 from dinox.plan import peaks
 from dinox.spec.sections import ROLES, TrialSpec
 
 if TYPE_CHECKING:
     from dinox.plan.grid import Trial
 
-GIB = 2**30  # every *_gb figure dinox reports is GiB
 # Under autocast the tensors saved for backward are mostly 16-bit (matmul and attention inputs) but not all
 # (LayerNorm inputs, softmax statistics, the loss stay fp32): about this share of the fp32 figure.
 MIXED_ACTIVATION_SHARE = 0.6

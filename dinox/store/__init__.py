@@ -6,5 +6,6 @@
   shows without a click; ``system_metrics``: each trial's system metrics through MLflow's monitor.
 - ``readback``: reading a sweep's trials back; ``trial_record``: a trial as read back (plain, no MLflow, what
   ``dinox.decide`` consumes).
-- ``sync``: completing in the store what a sweep kept locally.
+- ``journal``: the sweep's local journal (results survive a store outage, written before the store);
+  ``sync``: completing in the store what a sweep kept locally.
 """

@@ -22,8 +22,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from dinox.contract import one_line
 from dinox.errors import DinoxError
-from dinox.measure.result import one_line
 
 # MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) stall a sweep for minutes per call when a
 # tracking server is down. dinox keeps every result locally and syncs later, so it fails fast instead,

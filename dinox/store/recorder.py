@@ -19,8 +19,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dinox import record as rec
-from dinox.isolate.lifeline import ProcessRef
-from dinox.measure.result import TrialResult, one_line
+from dinox.contract import ProcessRef, TrialResult, one_line
 from dinox.plan.grid import Trial
 from dinox.store.backend import (
     StoreFile,

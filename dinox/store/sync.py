@@ -21,11 +21,11 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 
 from dinox import record as rec
+from dinox.contract import ProcessRef
 from dinox.errors import DinoxError
-from dinox.isolate.lifeline import ProcessRef
 from dinox.store.backend import TrackingError, describe_store_error, shown_uri
+from dinox.store.journal import JOURNAL, Journal, JournalState
 from dinox.store.recorder import RUN_STATUS, SweepRecorder, result_summary
-from dinox.sweep.journal import JOURNAL, Journal, JournalState
 
 GONE = (
     "the sweep process ({where}) is gone without closing its runs (SIGKILL, the OOM killer or a closed "

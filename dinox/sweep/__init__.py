@@ -3,8 +3,9 @@
 - ``run``: the ``Sweep`` (trials -> child processes -> results -> the store, the journal first); ``end``: how it
   finishes or is stopped; ``interrupts``: SIGINT/SIGTERM as an exception the sweep cleans up after.
 - ``lanes`` and ``flights``: trials side by side on several slots, and the runs they have open.
-- ``journal``: the local journal (results survive a store outage); ``best_effort``: the store as the sweep
-  calls it; ``outputs``: results.csv and the lines printed as trials end; ``progress``: the terminal bar.
+- ``best_effort``: the store as the sweep calls it (its local journal, results surviving a store outage, is
+  ``dinox.store.journal``); ``outputs``: results.csv and the lines printed as trials end; ``progress``: the
+  terminal bar.
 - ``batch_search``: ``batch.size: auto``; ``prune``: larger batches skipped after an OOM.
 - ``shards``: ``--shard auto`` from Slurm or Kubernetes.
 """

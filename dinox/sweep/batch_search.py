@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass, field
 
 from dinox import record as rec
-from dinox.measure.result import NEAR_FULL_MARKERS, TrialResult
-from dinox.plan.footprint import GIB, Estimates
+from dinox.contract import GIB, TrialResult
+from dinox.measure.result import NEAR_FULL_MARKERS
+from dinox.plan.footprint import Estimates
 from dinox.spec.sections import TrialSpec
 
 

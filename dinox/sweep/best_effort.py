@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dinox.store.backend import shown_uri
+from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
-from dinox.sweep.journal import Journal
 from dinox.sweep.outputs import SweepReport
 
 # MLflow's answers that refuse what was written (a param name it does not take, a value too long): the store

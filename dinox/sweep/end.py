@@ -9,13 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from dinox.measure.result import one_line
+from dinox.contract import one_line
+from dinox.errors import WorkdirError
 from dinox.store import descriptions
+from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder, result_summary
 from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights
 from dinox.sweep.interrupts import signals_ignored
-from dinox.sweep.journal import Journal, WorkdirError
 from dinox.sweep.outputs import SweepReport
 
 

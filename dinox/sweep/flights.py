@@ -20,7 +20,7 @@ from typing import Any
 
 from dinox.isolate import runner
 from dinox.plan.grid import Trial
-from dinox.sweep.journal import new_result_id
+from dinox.store.journal import new_result_id
 from dinox.sweep.lanes import Lane, Stopping
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import yaml
 
 from dinox import record as rec
-from dinox.measure.result import TrialResult
+from dinox.contract import TrialResult
+from dinox.errors import WorkdirError
 from dinox.plan.grid import Trial
 from dinox.store import descriptions
 from dinox.store.trial_record import IPS_WINDOWS, measured_spread, no_effect, pair_noise, within_noise
-from dinox.sweep.journal import WorkdirError
 from dinox.writes import write_whole
 
 FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again

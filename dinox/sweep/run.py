@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Literal
 
 from dinox import record as rec
+from dinox.contract import ProcessRef, TrialResult, one_line
+from dinox.errors import WorkdirError
 from dinox.isolate import contention, runner
 from dinox.isolate.forkserver import ForkServer
-from dinox.isolate.lifeline import ProcessRef
 from dinox.isolate.slots import DevicesError, Request
-from dinox.measure.result import TrialResult, one_line
 from dinox.plan import footprint
 from dinox.plan.footprint import Estimates
 from dinox.plan.grid import Trial, trial_id
@@ -32,6 +32,7 @@ from dinox.plan.machine import DeviceMissing, missing_message
 from dinox.spec.file import SpecDocument
 from dinox.store import descriptions
 from dinox.store.backend import configure_client, shown_uri
+from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
 from dinox.store.trial_record import TrialRecord
 from dinox.sweep import end
@@ -39,7 +40,6 @@ from dinox.sweep.batch_search import BatchSearch, killed_for_memory, probe_spec
 from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights, InFlight
 from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_raise
-from dinox.sweep.journal import Journal, WorkdirError
 from dinox.sweep.lanes import Lane, Lanes, Stopping, side_by_side
 from dinox.sweep.outputs import FINAL, SweepReport, describe, ladder_lines, row, write_csv, write_sweep_files
 from dinox.sweep.progress import Progress

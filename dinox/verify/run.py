@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dinox import record as rec
+from dinox.contract import SLICE_FILE
 from dinox.decide.routine import unit_costs
 from dinox.errors import DinoxError
 from dinox.isolate.runner import run_trial
-from dinox.measure.result import SLICE_FILE
 from dinox.plan.grid import Trial
 from dinox.spec.data_sources import SyntheticData
 from dinox.store.readback import log_verify

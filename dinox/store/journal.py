@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dinox.errors import DinoxError
-from dinox.measure.result import TrialResult
+from dinox.contract import TrialResult
+from dinox.errors import WorkdirError
 from dinox.plan.grid import Trial
 from dinox.spec.sections import TrialSpec
 
@@ -55,11 +55,6 @@ class JournalState:
     @property
     def pending(self) -> list[PendingResult]:
         return [r for rid, r in self.results.items() if rid not in self.logged]
-
-
-class WorkdirError(DinoxError, OSError):
-    """The sweep's folder cannot be written (a full or read-only disk): results cannot be kept locally, and
-    trials, which write theirs there, cannot run."""
 
 
 class Journal:
