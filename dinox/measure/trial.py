@@ -155,10 +155,11 @@ class TrialRun:
         trace, never the result (the parent takes this file then)."""
         if self.distributed is not None:
             return
-        tags = dict(self.tags)
+        before = dict(self.tags)
         self.tags[rec.PROFILE] = json.dumps({"error": PROFILE_CUT}, separators=(",", ":"))
         result = self._result(stats, keep_loop=True)
-        self.tags = tags
+        self.tags.clear()  # in place: run_child reads the same dict should anything fail after this
+        self.tags.update(before)
         result.marks = {**self.marks, "result_written": time.time()}
         with contextlib.suppress(OSError):  # no room for it: the profile's result is still written after
             result.write_atomic(self.out_dir / PROVISIONAL_FILE)
