@@ -177,7 +177,8 @@ def test_ctrl_c_during_wait_says_the_job_runs_on_and_it_does(tmp_path, slurm, pg
     import signal
     import subprocess
 
-    (tmp_path / "s.yaml").write_text(SWEEP)
+    # A sweep of its own: the module's server already holds 'slurmed' (its tasks would find nothing to do).
+    (tmp_path / "s.yaml").write_text(SWEEP.replace("name: slurmed", "name: waited"))
     env = {**os.environ, **slurm.env, "MLFLOW_TRACKING_URI": pg_mlflow_server.url, **SIDE_BY_SIDE}
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen(
