@@ -107,9 +107,14 @@ def submit(
     click.echo(f"       script and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
     if wait:
         recorded = _recorded(uri, name, trials)
+        from dinox.sweep.interrupts import Interrupted, signals_raise
+
         try:
-            _follow(slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo), job)
-        except KeyboardInterrupt:
+            # Ctrl-C and SIGTERM stop the following, even where the shell started dinox with SIGINT ignored.
+            with signals_raise():
+                wait = slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo)
+                _follow(wait, job)
+        except (KeyboardInterrupt, Interrupted):
             # Only the following stops: the job is Slurm's, and its tasks go on recording.
             click.echo(
                 f"dinox: stopped following; job {job_id} runs on and records into the store. Follow it: "
