@@ -106,23 +106,29 @@ def submit(
     )
     click.echo(f"       script and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
     if wait:
-        recorded = _recorded(uri, name, trials)
-        from dinox.sweep.interrupts import Interrupted, signals_raise
-
-        try:
-            # Ctrl-C and SIGTERM stop the following, even where the shell started dinox with SIGINT ignored.
-            with signals_raise():
-                wait = slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo)
-                _follow(wait, job)
-        except (KeyboardInterrupt, Interrupted):
-            # Only the following stops: the job is Slurm's, and its tasks go on recording.
-            click.echo(
-                f"dinox: stopped following; job {job_id} runs on and records into the store. Follow it: "
-                f"scontrol show job {job_id}; cancel it: scancel {job_id}",
-                err=True,
-            )
-            sys.exit(130)
+        _wait_for(job, job_id, uri, trials, env)
         click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
+
+
+def _wait_for(job: slurm.Job, job_id: str, uri: str, trials: list, env: dict[str, str]) -> None:
+    """--wait: follow the array to its end; a signal stops only the following (exit 130)."""
+    ids, name = job.array, trials[0].spec.name
+    recorded = _recorded(uri, name, trials)
+    from dinox.sweep.interrupts import Interrupted, signals_raise
+
+    try:
+        # Ctrl-C and SIGTERM stop the following, even where the shell started dinox with SIGINT ignored.
+        with signals_raise():
+            wait = slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo)
+            _follow(wait, job)
+    except (KeyboardInterrupt, Interrupted):
+        # Only the following stops: the job is Slurm's, and its tasks go on recording.
+        click.echo(
+            f"dinox: stopped following; job {job_id} runs on and records into the store. Follow it: "
+            f"scontrol show job {job_id}; cancel it: scancel {job_id}",
+            err=True,
+        )
+        sys.exit(130)
 
 
 def _write_script(job: slurm.Job, text: str) -> None:
