@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["tag", "metric", "param"]
-Run = Literal["trial", "sweep", "decision", "verify", "any"]
+Run = Literal["trial", "sweep", "decision", "verify", "head_to_head", "any"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ def _metric(run: Run, name: str, meaning: str) -> str:
 
 # --- tags on every run dinox makes -----------------------------------------------------------------------
 ROLE = _tag(
-    "any", "dinox.role", "what the run is: sweep (the parent), trial, probe (batch.size: auto), decision or verify"
+    "any",
+    "dinox.role",
+    "what the run is: sweep (the parent), trial, probe (batch.size: auto), decision, verify or head_to_head",
 )
 
 # --- a trial's result ---------------------------------------------------------------------------------------
@@ -132,6 +134,13 @@ DINOX_VERSION = _tag("trial", "dinox.dinox_version", "the dinox that measured th
 # --- a decision run ------------------------------------------------------------------------------------------
 VERIFIES = _tag("verify", "dinox.verifies", "the trial run a dinox verify run trained for real")
 VERIFY_EPOCHS = _tag("verify", "dinox.verify_epochs", "each epoch of the slice as JSON: images, wall_s, partial")
+REMEASURES = _tag("head_to_head", "dinox.remeasures", "the trial run a head-to-head round measured again")
+HEAD_TO_HEAD = _tag(
+    "head_to_head", "dinox.head_to_head", "the head-to-head a round belongs to (when it started, and where)"
+)
+ROUND = _metric(
+    "head_to_head", "round", "the round's place in its head-to-head, from 1 (a round measures each trial once)"
+)
 VERDICT = _tag("decision", "dinox.verdict", "GO, NO-GO or UNSETTLED (the measured range straddles the budget)")
 SETTLED = _tag("decision", "dinox.settled", "true when the evidence decided (GO or NO-GO), false for UNSETTLED")
 

@@ -227,17 +227,20 @@ def run_decision(
 ) -> Decision:
     """Decide on the trials in the store, write the report files, say the verdict, log the decision run.
     Raises DecisionError and TrackingError, both one line for the user."""
+    from dinox.decide import head_to_head
     from dinox.decide.budget import DecisionError
     from dinox.decide.verdict import decide
     from dinox.report import decision_json
     from dinox.report import text as report
-    from dinox.store.readback import fetch_trials, fetch_verifications, log_decision
+    from dinox.store.readback import fetch_head_to_heads, fetch_trials, fetch_verifications, log_decision
 
     records, sources, home = fetch_trials(uri, experiments, run_ids)
     if not records:
         raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {shown_uri(uri)}")
-    verified = fetch_verifications(uri, [r.experiment_id for r in records])
-    decision = decide(records, budget, policy, verified)
+    experiment_ids = sorted({r.experiment_id for r in records})
+    verified = fetch_verifications(uri, experiment_ids)
+    rematches = head_to_head.read(fetch_head_to_heads(uri, experiment_ids))
+    decision = decide(records, budget, policy, verified, rematches)
     decision.sources = sources
     decision.spec_file = spec_file
     files = write_reports(decision, records, out)

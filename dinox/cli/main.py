@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 import click
 
-from dinox.cli import decide, submit, tools, verify
+from dinox.cli import decide, head_to_head, submit, tools, verify
 from dinox.cli.common import (
     MAX_TRIALS,
     SET,
@@ -344,7 +344,16 @@ def _of_shard(trials: list[Trial], shard: str | None) -> tuple[list[Trial], str 
         raise BadInput(f"--shard {e}") from None
 
 
-for command in (decide.decide, verify.verify, submit.submit, tools.preprocess, tools.shards, tools.sync, tools.ui):
+for command in (
+    decide.decide,
+    verify.verify,
+    head_to_head.head_to_head,
+    submit.submit,
+    tools.preprocess,
+    tools.shards,
+    tools.sync,
+    tools.ui,
+):
     main.add_command(command)
 refuse_control_characters(main)
 

@@ -5,6 +5,9 @@
 - ``grouping``: trials grouped by model and by the params that bound memory; ``checks``: predicted against
   measured memory, scaling across devices; ``loader_findings``: the worker knee and pinned-memory pairs;
   ``knobs``: what each varied param bought, from the pairs of trials equal in everything else.
+- ``candidates``: each ok trial as a Candidate (its forecast and range; a head-to-head's rounds or a
+  verification replacing the sweep's figures); ``head_to_head``: the rounds of a head-to-head read back and
+  the sign test that orders tied leaders.
 - ``routine``: the run's checkpoints and evaluation passes over the schedule, from the trial's measurement.
 - ``types``: the verdict's types (the policy, a candidate trial, a model's verdict).
 """

@@ -9,6 +9,7 @@ from typing import Literal
 
 from dinox.decide.budget import DecisionError
 from dinox.decide.grouping import device_label
+from dinox.decide.head_to_head import Bout
 from dinox.decide.routine import RoutineCost
 from dinox.store.profile_table import ProfileSummary
 
@@ -67,6 +68,7 @@ class Candidate:
     routine: RoutineCost = RoutineCost()  # the run's checkpoints and evaluation passes over the schedule
     verified: Verification | None = None  # real training of this trial (dinox verify), where it ran
     windows_ips: float | None = None  # the windows' own rate, where a verification outside them replaced it
+    rematch: Rematch | None = None  # measured again head to head: its rounds replaced the sweep's figures
 
     @property
     def rates(self) -> tuple[float, float, float]:
@@ -81,9 +83,27 @@ class Candidate:
     def fast_ips(self) -> float:
         return max(self.window_max_ips or self.measured_ips, self.measured_ips)
 
+    @property
+    def occasion_range(self) -> tuple[float, float]:
+        """The range of one measurement of it, to set beside another trial's: its windows' range, or where it
+        was measured again head to head, the range of its rounds' rates (each round a measurement as a sweep's
+        trial is; the union of every round's windows holds the box's drift over the whole head-to-head too)."""
+        return self.rematch.rates if self.rematch is not None else (self.slow_ips, self.fast_ips)
+
     def overlaps(self, other: Candidate) -> bool:
         """The two measured ranges share a rate: which of the two is faster is not settled."""
-        return self.slow_ips <= other.fast_ips and other.slow_ips <= self.fast_ips
+        (lo, hi), (other_lo, other_hi) = self.occasion_range, other.occasion_range
+        return lo <= other_hi and other_lo <= hi
+
+
+@dataclass(frozen=True)
+class Rematch:
+    """A trial measured again head to head (`dinox head-to-head`): its rounds' figures are the plan's."""
+
+    group: str  # the head-to-head's id (dinox.head_to_head)
+    rounds: int
+    sweep_ips: float  # the sweep's own figure, which the rounds replaced
+    rates: tuple[float, float]  # the slowest and fastest round's rate
 
 
 @dataclass(frozen=True)
@@ -141,6 +161,8 @@ class ModelVerdict:
     # Qualifying trials whose measured range overlaps the best one's: not told apart by the measurement, so the
     # plan takes the slowest of them (the best of noisy figures is biased high: the winner's curse).
     tied: list[Candidate] = field(default_factory=list)
+    # Where the leaders were measured again head to head: the best against each other trial of its rounds.
+    bouts: list[Bout] = field(default_factory=list)
     span: Span | None = None  # the figures the verdict and the forecast use (best, or the slowest tied)
     margin_days: float | None = None
     epochs_in_budget: float | None = None

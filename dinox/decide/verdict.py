@@ -24,16 +24,14 @@ from dataclasses import dataclass, field
 from dinox import record as rec
 from dinox.contract import one_line
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
+from dinox.decide.candidates import candidate, varying
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
 from dinox.decide.grouping import device_of, memory_groups, model_key, only_device, telling
+from dinox.decide.head_to_head import Bout, HeadToHead
 from dinox.decide.knobs import Combination, KnobEffect, combinations, knob_effects
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
-from dinox.decide.routine import routine_cost
-from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict, Verification
-from dinox.spec import params
-from dinox.spec.sections import ROLES
-from dinox.store.profile_table import ProfileSummary
+from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict
 from dinox.store.trial_record import IPS_WINDOWS, SETTLED_WINDOWS, TrialRecord, record_problem, store_text
 
 # Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
@@ -58,6 +56,7 @@ class Decision:
     unstable: str = ""  # why the recommendation's forecast is uncertain; "" when its windows agree
     unsettled: list[ModelVerdict] = field(default_factory=list)  # models whose evidence cannot decide
     remeasure: list[str] = field(default_factory=list)  # runs `dinox run --remeasure-unsettled` measures again
+    contested: list[Candidate] = field(default_factory=list)  # tied leaders `dinox head-to-head` would order
     spec_file: str = ""  # the spec the trials came from, where the command line named it
     capped: list[str] = field(default_factory=list)  # of `remeasure`, runs whose spec allows too few windows
     # The cheapest (model, device) that meets the deadline (and max_cost), where prices are known.
@@ -99,91 +98,6 @@ class Decision:
 # --- the policy ------------------------------------------------------------------------------------
 
 
-def _configuration(r: TrialRecord, varying: set[str]) -> dict[str, str]:
-    # The batch leads (what a recipe is read by), then the other shown fields in the spec's order.
-    keys = sorted((k for k in ROLES.shown_keys() if k in r.params), key=lambda k: not k.startswith("batch."))
-    keys += sorted(k for k in varying if k not in keys and k in r.params)
-    return {k: r.params[k] for k in keys}
-
-
-def _varying(records: list[TrialRecord]) -> set[str]:
-    values: dict[str, set[str]] = defaultdict(set)
-    for r in records:
-        for k, v in r.params.items():
-            values[k].add(v)
-    keys = {k for k, vs in values.items() if len(vs) > 1 or any(k not in r.params for r in records)}
-    # The model's kwargs are part of the model's key, shown with its name.
-    return {k for k in keys if ROLES.describes(k) and not k.startswith(params.MODEL_KWARGS)}
-
-
-def _candidate(
-    r: TrialRecord, budget: Budget, policy: Policy, varying: set[str], verify: TrialRecord | None = None
-) -> Candidate | None:
-    m = r.metrics
-    effective = r.effective_batch
-    measured = m.get(rec.IMAGES_PER_S)
-    if effective is None or measured is None or measured <= 0:
-        return None
-    p90, p50 = m.get(rec.STEP_S_P90), m.get(rec.STEP_S_P50)
-    total, reserved = m.get(rec.DEVICE_MEM_TOTAL_GB), m.get(rec.PEAK_MEM_RESERVED_GB)
-    share = reserved / total if total and reserved is not None else None
-    excluded = ""
-    if policy.effective_batch is not None and effective != policy.effective_batch:
-        excluded = f"effective batch {effective} != {policy.effective_batch}"
-    elif share is not None and share > policy.max_memory_share:
-        excluded = f"peak reserved memory {share:.0%} of the device > {policy.max_memory_share:.0%}"
-    unstable = r.tags.get(rec.UNSTABLE) == "true"
-    spread = m.get(rec.WINDOW_SPREAD)
-    if not excluded and unstable and policy.exclude_unstable:
-        excluded = f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
-    windows = m.get(rec.WINDOWS)
-    c = Candidate(
-        run_id=r.run_id,
-        run_name=r.run_name,
-        configuration=_configuration(r, varying),
-        effective_batch=effective,
-        conservative_ips=effective / p90 if p90 else measured,
-        median_ips=effective / p50 if p50 else measured,
-        measured_ips=measured,
-        memory_share=share,
-        bound=r.tags.get(rec.BOUND, ""),
-        days=0.0,
-        excluded=excluded,
-        mfu=m.get(rec.MFU),
-        tflops=m.get(rec.TFLOPS),
-        spread=spread,
-        unstable=unstable,
-        loader_cost=m.get(rec.LOADER_COST),
-        bound_evidence=r.bound_evidence,
-        window_min_ips=_rate(m.get(rec.IMAGES_PER_S_MIN)),
-        window_max_ips=_rate(m.get(rec.IMAGES_PER_S_MAX)),
-        profile=ProfileSummary.parse(r.tags.get(rec.PROFILE)),
-        windows=int(windows) if windows is not None else None,
-        epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
-    )
-    _apply_verification(c, verify)
-    c.routine = routine_cost(r.params, m, budget, effective)
-    c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_start_s, c.routine.seconds) for ips in c.rates)
-    return c
-
-
-def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
-    """Real training of the trial (dinox verify): shown beside it, and planned with where its rate falls
-    outside the range the windows measured (the windows' spread cannot explain the difference)."""
-    m = verify.metrics if verify is not None else {}
-    ips, error = m.get(rec.VERIFY_IMAGES_PER_S), m.get(rec.FORECAST_ERROR)
-    if verify is None or ips is None or error is None or not (math.isfinite(ips) and ips > 0):
-        return
-    c.verified = Verification(verify.run_id, ips, error)
-    if not c.slow_ips <= ips <= c.fast_ips:
-        c.windows_ips, c.measured_ips = c.measured_ips, ips
-        c.window_min_ips, c.window_max_ips = min(c.slow_ips, ips), max(c.fast_ips, ips)
-
-
-def _rate(value: float | None) -> float | None:
-    return value if value is not None and value > 0 else None
-
-
 def _oom_boundaries(records: list[TrialRecord]) -> list[OomBoundary]:
     groups = memory_groups(records)
     out = []
@@ -204,22 +118,27 @@ def _model_verdict(
     policy: Policy,
     device: tuple[str, int],
     verified: dict[str, TrialRecord],
+    rematches: dict[str, HeadToHead],
 ) -> ModelVerdict:
     statuses: dict[str, int] = defaultdict(int)
     for r in records:
         statuses[r.status or "unknown"] += 1
     params_m = next((r.metrics[rec.PARAMS_M] for r in records if rec.PARAMS_M in r.metrics), None)
-    varying = _varying(records)
+    shown = varying(records)
     candidates = [
-        c for r in records if r.status == "ok" if (c := _candidate(r, budget, policy, varying, verified.get(r.run_id)))
+        c
+        for r in records
+        if r.status == "ok"
+        if (c := candidate(r, budget, policy, shown, verified.get(r.run_id), rematches.get(r.run_id)))
     ]
     candidates.sort(key=lambda c: -c.measured_ips)
     mv = ModelVerdict(key, name, kwargs, params_m, len(records), dict(statuses), candidates, _oom_boundaries(records))
     mv.device_name, mv.devices = device
     qualifying = [c for c in candidates if not c.excluded]
     if qualifying:
-        mv.verdict, group = _verdict(qualifying, budget, device)
+        mv.verdict, group = _verdict(qualifying, budget, device, rematches)
         mv.best, mv.tied = group[0], group[1:]
+        mv.bouts = _bouts(mv.best, qualifying, rematches)
         mv.span = span = _span(group, budget, device)
         mv.unsettled_why = _unsettled_why(mv, budget) if mv.verdict == "UNSETTLED" else ""
         mv.cost = span.cost
@@ -231,12 +150,16 @@ def _model_verdict(
     return mv
 
 
-def _verdict(qualifying: list[Candidate], budget: Budget, device: tuple[str, int]) -> tuple[Verdict, list[Candidate]]:
+def _verdict(
+    qualifying: list[Candidate], budget: Budget, device: tuple[str, int], rematches: dict[str, HeadToHead]
+) -> tuple[Verdict, list[Candidate]]:
     """The model's verdict and the trials its plan rests on (the leader first, then those tied with it).
 
     GO where some trial holds the budget (and budget.max_cost) at its slowest window with enough windows to
-    have one; the leader is the fastest of those by its forecast. NO-GO where every trial fails even at its
-    fastest window. UNSETTLED otherwise, led by the fastest trial still open. `qualifying`: fastest first."""
+    have one; the leader is the fastest of those by its forecast that no head-to-head found slower than
+    another. NO-GO where every trial fails even at its fastest window. UNSETTLED otherwise, led by the
+    fastest trial still open. Tied with the leader: the trials whose ranges overlap its own, unless a
+    head-to-head settled their order. `qualifying`: fastest first."""
 
     def holds(c: Candidate, days: float) -> bool:
         return days <= budget.days and not over_cost(budget.cost(days, *device), device[0], budget)
@@ -245,7 +168,33 @@ def _verdict(qualifying: list[Candidate], budget: Budget, device: tuple[str, int
     open_ = [c for c in qualifying if holds(c, c.days_fast)]
     verdict: Verdict = "GO" if settled_go else "UNSETTLED" if open_ else "NO-GO"
     pool = settled_go or open_ or qualifying
-    return verdict, [pool[0], *(c for c in pool[1:] if c.overlaps(pool[0]))]
+    lead = next((a for a in pool if not any(_order(rematches, a, b) < 0 for b in pool)), pool[0])
+    return verdict, [lead, *(c for c in pool if c is not lead and _tied(rematches, lead, c))]
+
+
+def _order(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> int:
+    """What a head-to-head of both settled: 1 a is faster, -1 b is, 0 not settled or never measured so."""
+    h = rematches.get(a.run_id)
+    if a is b or h is None or rematches.get(b.run_id) is not h:
+        return 0
+    return h.bout(a.run_id, b.run_id).order
+
+
+def _tied(rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate) -> bool:
+    """Measured head to head together, their rounds decide; else their measured ranges (one measurement each)."""
+    h = rematches.get(lead.run_id)
+    if h is not None and rematches.get(c.run_id) is h:
+        return _order(rematches, lead, c) == 0
+    return c.overlaps(lead)
+
+
+def _bouts(best: Candidate, qualifying: list[Candidate], rematches: dict[str, HeadToHead]) -> list[Bout]:
+    """The leader against each other trial of its head-to-head, named as decide shows them."""
+    h = rematches.get(best.run_id)
+    if h is None:
+        return []
+    h.names.update({c.run_id: c.run_name or c.run_id for c in qualifying})
+    return [h.bout(best.run_id, run) for run in h.runs if run != best.run_id]
 
 
 def _span(group: list[Candidate], budget: Budget, device: tuple[str, int]) -> Span:
@@ -281,9 +230,12 @@ def decide(
     budget: Budget,
     policy: Policy | None = None,
     verified: dict[str, TrialRecord] | None = None,
+    rematches: dict[str, HeadToHead] | None = None,
 ) -> Decision:
-    """Raises DecisionError when nothing can be decided: no records, none usable, or none measured (every
-    trial failed for a reason other than memory). Every configuration out of memory is a NO-GO."""
+    """`verified`: each trial run's latest verification; `rematches`: each trial run's latest head-to-head
+    (dinox.decide.head_to_head.read). Raises DecisionError when nothing can be decided: no records, none
+    usable, or none measured (every trial failed for a reason other than memory). Every configuration out of
+    memory is a NO-GO."""
     policy = policy or Policy()
     if not records:
         raise DecisionError("no trial runs to decide on")
@@ -294,7 +246,7 @@ def decide(
             f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
         )
     _check_something_measured(records)
-    models = _model_verdicts(records, budget, policy, verified or {})
+    models = _model_verdicts(records, budget, policy, verified or {}, rematches or {})
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
     go = [mv for mv in models if mv.go]
     # The largest GO model; measured GO on several devices, the cheapest of them (else the fastest).
@@ -323,6 +275,7 @@ def decide(
         unsettled=unsettled,
         remeasure=_behind(records, unsettled if recommended is None else bigger, lambda r: r.unsettled),
         capped=_behind(records, unsettled if recommended is None else bigger, lambda r: r.few_windows and r.capped),
+        contested=_contested(recommended or (unsettled[0] if unsettled else None)),
         notes=[_bigger_note(mv) for mv in bigger],
         cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
         what_if=what_if(recommended, budget) if recommended is not None else [],
@@ -332,7 +285,11 @@ def decide(
 
 
 def _model_verdicts(
-    records: list[TrialRecord], budget: Budget, policy: Policy, verified: dict[str, TrialRecord]
+    records: list[TrialRecord],
+    budget: Budget,
+    policy: Policy,
+    verified: dict[str, TrialRecord],
+    rematches: dict[str, HeadToHead],
 ) -> list[ModelVerdict]:
     """One verdict per model and device that measured it: records from two machines are never mixed."""
     groups: dict[tuple[str, tuple[str, int]], list[TrialRecord]] = defaultdict(list)
@@ -342,7 +299,10 @@ def _model_verdicts(
         key, name, kwargs = model_key(r)
         groups[(key, device_of(r, default))].append(r)
         names[key] = (name, kwargs)
-    models = [_model_verdict(k, *names[k], rs, budget, policy, device, verified) for (k, device), rs in groups.items()]
+    models = [
+        _model_verdict(k, *names[k], rs, budget, policy, device, verified, rematches)
+        for (k, device), rs in groups.items()
+    ]
     models.sort(key=lambda mv: (-(mv.params_m or 0.0), mv.key, mv.device))
     return models
 
@@ -356,6 +316,14 @@ def _behind(records: list[TrialRecord], models: list[ModelVerdict], which: Calla
     --remeasure-unsettled` measures again (r.unsettled), or those whose spec caps their windows below a GO's."""
     ids = {c.run_id for mv in models if mv.best is not None for c in (mv.best, *mv.tied)}
     return [r.run_name or r.run_id for r in records if r.run_id in ids and which(r)]
+
+
+def _contested(mv: ModelVerdict | None) -> list[Candidate]:
+    """The plan's leader and the trials tied with it, where no head-to-head of them all has run yet."""
+    if mv is None or mv.best is None or not mv.tied:
+        return []
+    met = {b.other for b in mv.bouts}
+    return [] if all(c.run_id in met for c in mv.tied) else [mv.best, *mv.tied]
 
 
 def _bigger_note(mv: ModelVerdict) -> str:

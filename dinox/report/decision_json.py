@@ -17,7 +17,7 @@ from dinox.decide.knobs import KnobEffect
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
-from dinox.report.settling import remeasure_command
+from dinox.report.settling import head_to_head_command, remeasure_command
 
 _JSON = TypeAdapter(dict[str, Any])
 # 2: verdict may be UNSETTLED (with settled, exit_code, unsettled, remeasure); days and images/s are the
@@ -48,6 +48,9 @@ def _payload(d: Decision) -> dict[str, Any]:
             {"model": mv.label, "device": mv.device, "why": mv.unsettled_why, "span": mv.span} for mv in d.unsettled
         ],
         "remeasure": {"runs": d.remeasure, "command": remeasure_command(d) if d.remeasure else None},
+        "head_to_head": (
+            {"runs": [c.run_id for c in d.contested], "command": head_to_head_command(d)} if d.contested else None
+        ),
         "unstable": d.unstable or None,
         "reason": d.reason,
         "recommended": _recommended(d.recommended),
@@ -117,6 +120,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "params_m": rec.params_m,
         "configuration": rec.best.configuration,
         "tied_with": [c.run_id for c in rec.tied],
+        "head_to_head": _bouts(rec),
         "forecast_images_per_s": rec.ips,
         "span": rec.span,
         "images_per_s_p90": rec.best.conservative_ips,
@@ -130,6 +134,15 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "device": rec.device,
         "cost": rec.cost,
     }
+
+
+def _bouts(mv: ModelVerdict) -> dict[str, Any] | None:
+    """What a head-to-head of the leaders settled: each bout, and the sweep's figure the rounds replaced."""
+    best = mv.best
+    if best is None or best.rematch is None:
+        return None
+    return {"id": best.rematch.group, "rounds": best.rematch.rounds, "sweep_images_per_s": best.rematch.sweep_ips,
+            "bouts": mv.bouts}  # fmt: skip
 
 
 def _model(mv: ModelVerdict) -> dict[str, Any]:

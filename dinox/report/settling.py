@@ -40,6 +40,10 @@ def remeasure_command(d: Decision) -> str:
     return f"dinox run {d.spec_arg} --remeasure-unsettled"
 
 
+def head_to_head_command(d: Decision) -> str:
+    return f"dinox head-to-head {d.spec_arg}"
+
+
 def unsettled_lines(d: Decision) -> list[str]:
     """What would settle it: the runs to measure again and the command, or why measuring again cannot."""
     if d.settled and not (d.remeasure or d.capped):
@@ -84,7 +88,7 @@ def decision_section(d: Decision) -> list[str]:
         assert s is not None
         out += [f"Proceed with **{rec.label}** ({params_text(rec.params_m)}):", ""]
         out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
-        out += _tied_lines(rec)
+        out += _tied_lines(rec, d)
         out += [
             f"- Forecast: {s.forecast_ips:.1f} {IPS_WINDOWS} -> **{fmt_days(s.days)} days** of the {b.days:g}-day "
             f"budget, about {s.forecast_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
@@ -114,6 +118,7 @@ def decision_section(d: Decision) -> list[str]:
                 f"{s.fast_ips:.1f} img/s -> {fmt_days(s.days_fast)} days "
                 f"({'GO' if s.days_fast <= b.days else 'NO-GO'}). Unsettled: {mv.unsettled_why}."
             )
+            out += [f"- {line}" for line in head_to_head_lines(mv, d)]
         out.append("")
     else:
         out += ["No model fits the budget, even at the fastest window measured. To make it fit, one of:", ""]
@@ -128,13 +133,32 @@ def decision_section(d: Decision) -> list[str]:
     return out
 
 
-def _tied_lines(mv: ModelVerdict) -> list[str]:
+def head_to_head_lines(mv: ModelVerdict, d: Decision) -> list[str]:
+    """What a head-to-head of the leaders settled, or the command that would settle a tie."""
+    out = []
+    best = mv.best
+    if best is not None and best.rematch is not None:
+        r = best.rematch
+        bouts = "; ".join(b.describe(best.run_name or best.run_id) for b in mv.bouts)
+        out.append(
+            f"Measured again head to head, {r.rounds} interleaved rounds: {bouts}; the plan takes the rounds' "
+            f"figures ({best.measured_ips:.1f} img/s pooled, where the sweep had measured {r.sweep_ips:.1f})"
+        )
+    if d.contested and mv.best is d.contested[0]:
+        command = head_to_head_command(d)
+        out.append(f"Tied: `{command}` measures the tied trials again, interleaved, until their order settles")
+    return out
+
+
+def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
+    out = [f"- {line}" for line in head_to_head_lines(mv, d)]
     if not mv.tied:
-        return []
+        return out
     names = ", ".join(f"`{c.run_name or c.run_id}`" for c in mv.tied)
     return [
         f"- Tied with {names}: their measured ranges overlap this one's, so the measurement does not say which "
-        "is faster; the forecast is the slowest of them (any of them will do)"
+        "is faster; the forecast is the slowest of them (any of them will do)",
+        *out,
     ]
 
 

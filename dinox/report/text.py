@@ -14,6 +14,7 @@ from dinox.report.settling import (
     days_range,
     decision_section,
     excluded_line,
+    head_to_head_lines,
     headline,
     model_verdict,
     params_text,
@@ -85,6 +86,7 @@ def render_terminal(d: Decision) -> str:
         )
     lines += [f"note: {n}" for n in d.notes]
     lines += [f"verified: {d.where(mv)}: {v}" for mv, v in verifications(d)]
+    lines += [f"leaders: {d.where(mv)}: {x}" for mv in d.models for x in head_to_head_lines(mv, d)]
     return "\n".join(lines)
 
 
@@ -94,6 +96,7 @@ def render_note(d: Decision) -> str:
     out = [f"**{inert(headline(d))}**: {inert(d.reason)}", ""]
     out += [f"**Warning:** {inert(d.unstable)}", ""] if d.unstable else []
     out += [inert(line) for line in unsettled_lines(d)] + ([""] if unsettled_lines(d) else [])
+    out += [x for mv in d.models for line in head_to_head_lines(mv, d) for x in (inert(line), "")]
     priced = any(mv.cost is not None for mv in d.models)
     out += [
         "| model | forecast img/s | slowest-fastest window | days | days range | "

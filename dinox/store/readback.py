@@ -188,29 +188,40 @@ def fetch_verifications(tracking_uri: str, experiment_ids: list[str]) -> dict[st
     """The latest `dinox verify` run of each trial run (dinox.verifies) in these experiments. Raises
     TrackingError."""
     latest: dict[str, tuple[int, TrialRecord]] = {}
-    try:
-        client = store_client(tracking_uri)
-        for run in search_all(client, sorted(set(experiment_ids)), f"tags.`{rec.ROLE}` = 'verify'"):
-            record = record_of(run)
-            trial = record.tags.get(rec.VERIFIES, "")
-            start = run.info.start_time or 0
-            if trial and (trial not in latest or start > latest[trial][0]):
-                latest[trial] = (start, record)
-    except (MlflowException, OSError, ValueError, ImportError) as e:
-        raise TrackingError(store_error(tracking_uri, e)) from None
+    for start, record in _runs_of_role(tracking_uri, experiment_ids, "verify"):
+        trial = record.tags.get(rec.VERIFIES, "")
+        if trial and (trial not in latest or start > latest[trial][0]):
+            latest[trial] = (start, record)
     return {trial: record for trial, (_start, record) in latest.items()}
 
 
-def log_verify(
+def fetch_head_to_heads(tracking_uri: str, experiment_ids: list[str]) -> list[TrialRecord]:
+    """Every `dinox head-to-head` round in these experiments (dinox.decide.head_to_head reads them). Raises
+    TrackingError."""
+    return [record for _start, record in _runs_of_role(tracking_uri, experiment_ids, "head_to_head")]
+
+
+def _runs_of_role(tracking_uri: str, experiment_ids: list[str], role: str) -> list[tuple[int, TrialRecord]]:
+    try:
+        client = store_client(tracking_uri)
+        runs = search_all(client, sorted(set(experiment_ids)), f"tags.`{rec.ROLE}` = '{role}'")
+        return [(run.info.start_time or 0, record_of(run)) for run in runs]
+    except (MlflowException, OSError, ValueError, ImportError) as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+
+
+def log_beside(
     tracking_uri: str,
     experiment_id: str,
+    role: str,
     run_name: str,
     params: dict[str, str],
     metrics: dict[str, float],
     tags: dict[str, str],
     note: str,
 ) -> str:
-    """Record a `dinox verify` as a run of its own (dinox.role = verify) beside the trial it trained."""
+    """Record a run of its own beside the trials it measured again (dinox.role = verify: a `dinox verify`;
+    head_to_head: a `dinox head-to-head` round). Raises TrackingError."""
     client = store_client(tracking_uri)
     try:
         run_id = client.create_run(experiment_id, run_name=run_name).info.run_id
@@ -218,7 +229,7 @@ def log_verify(
             run_id,
             params=[Param(k, v) for k, v in params.items()],
             metrics=[Metric(k, float(v), now_ms(), 0) for k, v in metrics.items()],
-            tags=[RunTag(rec.ROLE, "verify"), RunTag(NOTE_TAG, note)] + [RunTag(k, v) for k, v in tags.items()],
+            tags=[RunTag(rec.ROLE, role), RunTag(NOTE_TAG, note)] + [RunTag(k, v) for k, v in tags.items()],
         )
         client.set_terminated(run_id, "FINISHED")
     except MlflowException as e:

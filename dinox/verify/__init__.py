@@ -3,7 +3,11 @@ trial run) trained for a bounded slice in a child of its own (dinox.measure.veri
 data, epoch boundaries and step as the trial; the slice's wall time against decide's forecast for the same
 images, recorded as a run (dinox.role = verify) that `dinox decide` then reads.
 
-Offers: ``verify`` (the whole recipe), ``Forecast`` (what decide forecast for the trial), ``slice_forecast``.
+`dinox head-to-head` (``head_to_head``): tied leaders measured again in rounds, each trial once a round in an
+order that reverses every round, each measurement a run (dinox.role = head_to_head) that decide orders them by.
+
+Offers: ``verify`` (the whole recipe), ``Forecast`` (what decide forecast for the trial), ``slice_forecast``;
+``head_to_head.head_to_head`` and ``head_to_head.Leader``.
 """
 
 from dinox.verify.run import Forecast, VerifyOutcome, slice_forecast, verify

@@ -16,7 +16,7 @@ from dinox.errors import DinoxError
 from dinox.isolate.runner import run_trial
 from dinox.plan.grid import Trial
 from dinox.spec.data_sources import SyntheticData
-from dinox.store.readback import log_verify
+from dinox.store.readback import log_beside
 from dinox.store.trial_record import TrialRecord, store_text
 
 TOLERANCE = 0.05  # the forecast holds within ±5 % of the slice's real wall time (issue 33)
@@ -189,8 +189,8 @@ def verify(
         "forecast_images_per_s": f"{forecast.ips:.6g}",
     }
     params = {f"{rec.VERIFY_PREFIX}{k}": v for k, v in settings.items()}
-    done.run_id = log_verify(
-        uri, record.experiment_id, f"verify {record.run_name or record.run_id}"[:250], params, metrics, tags,
+    done.run_id = log_beside(
+        uri, record.experiment_id, "verify", f"verify {record.run_name or record.run_id}"[:250], params, metrics, tags,
         f"**{done.verdict()}**",
     )  # fmt: skip
     return done

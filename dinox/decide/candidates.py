@@ -1,0 +1,124 @@
+"""Each ok trial as the policy sees it (a Candidate): its configuration, its forecast and measured range, and
+what replaces the sweep's figures where the trial was measured again (a head-to-head's rounds) or trained for
+real (a verification)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from dinox import record as rec
+from dinox.decide.budget import Budget
+from dinox.decide.head_to_head import HeadToHead
+from dinox.decide.routine import routine_cost
+from dinox.decide.types import Candidate, Policy, Rematch, Verification
+from dinox.spec import params
+from dinox.spec.sections import ROLES
+from dinox.store.profile_table import ProfileSummary
+from dinox.store.trial_record import TrialRecord
+
+
+def _configuration(r: TrialRecord, varying: set[str]) -> dict[str, str]:
+    # The batch leads (what a recipe is read by), then the other shown fields in the spec's order.
+    keys = sorted((k for k in ROLES.shown_keys() if k in r.params), key=lambda k: not k.startswith("batch."))
+    keys += sorted(k for k in varying if k not in keys and k in r.params)
+    return {k: r.params[k] for k in keys}
+
+
+def varying(records: list[TrialRecord]) -> set[str]:
+    """The params that differ between a model's trials (shown beside each), the model's own kwargs aside."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for r in records:
+        for k, v in r.params.items():
+            values[k].add(v)
+    keys = {k for k, vs in values.items() if len(vs) > 1 or any(k not in r.params for r in records)}
+    # The model's kwargs are part of the model's key, shown with its name.
+    return {k for k in keys if ROLES.describes(k) and not k.startswith(params.MODEL_KWARGS)}
+
+
+def candidate(
+    r: TrialRecord,
+    budget: Budget,
+    policy: Policy,
+    varying: set[str],
+    verify: TrialRecord | None = None,
+    rematch: HeadToHead | None = None,
+) -> Candidate | None:
+    """The trial as the policy sees it: its forecast and measured range (the head-to-head's rounds where it
+    was measured again so, then real training's rate where a verification fell outside them), the days each
+    gives, and why the policy leaves it out, if it does. None: nothing to plan with."""
+    m = r.metrics
+    effective = r.effective_batch
+    measured = m.get(rec.IMAGES_PER_S)
+    if effective is None or measured is None or measured <= 0:
+        return None
+    p90, p50 = m.get(rec.STEP_S_P90), m.get(rec.STEP_S_P50)
+    total, reserved = m.get(rec.DEVICE_MEM_TOTAL_GB), m.get(rec.PEAK_MEM_RESERVED_GB)
+    share = reserved / total if total and reserved is not None else None
+    excluded = ""
+    if policy.effective_batch is not None and effective != policy.effective_batch:
+        excluded = f"effective batch {effective} != {policy.effective_batch}"
+    elif share is not None and share > policy.max_memory_share:
+        excluded = f"peak reserved memory {share:.0%} of the device > {policy.max_memory_share:.0%}"
+    unstable = r.tags.get(rec.UNSTABLE) == "true"
+    spread = m.get(rec.WINDOW_SPREAD)
+    if not excluded and unstable and policy.exclude_unstable:
+        excluded = f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
+    windows = m.get(rec.WINDOWS)
+    c = Candidate(
+        run_id=r.run_id,
+        run_name=r.run_name,
+        configuration=_configuration(r, varying),
+        effective_batch=effective,
+        conservative_ips=effective / p90 if p90 else measured,
+        median_ips=effective / p50 if p50 else measured,
+        measured_ips=measured,
+        memory_share=share,
+        bound=r.tags.get(rec.BOUND, ""),
+        days=0.0,
+        excluded=excluded,
+        mfu=m.get(rec.MFU),
+        tflops=m.get(rec.TFLOPS),
+        spread=spread,
+        unstable=unstable,
+        loader_cost=m.get(rec.LOADER_COST),
+        bound_evidence=r.bound_evidence,
+        window_min_ips=_rate(m.get(rec.IMAGES_PER_S_MIN)),
+        window_max_ips=_rate(m.get(rec.IMAGES_PER_S_MAX)),
+        profile=ProfileSummary.parse(r.tags.get(rec.PROFILE)),
+        windows=int(windows) if windows is not None else None,
+        epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
+    )
+    _apply_head_to_head(c, rematch)
+    _apply_verification(c, verify)
+    c.routine = routine_cost(r.params, m, budget, effective)
+    c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_start_s, c.routine.seconds) for ips in c.rates)
+    return c
+
+
+def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
+    """Real training of the trial (dinox verify): shown beside it, and planned with where its rate falls
+    outside the range the windows measured (the windows' spread cannot explain the difference)."""
+    m = verify.metrics if verify is not None else {}
+    ips, error = m.get(rec.VERIFY_IMAGES_PER_S), m.get(rec.FORECAST_ERROR)
+    if verify is None or ips is None or error is None or not (math.isfinite(ips) and ips > 0):
+        return
+    c.verified = Verification(verify.run_id, ips, error)
+    if not c.slow_ips <= ips <= c.fast_ips:
+        c.windows_ips, c.measured_ips = c.measured_ips, ips
+        c.window_min_ips, c.window_max_ips = min(c.slow_ips, ips), max(c.fast_ips, ips)
+
+
+def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
+    """Measured again head to head: the plan takes the rounds' figures (measured after the trial was chosen
+    as a leader, so not the highest of noisy figures), the sweep's own is kept to be shown."""
+    if h is None or not h.of(c.run_id):
+        return
+    slow, fast, windows = h.span(c.run_id)
+    rates = [r.images_per_s for r in h.of(c.run_id)]
+    c.rematch = Rematch(h.group, len(rates), c.measured_ips, (min(rates), max(rates)))
+    c.measured_ips, c.window_min_ips, c.window_max_ips, c.windows = h.pooled(c.run_id), slow, fast, windows
+
+
+def _rate(value: float | None) -> float | None:
+    return value if value is not None and value > 0 else None

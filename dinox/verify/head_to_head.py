@@ -1,0 +1,129 @@
+"""`dinox head-to-head` top to bottom: the leaders' trials from the spec, rounds that measure each of them once,
+back to back, in an order that reverses every round, each measurement recorded as a run the moment it ends,
+and a look after rounds 5, 7 and 9 at whether the order is settled (dinox.decide.head_to_head has the rule).
+
+A round measures the trial's timed windows only, as real training runs them (no ablation window between
+them, no profile, no routine, no batch search: a `batch.size: auto` trial runs at the batch its search
+found). Each measurement is a child of its own, forked from one fork server that imported torch once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dinox import record as rec
+from dinox.decide.head_to_head import GROUP_FORMAT, LOOKS, MAX_ROUNDS, HeadToHead, Round
+from dinox.errors import DinoxError
+from dinox.isolate.forkserver import ForkServer
+from dinox.isolate.runner import run_trial
+from dinox.plan.grid import Trial
+from dinox.store.readback import log_beside
+from dinox.store.trial_record import TrialRecord
+
+
+class HeadToHeadError(DinoxError):
+    """What stops a head-to-head: one line for the user, exit 2 (the rounds recorded so far stay)."""
+
+
+@dataclass(frozen=True)
+class Leader:
+    """A trial taking part: its record in the store and its trial as the spec declares it now."""
+
+    record: TrialRecord
+    trial: Trial
+
+    @property
+    def name(self) -> str:
+        return self.record.run_name or self.record.run_id
+
+
+def round_trial(leader: Leader) -> Trial:
+    """The trial as a round measures it: its timed windows only, at the batch it was measured with."""
+    spec = leader.trial.spec
+    measure = spec.measure.model_copy(update={"ablation": False, "profile": None})
+    spec = spec.model_copy(update={"measure": measure, "routine": None})
+    if spec.batch.auto:
+        size = leader.record.batch_size
+        if size is None:
+            raise HeadToHeadError(f"{leader.name}: a batch.size auto trial without the batch its search found")
+        spec = spec.with_batch(size)
+    return Trial(leader.trial.index, leader.trial.total, leader.trial.overrides, spec, leader.trial.trial_id)
+
+
+def order_of_round(leaders: list[Leader], number: int) -> list[Leader]:
+    """A B C in odd rounds, C B A in even ones: a drift through two rounds favours no one."""
+    return leaders if number % 2 else leaders[::-1]
+
+
+def head_to_head(
+    uri: str,
+    leaders: list[Leader],
+    workdir: Path,
+    max_rounds: int = MAX_ROUNDS,
+    say: Callable[[str], None] = print,
+) -> HeadToHead:
+    """Measure the leaders in rounds until their order is settled or `max_rounds` have run; each measurement
+    is recorded as it ends (dinox.role = head_to_head), so an interruption keeps the rounds done."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", os.uname().nodename)[:64]  # it names a folder
+    group = f"{time.strftime(GROUP_FORMAT, time.gmtime())}-{host}-{os.getpid()}"
+    h = HeadToHead(group, names={x.record.run_id: x.name for x in leaders})
+    folder = workdir / "head-to-head" / group
+    trials = {x.record.run_id: round_trial(x) for x in leaders}
+    server = ForkServer()
+    server.start()
+    try:
+        for number in range(1, max_rounds + 1):
+            for x in order_of_round(leaders, number):
+                h.rounds.append(_measure(uri, group, number, x, trials[x.record.run_id], folder, server))
+                r = h.rounds[-1]
+                say(f"round {number}: {x.name}: {r.images_per_s:.1f} img/s (windows {r.slow_ips:.1f}-{r.fast_ips:.1f})")
+            if (number in LOOKS or number == max_rounds) and h.settled():
+                break
+    finally:
+        server.close()
+    return h
+
+
+def _measure(uri: str, group: str, number: int, x: Leader, trial: Trial, folder: Path, server: ForkServer) -> Round:
+    try:
+        (folder / f"round{number}").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HeadToHeadError(f"cannot write {folder}: {e.strerror or e}") from None
+    outcome = run_trial(trial, folder / f"round{number}" / trial.trial_id, server=server)
+    result = outcome.result
+    m = result.metrics
+    if result.status != "ok" or not m.get(rec.IMAGES_PER_S):
+        raise HeadToHeadError(
+            f"{x.name} ended {result.status} in round {number}: {result.error} (its log: {outcome.log_path}); "
+            "the rounds before it are recorded"
+        )
+    kept = {k: m[k] for k in _KEPT if k in m}
+    kept[rec.ROUND] = number
+    tags = {rec.REMEASURES: x.record.run_id, rec.HEAD_TO_HEAD: group, rec.TRIAL_ID: trial.trial_id}
+    tags.update({k: v for k, v in result.tags.items() if k in _TAGS_KEPT})
+    note = f"round {number} of head-to-head {group}: {x.name} measured again, {m[rec.IMAGES_PER_S]:.1f} img/s"
+    name = f"head-to-head {x.name} round {number}"[:250]
+    log_beside(uri, x.record.experiment_id, "head_to_head", name, {}, kept, tags, note)
+    windows = int(m.get(rec.WINDOWS, 1))
+    slow, fast = m.get(rec.IMAGES_PER_S_MIN, m[rec.IMAGES_PER_S]), m.get(rec.IMAGES_PER_S_MAX, m[rec.IMAGES_PER_S])
+    return Round(x.record.run_id, number, m[rec.IMAGES_PER_S], slow, fast, windows)
+
+
+# What a round keeps of its child's result: the windows' rate and range, and what the box did meanwhile.
+_KEPT = (
+    rec.IMAGES_PER_S,
+    rec.IMAGES_PER_S_MIN,
+    rec.IMAGES_PER_S_MAX,
+    rec.WINDOWS,
+    rec.WINDOW_SPREAD,
+    rec.STEP_S_P50,
+    rec.STEP_S_P90,
+    rec.PEAK_MEM_RESERVED_GB,
+    rec.DEVICE_MEM_TOTAL_GB,
+)
+_TAGS_KEPT = (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION, rec.UNSTABLE)

@@ -1,0 +1,217 @@
+"""Tied leaders measured again head to head: the sign test's rule, decide planning with the rounds, and
+`dinox head-to-head` through the command a user types."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+from dinox.decide import budget
+from dinox.decide import head_to_head as h2h
+from dinox.decide import verdict as decide
+from dinox.report import decision_json as report_json
+from dinox.report import text as report
+from dinox.store.trial_record import TrialRecord
+from tests import study
+from tests.conftest import ROOT, TINY, run_dinox
+
+BUDGET = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
+ROWS = study.study()
+FIRST, SECOND = ROWS[0]["run_id"], ROWS[1]["run_id"]  # ViT-L 48x4 (23.54 img/s) and 64x4 (23.51): tied
+
+
+@pytest.mark.parametrize(
+    ("won", "lost", "order"),
+    [(5, 0, 1), (0, 5, -1), (4, 0, 0), (4, 1, 0), (6, 0, 1), (5, 1, 0), (7, 0, 1), (6, 1, 0), (8, 1, 1), (7, 2, 0)],
+)
+def test_the_order_needs_a_sign_test_at_one_in_sixteen_over_five_rounds_or_more(won, lost, order):
+    assert h2h.order_of(won, lost) == order
+    assert h2h.sign_test(5, 0) == pytest.approx(1 / 16) and h2h.sign_test(8, 1) == pytest.approx(20 / 512)
+
+
+def _round(trial: str, number: int, ips: float, group: str = "20261126T150000-box-1", **extra) -> TrialRecord:
+    metrics = {"images_per_s": ips, "images_per_s_min": ips * 0.997, "images_per_s_max": ips * 1.003, "windows": 3.0}
+    metrics |= {"round": float(number), **extra}
+    tags = {"dinox.role": "head_to_head", "dinox.remeasures": trial, "dinox.head_to_head": group}
+    return TrialRecord(f"{trial}-{group}-{number}", "0", f"round {number}", {}, metrics, tags)
+
+
+def _rounds(first: list[float], second: list[float], group: str = "20261126T150000-box-1") -> list[TrialRecord]:
+    return [_round(FIRST, i + 1, a, group) for i, a in enumerate(first)] + [
+        _round(SECOND, i + 1, b, group) for i, b in enumerate(second)
+    ]
+
+
+def test_rounds_are_read_per_trial_by_its_latest_head_to_head_and_damaged_ones_are_not_rounds():
+    older = _rounds([30.0] * 5, [20.0] * 5, group="20261126T140000-box-1")
+    newer = _rounds([23.6] * 5, [23.7] * 5)
+    damaged = [
+        _round(FIRST, 6, math.nan),
+        _round(FIRST, 7, 1e12),
+        _round(FIRST, 0, 23.0),
+        _round(FIRST, 2.5, 23.0),
+        _round(SECOND, 8, 23.0, group=""),
+    ]
+    read = h2h.read(older + newer + damaged)
+    h = read[FIRST]
+    assert h is read[SECOND] and h.group == "20261126T150000-box-1"
+    assert len(h.of(FIRST)) == 5 and h.pooled(FIRST) == pytest.approx(23.6)
+    assert h.paired(SECOND, FIRST) == (5, 0) and h.bout(SECOND, FIRST).order == 1
+    assert h.leader() == SECOND and h.settled()
+    assert h.span(FIRST) == pytest.approx((23.6 * 0.997, 23.6 * 1.003, 15))
+
+
+def test_a_settled_head_to_head_orders_the_tie_and_the_plan_takes_the_rounds_figure():
+    """Without rounds, 48x4 and 64x4 are tied and decide offers the head-to-head; with five rounds that all
+    put 64x4 ahead, 64x4 leads alone and the plan is its pooled figure from the rounds, not the sweep's."""
+    before = decide.decide(study.records(ROWS), BUDGET)
+    large = next(m for m in before.models if m.name.startswith("vit_large"))
+    assert [c.run_id for c in before.contested] == [FIRST, SECOND] and large.tied
+    payload = report_json.to_json(before)
+    assert payload["head_to_head"] == {"runs": [FIRST, SECOND], "command": "dinox head-to-head SPEC"}
+    assert "`dinox head-to-head SPEC` measures the tied trials again, interleaved" in report.render_terminal(before)
+
+    rounds = h2h.read(_rounds([23.30, 23.41, 23.38, 23.35, 23.44], [23.62, 23.70, 23.66, 23.58, 23.69]))
+    after = decide.decide(study.records(ROWS), BUDGET, rematches=rounds)
+    large = next(m for m in after.models if m.name.startswith("vit_large"))
+    assert large.best.run_id == SECOND and large.tied == [] and after.contested == []
+    pooled = 5 / sum(1 / x for x in [23.62, 23.70, 23.66, 23.58, 23.69])
+    assert large.span.forecast_ips == pytest.approx(pooled)
+    assert large.best.rematch.sweep_ips == pytest.approx(23.51) and large.best.windows == 15
+    assert large.span.slow_ips == pytest.approx(23.58 * 0.997)
+    (bout,) = large.bouts
+    assert (bout.other, bout.won, bout.lost, bout.order) == (FIRST, 5, 0, 1)
+    terminal = report.render_terminal(after)
+    line = next(ln for ln in terminal.splitlines() if ln.startswith("leaders: "))
+    assert "in 5 of 5 rounds" in line and f"{pooled:.1f} img/s pooled, where the sweep had measured 23.5" in line
+    payload = report_json.to_json(after)
+    assert payload["head_to_head"] is None and payload["recommended"]["head_to_head"]["bouts"][0]["won"] == 5
+    import jsonschema
+
+    schema = json.loads((ROOT / "docs" / "decision.schema.json").read_text())
+    for decision in (before, after):
+        jsonschema.validate(report_json.to_json(decision), schema)
+
+
+def test_an_unsettled_head_to_head_stays_tied_at_the_slower_pooled_figure_and_is_not_offered_again():
+    rounds = h2h.read(_rounds([23.5, 23.7, 23.4, 23.6, 23.5], [23.6, 23.5, 23.5, 23.5, 23.6]))
+    d = decide.decide(study.records(ROWS), BUDGET, rematches=rounds)
+    large = next(m for m in d.models if m.name.startswith("vit_large"))
+    assert {large.best.run_id, *(c.run_id for c in large.tied)} == {FIRST, SECOND}
+    slower = min(rounds[FIRST].pooled(FIRST), rounds[SECOND].pooled(SECOND))
+    assert large.span.forecast_ips == pytest.approx(slower)
+    assert d.contested == []  # already measured head to head: tied, said so, not offered again
+    assert "tied (" in next(ln for ln in report.render_terminal(d).splitlines() if ln.startswith("leaders: "))
+
+
+SPEC = TINY.format(name="h2h").replace("batch: {size: 4}", "batch: {size: 4}\nsweep: {grid: {batch.size: [2, 4]}}")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """Two tiny trials measured for real, as `dinox run` records them: (work, client, their run ids)."""
+    work = tmp_path_factory.mktemp("h2h")
+    (work / "spec.yaml").write_text(SPEC)
+    proc = run_dinox(["run", "spec.yaml", "--no-system-metrics"], cwd=work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    trials = client.search_runs(["1"], "tags.`dinox.role` = 'trial'", order_by=["attributes.run_name"])
+    return work, client, [t.info.run_id for t in trials]
+
+
+def _rounds_recorded(client) -> list:
+    return client.search_runs(["1"], "tags.`dinox.role` = 'head_to_head'")
+
+
+def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(measured):
+    tmp_path, client, (a, b) = measured
+    before = len(_rounds_recorded(client))
+    proc = run_dinox(["head-to-head", "spec.yaml", "--run-id", a, "--run-id", b, "--rounds", "5"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("dinox: head to head: 1 bs=2, 2 bs=4; at most 5 rounds"), proc.stdout
+    said = [ln.split(":")[1].strip() for ln in lines if ln.strip().startswith("round ")]
+    assert said == ["1 bs=2", "2 bs=4", "2 bs=4", "1 bs=2"] * 2 + ["1 bs=2", "2 bs=4"]  # A B, B A, ...
+    assert sum(ln.startswith(("SETTLED: ", "TIED: ")) for ln in lines) == 1, proc.stdout
+    runs = _rounds_recorded(client)[: len(_rounds_recorded(client)) - before]  # newest first
+    assert len(runs) == 10 and {r.data.tags["dinox.remeasures"] for r in runs} == {a, b}
+    assert sorted(int(r.data.metrics["round"]) for r in runs) == sorted(list(range(1, 6)) * 2)
+    assert len({r.data.tags["dinox.head_to_head"] for r in runs}) == 1
+    assert all("dinox.status" not in r.data.tags for r in runs)  # not trials: the sweep's records stay as they are
+    gate = run_dinox(
+        ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], cwd=tmp_path
+    )
+    assert gate.returncode in (0, 3), gate.stdout + gate.stderr
+    line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("leaders: "))
+    assert "head to head, 5 interleaved rounds:" in line and "pooled, where the sweep had measured" in line, gate.stdout
+
+
+def test_head_to_head_needs_two_trials_a_decision_that_names_them_and_a_store(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    one = run_dinox(["head-to-head", "spec.yaml", "--run-id", "abc"], cwd=tmp_path)
+    assert one.returncode == 2 and one.stderr.startswith("error: --run-id: a head-to-head needs two trial runs"), one
+    missing = run_dinox(["head-to-head", "spec.yaml", "--decision", "nowhere"], cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: nowhere/decision.json: No such file"), missing
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "decision.json").write_text(json.dumps({"verdict": "GO", "head_to_head": None}))
+    alone = run_dinox(["head-to-head", "spec.yaml", "--decision", "d"], cwd=tmp_path)
+    assert alone.returncode == 2 and "nothing is tied in this decision (verdict GO)" in alone.stderr, alone.stderr
+    (tmp_path / "d" / "decision.json").write_text("[1, 2]")
+    bad = run_dinox(["head-to-head", "spec.yaml", "--decision", "d"], cwd=tmp_path)
+    assert bad.returncode == 2 and "not a dinox decision" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    rounds = run_dinox(["head-to-head", "spec.yaml", "--rounds", "4", "--run-id", "a", "--run-id", "b"], cwd=tmp_path)
+    assert rounds.returncode == 2 and "--rounds" in rounds.stderr and "4 is not in the range 5<=x<=9" in rounds.stderr
+    down = ["--tracking-uri", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b"]
+    gone = run_dinox(["head-to-head", "spec.yaml", *down], cwd=tmp_path)
+    assert gone.returncode == 2 and gone.stderr.count("\n") == 1 and "127.0.0.1:9" in gone.stderr, gone.stderr
+
+
+def test_a_reader_that_leaves_does_not_stop_the_rounds(measured):
+    from tests.test_closed_stdout import GONE, closed_stdout
+
+    work, client, (a, b) = measured
+    before = len(_rounds_recorded(client))
+    code, err = closed_stdout(["head-to-head", "spec.yaml", "--run-id", a, "--run-id", b, "--rounds", "5"], work)
+    assert code == 0 and err.strip().splitlines() == [GONE], err
+    assert len(_rounds_recorded(client)) - before in (10, 14, 18)  # stopped at a look: rounds 5, 7 or 9 (of 5)
+
+
+def test_ctrl_c_mid_round_keeps_the_rounds_done_and_leaves_no_child(measured):
+    """A Ctrl-C at the terminal between rounds: exit 130, the measuring child gone, every round measured before
+    it recorded whole (decide reads them), nothing half-written."""
+    import psutil
+
+    tmp_path, client, (a, b) = measured
+    before = len(_rounds_recorded(client))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "head-to-head", "spec.yaml", "--run-id", a, "--run-id", b],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
+    )
+    deadline = time.time() + 180
+    while time.time() < deadline and len(_rounds_recorded(client)) - before < 3:
+        time.sleep(0.2)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, out + err
+    time.sleep(1)
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+    runs = _rounds_recorded(client)
+    assert len(runs) - before >= 3 and all(
+        r.info.status == "FINISHED" and "images_per_s" in r.data.metrics for r in runs
+    )
+    gate = run_dinox(
+        ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], cwd=tmp_path
+    )
+    assert gate.returncode in (0, 3) and "interleaved rounds:" in gate.stdout, gate.stdout + gate.stderr
