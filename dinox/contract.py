@@ -34,6 +34,8 @@ SLICE_FILE = "slice.json"
 
 Status = Literal["ok", "oom", "error", "crashed", "timeout", "skipped"]
 STATUSES: tuple[Status, ...] = typing.get_args(Status)
+# Statuses a resumed sweep does not measure again: the trial has its answer (a launcher counts these too).
+FINAL: tuple[Status, ...] = ("ok", "oom", "skipped")
 
 
 @dataclass

@@ -7,6 +7,7 @@ forecast error. A benchmark, not a test: it prints figures and asserts nothing a
     python scripts/bench_verify.py                                  # 4 rounds of the quickstart, 2-minute slices
     python scripts/bench_verify.py --rounds 2 --minutes 1 --spec specs/quickstart.yaml --epoch-images 8000
     python scripts/bench_verify.py --set data.num_samples=2000      # --set reaches `dinox run` (repeatable)
+    python scripts/bench_verify.py --head-to-head                   # tied leaders measured again before verify
 
 Everything is written to a temporary folder per round; nothing outside it. Run it on a quiet machine.
 """
@@ -28,7 +29,9 @@ def dinox(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dinox", *args], cwd=cwd, capture_output=True, text=True)
 
 
-def one_round(spec: Path, minutes: float, epoch_images: int | None, sets: list[str], work: Path) -> dict:
+def one_round(
+    spec: Path, minutes: float, epoch_images: int | None, sets: list[str], work: Path, rematch: bool = False
+) -> dict:
     t = time.time()
     local = work / spec.name
     local.write_text(spec.read_text())
@@ -39,8 +42,16 @@ def one_round(spec: Path, minutes: float, epoch_images: int | None, sets: list[s
     swept = time.time() - t
     decided = dinox(["decide", "--spec", local.name], work)
     payload = json.loads((work / "decision" / "decision.json").read_text())
+    row = {"verdict": payload["verdict"], "sweep_s": swept, "decide_exit": decided.returncode, "h2h": "-"}
+    if rematch and payload.get("head_to_head"):
+        t = time.time()
+        h2h = dinox(["head-to-head", local.name], work)
+        said = [ln for ln in h2h.stdout.splitlines() if ln.startswith(("SETTLED", "TIED"))]
+        row["h2h"] = f"{'; '.join(said) or h2h.stderr.strip()[-200:]} ({time.time() - t:.0f} s)"
+        decided = dinox(["decide", "--spec", local.name], work)
+        payload = json.loads((work / "decision" / "decision.json").read_text())
+        row |= {"verdict": payload["verdict"], "decide_exit": decided.returncode}
     rec = payload.get("recommended") or {}
-    row = {"verdict": payload["verdict"], "sweep_s": swept, "decide_exit": decided.returncode}
     if not rec:
         return row | {"recommended": "-", "why": payload.get("reason", "")[:120]}
     args = ["verify", local.name, "--minutes", f"{minutes:g}"]
@@ -77,23 +88,25 @@ def main() -> int:
     p.add_argument("--minutes", type=float, default=2.0)
     p.add_argument("--epoch-images", type=int, default=None)
     p.add_argument("--set", dest="sets", action="append", default=[])
+    p.add_argument("--head-to-head", dest="rematch", action="store_true", help="dinox head-to-head a tie first")
     a = p.parse_args()
     rows = []
     for i in range(a.rounds):
         with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-") as name:
-            row = one_round(a.spec.resolve(), a.minutes, a.epoch_images, a.sets, Path(name))
+            row = one_round(a.spec.resolve(), a.minutes, a.epoch_images, a.sets, Path(name), a.rematch)
         rows.append(row)
         print(f"round {i + 1}: {json.dumps(row)}", flush=True)
     print(f"\n{a.spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
-    print("| round | verdict | recommended | tied | forecast img/s | real img/s | forecast error | boundaries |")
-    print("|---|---|---|---|---|---|---|---|")
+    columns = ("round", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
+    print("| " + " | ".join((*columns, "forecast error", "boundaries")) + " |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(rows, 1):
         err = f"{r['error']:+.1%}" if r.get("error") is not None else "-"
         real = f"{r['real_ips']:.1f}" if r.get("real_ips") else "-"
         fc = f"{r['forecast_ips']:.1f}" if r.get("forecast_ips") else "-"
         print(
-            f"| {i} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | {fc} | {real} | {err} | "
-            f"{r.get('boundaries', '-')} |"
+            f"| {i} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | {r['h2h']} | {fc} | {real} | "
+            f"{err} | {r.get('boundaries', '-')} |"
         )
     return 0
 

@@ -1,27 +1,28 @@
-"""`dinox submit`: the sweep as a Slurm job array, read top to bottom: options, the spec and its trials, the
-store every task records into, the script, the submission, and the wait."""
+"""`dinox submit`: the sweep handed to a cluster's scheduler (Slurm's job array, or a Kubernetes Indexed Job),
+read top to bottom: options, the spec and its trials, the launcher, the store every task records into, the
+files, the submission, and the wait."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import click
 
-from dinox import record as rec
 from dinox.cli.common import SET, TRACKING_URI, BadInput, load_trials
-from dinox.errors import DinoxError
+from dinox.launch import launcher as launch
 from dinox.launch import slurm
 from dinox.store.backend import shown_uri
 from dinox.writes import write_whole
 
-# Stores a task on another host cannot share: each would write (or fail to find) its own.
-_LOCAL_SCHEMES = ("sqlite", "file", "")
+# Options one launcher takes and the other has no use for: refused, never ignored.
+_SLURM_ONLY = ("--partition", "--time", "--sbatch-option")
+_KUBERNETES_ONLY = ("--image", "--namespace", "--volume")
+_SHOWN = {"slurm": "Slurm", "kubernetes": "Kubernetes"}
 
 
 @click.command()
@@ -54,7 +55,24 @@ _LOCAL_SCHEMES = ("sqlite", "file", "")
     type=click.Path(file_okay=False),
     help="Where the job's script, its tasks' logs and their journals go (a file system the nodes share).",
 )
-@click.option("--wait", is_flag=True, help="Follow the array to its end; exit 1 if a task did not complete.")
+@click.option("--wait", is_flag=True, help="Follow the tasks to their end; exit 1 if a task did not complete.")
+@click.option(
+    "--launcher",
+    type=click.Choice(["slurm", "kubernetes"]),
+    default="slurm",
+    show_default=True,
+    help="The scheduler: a Slurm job array (sbatch), or a Kubernetes Indexed Job (kubectl).",
+)
+@click.option("--image", default=None, help="Kubernetes: the container image (dinox and its torch stack in it).")
+@click.option("--namespace", default=None, help="Kubernetes: the namespace (default: kubectl's context's).")
+@click.option(
+    "--volume",
+    "volumes",
+    multiple=True,
+    metavar="CLAIM:PATH",
+    help="Kubernetes: a PersistentVolumeClaim mounted at PATH in every pod (the data; the first one also keeps "
+    "the tasks' journals); repeatable.",
+)
 @SET
 def submit(
     spec_file: str,
@@ -70,89 +88,133 @@ def submit(
     extra: tuple[str, ...],
     workdir: str,
     wait: bool,
+    launcher: str,
+    image: str | None,
+    namespace: str | None,
+    volumes: tuple[str, ...],
     sets: tuple[str, ...],
 ) -> None:
-    """Submit SPEC's sweep to Slurm as a job array: task I runs `dinox run SPEC --shard I/TASKS`, every task
-    recording into one tracking server (an embedded SQLite store is refused: each host would write its own).
+    """Submit SPEC's sweep to a scheduler: task I runs `dinox run SPEC --shard I/TASKS`, every task recording
+    into one tracking server (an embedded SQLite store is refused: each host would write its own).
 
     \b
-    The script is kept with the tasks' logs; a task that failed or was preempted is submitted again alone with
-    --array I (or `sbatch --array=I` on the script): resume measures only what its slice is missing. With
-    --wait, a line whenever the tasks' states or the trials recorded change, and at the end each task that
-    did not complete with its log. Exit code 0, 1 when a task did not complete (--wait), 2 for bad input.
+    Slurm (the default): a job array; its script is kept with the tasks' logs. Kubernetes (--launcher
+    kubernetes --image IMAGE): an Indexed Job, the spec in a ConfigMap, the store's URI in a Secret; the
+    manifest is kept in the workdir. A task that failed or was preempted is submitted again alone with
+    --array I (Slurm: or `sbatch --array=I` on the script): resume measures only what its slice is missing.
+    With --wait, a line whenever the tasks' states or the trials recorded change, and at the end each task
+    that did not complete with its log. Exit code 0, 1 when a task did not complete (--wait), 2 for bad input.
     """
-    _doc, trials = load_trials(spec_file, preflight=True, sets=sets)
+    given = {"--partition": partition, "--time": time_limit, "--sbatch-option": extra or None, "--image": image,
+             "--namespace": namespace, "--volume": volumes or None}  # fmt: skip
+    _one_launchers_options(launcher, given)
+    doc, trials = load_trials(spec_file, preflight=True, sets=sets)
     if tasks > len(trials):
         raise BadInput(f"--tasks {tasks}: the sweep has {len(trials)} trials; give at most {len(trials)}")
     ids = _array(array, tasks)
     name = trials[0].spec.name
-    resources = slurm.Resources(partition, gpus_per_task, cpus_per_task, mem, time_limit, parallel, extra)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    job = slurm.Job(name, tasks, ids, Path(workdir).absolute() / "slurm" / f"{stamp}-{name}")
-    slurm.check_script_values(resources, job.job_dir)  # before the store is asked anything
-    uri = _shared_store(tracking_uri)
-    run_args = [sys.executable, "-m", "dinox", "run", str(Path(spec_file).absolute())]
-    run_args += [arg for s in sets for arg in ("--set", s)]
-    _write_script(job, slurm.render(job, resources, run_args, job.job_dir, Path.cwd()))
+    job = launch.Job(name, tasks, ids, Path(workdir).absolute() / launcher / f"{stamp}-{name}")
+    if launcher == "slurm":
+        resources = slurm.Resources(partition, gpus_per_task, cpus_per_task, mem, time_limit, parallel, extra)
+        slurm.check_script_values(resources, job.job_dir)  # before the store is asked anything
+        chosen: launch.Launcher = slurm.Slurm(resources)
+    else:
+        chosen = _kubernetes(doc.path, image, namespace, volumes, gpus_per_task, cpus_per_task, mem, parallel)
+    uri = launch.shared_store(tracking_uri)
+    if launcher == "kubernetes":
+        chosen = dataclasses.replace(chosen, tracking_uri=uri)  # type: ignore[type-var]
+    files = chosen.render(job, Path(spec_file), sets, Path.cwd())
+    _write_files(job, files)
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri)  # sbatch passes its environment on (--export=ALL)
     try:
-        job_id = slurm.sbatch(job.script, env)
-    except slurm.SlurmError:
-        shutil.rmtree(job.job_dir, ignore_errors=True)  # nothing submitted: no script left to mistake for a job
+        job_id = chosen.submit(job, files, env)
+    except launch.LaunchError:
+        shutil.rmtree(job.job_dir, ignore_errors=True)  # nothing submitted: no files left to mistake for a job
         raise
     click.echo(
-        f"dinox: {name!r} ({len(trials)} trials) submitted as Slurm job {job_id}: tasks "
-        f"{slurm.compress(ids)} of {tasks} slices, recording into {shown_uri(uri)}"
+        f"dinox: {name!r} ({len(trials)} trials) submitted as {_SHOWN[launcher]} job {job_id}: tasks "
+        f"{launch.compress(ids)} of {tasks} slices, recording into {shown_uri(uri)}"
     )
-    click.echo(f"       script and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
+    click.echo(f"       files and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
     if wait:
-        _wait_for(job, job_id, uri, trials, env)
+        _wait_for(chosen, job, job_id, uri, trials, env)
         click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
 
 
-def _wait_for(job: slurm.Job, job_id: str, uri: str, trials: list, env: dict[str, str]) -> None:
-    """--wait: follow the array to its end; a signal stops only the following (exit 130)."""
-    ids, name = job.array, trials[0].spec.name
-    recorded = _recorded(uri, name, trials)
+def _one_launchers_options(launcher: str, given: dict) -> None:
+    """An option the chosen launcher has no use for is refused, naming it, never silently dropped."""
+    other = _KUBERNETES_ONLY if launcher == "slurm" else _SLURM_ONLY
+    wrong = [o for o in other if given[o] is not None]
+    if wrong:
+        raise BadInput(f"{', '.join(wrong)}: not an option of --launcher {launcher}")
+    if launcher == "kubernetes" and not given["--image"]:
+        raise BadInput("--launcher kubernetes needs --image: the container image every task runs (dinox in it)")
+
+
+def _kubernetes(spec_path, image, namespace, volumes, gpus, cpus, mem, parallel):  # noqa: ANN001, ANN202
+    """The Kubernetes launcher, its values checked before the store is asked anything."""
+    from dinox.launch import kubernetes
+
+    try:
+        spec_text = Path(spec_path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{spec_path}: cannot read it for the ConfigMap ({e})") from None
+    mounted = tuple(kubernetes.Volume.parse(v) for v in volumes)
+    chosen = kubernetes.Kubernetes(image, spec_text, "", namespace, mounted, gpus, cpus, mem, parallel)
+    chosen.check()
+    return chosen
+
+
+def _wait_for(
+    chosen: launch.Launcher, job: launch.Job, job_id: str, uri: str, trials: list, env: dict[str, str]
+) -> None:
+    """--wait: follow the tasks to their end; a signal stops only the following (exit 130)."""
+    recorded = launch.recorded_counter(uri, trials[0].spec.name, {t.trial_id for t in trials})
     from dinox.sweep.interrupts import Interrupted, signals_raise
 
+    controller = "slurm controller" if chosen.name == "slurm" else "kubernetes API server"
     try:
         # Ctrl-C and SIGTERM stop the following, even where the shell started dinox with SIGINT ignored.
         with signals_raise():
-            wait = slurm.Wait(job_id, ids, lambda: slurm.query(job_id, env), recorded, len(trials), click.echo)
-            _follow(wait, job)
+            poll = lambda: chosen.poll(job, job_id, env)  # noqa: E731
+            wait = launch.Wait(job_id, job.array, poll, recorded, len(trials), click.echo,
+                               scheduler=chosen.name, controller=controller, follow=chosen.follow(job_id))  # fmt: skip
+            _follow(wait, job, chosen)
     except (KeyboardInterrupt, Interrupted):
-        # Only the following stops: the job is Slurm's, and its tasks go on recording.
+        # Only the following stops: the job is the scheduler's, and its tasks go on recording.
+        look, cancel = chosen.follow(job_id)
         click.echo(
-            f"dinox: stopped following; job {job_id} runs on and records into the store. Follow it: "
-            f"scontrol show job {job_id}; cancel it: scancel {job_id}",
+            f"dinox: stopped following; job {job_id} runs on and records into the store. Follow it: {look}; "
+            f"cancel it: {cancel}",
             err=True,
         )
         sys.exit(130)
 
 
-def _write_script(job: slurm.Job, text: str) -> None:
-    """The script whole or not at all: written beside itself and renamed, so a full or unwritable workdir
-    leaves no empty job.sbatch to be mistaken for a job, and no folder of the job's."""
+def _write_files(job: launch.Job, files: dict[Path, str]) -> None:
+    """The script (or manifest) whole or not at all: written beside itself and renamed, so a full or unwritable
+    workdir leaves no empty job.sbatch to be mistaken for a job, and no folder of the job's."""
     made = not job.job_dir.exists()
     try:
         job.job_dir.mkdir(parents=True, exist_ok=True)
-        write_whole(job.script, text)
+        for path, text in files.items():
+            write_whole(path, text)
     except OSError as e:
         if made:
             shutil.rmtree(job.job_dir, ignore_errors=True)
         raise BadInput(f"--workdir: cannot write the job script in {str(job.job_dir)!r} ({e.strerror})") from None
 
 
-def _follow(wait: slurm.Wait, job: slurm.Job) -> None:
-    """The array to its end; each task that did not complete with its log and how to submit it again (exit 1)."""
+def _follow(wait: launch.Wait, job: launch.Job, chosen: launch.Launcher) -> None:
+    """The tasks to their end; each that did not complete with its log and how to submit it again (exit 1)."""
     ended = wait.run()
     failed = [t for t in job.array if ended[t].state != "COMPLETED"]
     for t in failed:
         s = ended[t]
         click.echo(
-            f"task {t} {s.state}{f' (exit {s.exit_code})' if s.exit_code else ''}: log {job.log(t, wait.job_id)}; "
-            f"again: sbatch --array={t} {job.script}"
+            f"task {t} {s.state}{f' (exit {s.exit_code})' if s.exit_code else ''}: {chosen.log(job, t, wait.job_id)}; "
+            f"again: {chosen.again(job, t)}"
         )
     if failed:
         sys.exit(1)
@@ -162,7 +224,7 @@ def _array(text: str | None, tasks: int) -> tuple[int, ...]:
     if text is None:
         return tuple(range(1, tasks + 1))
     try:
-        ids = tuple(sorted(set(slurm.expand(text, limit=tasks))))
+        ids = tuple(sorted(set(launch.expand(text, limit=tasks))))
     except ValueError as e:
         if "above" in str(e):
             raise BadInput(f"--array {text}: task ids run from 1 to --tasks {tasks}") from None
@@ -170,50 +232,3 @@ def _array(text: str | None, tasks: int) -> tuple[int, ...]:
     if not ids or ids[0] < 1 or ids[-1] > tasks:
         raise BadInput(f"--array {text}: task ids run from 1 to --tasks {tasks}")
     return ids
-
-
-def _shared_store(tracking_uri: str | None) -> str:
-    """The store every task can reach, or a one-line refusal with the fix."""
-    from dinox.store.backend import TrackingError, check_reachable, resolve_tracking_uri, store_problem
-
-    uri = resolve_tracking_uri(tracking_uri)
-    scheme = urllib.parse.urlsplit(uri).scheme.lower()
-    if scheme in _LOCAL_SCHEMES or len(scheme) == 1:  # a Windows drive letter is a path too
-        raise BadInput(
-            f"tracking store {shown_uri(uri)} is a local file: every array task would write its own on its own "
-            "host; start "
-            "one `mlflow server` the nodes reach and give its URL (--tracking-uri http://HOST:5000, or export "
-            "MLFLOW_TRACKING_URI)"
-        )
-    if problem := store_problem(uri):
-        raise BadInput(f"tracking store {shown_uri(uri)}: {problem}")
-    try:
-        check_reachable(uri)
-    except TrackingError as e:
-        raise BadInput(f"{e}: start it before submitting") from None
-    return uri
-
-
-def _recorded(uri: str, name: str, trials: list):
-    """How many of the sweep's trials the store holds for good (what resume would not measure again)."""
-    from dinox.store.recorder import SweepRecorder
-    from dinox.sweep.outputs import FINAL
-
-    wanted = {t.trial_id for t in trials}
-    recorder: SweepRecorder | None = None
-
-    last = 0
-
-    def count() -> int:
-        nonlocal recorder, last
-        try:
-            if recorder is None:
-                recorder = SweepRecorder(uri)
-                recorder.connect(name)
-            records = recorder.recorded_trials()
-        except DinoxError:  # the server away for a moment: the tasks journal and sync; the count waits
-            return last
-        last = len({r.tags.get(rec.TRIAL_ID) for r in records if r.status in FINAL} & wanted)
-        return last
-
-    return count

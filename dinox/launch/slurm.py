@@ -15,26 +15,26 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from dinox.errors import DinoxError
-
-# Where a task ends. PENDING, RUNNING, REQUEUED, SUSPENDED, ... are on their way.
-TERMINAL = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+from dinox.launch.launcher import (
+    GONE,
+    TERMINAL,
+    Job,
+    LaunchError,
+    SchedulerDown,
+    ScriptValueError,
+    TaskState,
+    Wait,
+    compress,
+    expand,
 )
-GONE = "GONE"  # left Slurm's memory (MinJobAge) before the wait saw it end: its log says how
 
-
-class SlurmError(DinoxError):
-    """sbatch refused the job, or Slurm's commands are not here."""
-
-
-class ScriptValueError(DinoxError):
-    """A value that cannot enter the job script safely (exit 2): refused before anything is written."""
+# Slurm's names for the launcher's errors: its tests and its users' scripts know these.
+SlurmError = LaunchError
+ControllerDown = SchedulerDown
 
 
 # A control character (a newline above all) ends an #SBATCH or comment line, and what follows it is a command
@@ -99,52 +99,6 @@ class Resources:
         return [f"#SBATCH {k}={v}" for k, v in pairs if v is not None] + [f"#SBATCH {e}" for e in self.extra]
 
 
-@dataclass(frozen=True)
-class Job:
-    """One submission: its script (beside the logs) and what it runs."""
-
-    name: str
-    tasks: int  # the slices: the sweep's --shard I/N, N
-    array: tuple[int, ...]  # the task ids submitted (all of 1..tasks, or the ones submitted again)
-    job_dir: Path
-
-    @property
-    def script(self) -> Path:
-        return self.job_dir / "job.sbatch"
-
-    def log(self, task: int, job_id: str) -> Path:
-        return self.job_dir / f"task-{task}-{job_id}.out"
-
-    def array_text(self, parallel: int | None = None) -> str:
-        text = compress(self.array)
-        return f"{text}%{parallel}" if parallel else text
-
-
-def compress(ids: tuple[int, ...]) -> str:
-    """(1, 2, 3, 5) -> '1-3,5': sbatch's --array."""
-    spans: list[list[int]] = []
-    for i in sorted(set(ids)):
-        if spans and spans[-1][1] == i - 1:
-            spans[-1][1] = i
-        else:
-            spans.append([i, i])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
-def expand(text: str, limit: int | None = None) -> list[int]:
-    """sbatch's --array (or scontrol's ArrayTaskId) to ids: '1-3,5%2' -> [1, 2, 3, 5]; '1-7:3' -> [1, 4, 7].
-    With `limit`, an id above it is refused before any list is made ('1-999999999' would fill the memory)."""
-    ids: list[int] = []
-    for part in text.split("%")[0].split(","):
-        span, _, step = part.partition(":")
-        low, _, high = span.partition("-")
-        top = int(high or low)
-        if limit is not None and top > limit:
-            raise ValueError(f"task id {top} above {limit}")
-        ids += list(range(int(low), top + 1, int(step or 1)))
-    return ids
-
-
 def render(job: Job, resources: Resources, run_args: list[str], workdir: Path, cwd: Path) -> str:
     """The sbatch script: directives, then `dinox run ... --shard ${SLURM_ARRAY_TASK_ID}/N` in `cwd`, each task
     journaling into a workdir of its own (tasks on one shared file system must not share one). Values in its
@@ -187,17 +141,6 @@ def sbatch(script: Path, env: dict[str, str], array: str | None = None) -> str:
     return proc.stdout.strip().split(";")[0]  # "123" or "123;cluster"
 
 
-@dataclass(frozen=True)
-class TaskState:
-    state: str
-    exit_code: str = ""  # Slurm's "exit:signal"
-    reason: str = ""
-
-    @property
-    def ended(self) -> bool:
-        return self.state in TERMINAL or self.state == GONE
-
-
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
 
@@ -212,10 +155,6 @@ def parse_scontrol(text: str) -> dict[int, TaskState]:
         for task in expand(f["ArrayTaskId"]):
             out[task] = state
     return out
-
-
-class ControllerDown(SlurmError):
-    """slurmctld did not answer a query: the job's state is unknown, not ended."""
 
 
 def query(job_id: str, env: dict[str, str]) -> dict[int, TaskState]:
@@ -234,63 +173,41 @@ def query(job_id: str, env: dict[str, str]) -> dict[int, TaskState]:
     raise ControllerDown(" ".join(proc.stderr.split())[:200] or f"scontrol exited {proc.returncode}")
 
 
-@dataclass
-class Wait:
-    """Follows one submission to its end: a line whenever the tasks' states or the trials recorded change."""
+@dataclass(frozen=True)
+class Slurm:
+    """The Launcher for Slurm: a job array's sbatch script, submitted with sbatch, read back with scontrol."""
 
-    job_id: str
-    tasks: tuple[int, ...]
-    poll: Callable[[], dict[int, TaskState]]
-    recorded: Callable[[], int]  # trials of the sweep recorded in the store (final statuses)
-    total: int  # trials in the sweep
-    echo: Callable[[str], None]
-    sleep: Callable[[float], None] = time.sleep
-    interval: float = 2.0
-    patience: float = 600.0  # seconds without an answer from the controller before the wait gives up
-    clock: Callable[[], float] = time.monotonic
-    seen: dict[int, TaskState] = field(default_factory=dict)
+    resources: Resources = Resources()
+    name: str = "slurm"
 
-    def run(self) -> dict[int, TaskState]:
-        last, down_since = "", None
-        while True:
-            try:
-                now = self.poll()
-            except ControllerDown as e:
-                # The controller restarting is not the tasks ending: keep what was seen, ask again.
-                if down_since is None:
-                    down_since = self.clock()
-                    self.echo(f"slurm controller not answering ({e}); still following job {self.job_id}")
-                elif self.clock() - down_since > self.patience:
-                    raise SlurmError(
-                        f"the Slurm controller has not answered for {self.patience:.0f} s ({e}); job {self.job_id} "
-                        f"may still run and record: follow it with scontrol show job {self.job_id}, cancel it with "
-                        f"scancel {self.job_id}"
-                    ) from None
-                self.sleep(self.interval)
-                continue
-            if down_since is not None:
-                self.echo("slurm controller answers again")
-                down_since = None
-            for task in self.tasks:
-                if task in now:
-                    self.seen[task] = now[task]
-                elif task in self.seen and not self.seen[task].ended:
-                    self.seen[task] = TaskState(GONE)  # ran, then forgotten before a poll saw its end
-            done = all(self.seen.get(t, TaskState("PENDING")).ended for t in self.tasks)
-            line = self.line(self.recorded())
-            if line != last:
-                self.echo(line)
-                last = line
-            if done:
-                return self.seen
-            if not now and not self.seen:
-                raise SlurmError(f"Slurm does not know job {self.job_id} (scontrol show job): was it cancelled?")
-            self.sleep(self.interval)
+    def render(self, job: Job, spec: Path, sets: tuple[str, ...], cwd: Path) -> dict[Path, str]:
+        run_args = [
+            sys.executable,
+            "-m",
+            "dinox",
+            "run",
+            str(spec.absolute()),
+            *(a for s in sets for a in ("--set", s)),
+        ]
+        return {job.script: render(job, self.resources, run_args, job.job_dir, cwd)}
 
-    def line(self, recorded: int) -> str:
-        counts: dict[str, int] = {}
-        for task in self.tasks:
-            state = self.seen.get(task, TaskState("PENDING")).state
-            counts[state] = counts.get(state, 0) + 1
-        states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-        return f"slurm job {self.job_id}: {len(self.tasks)} tasks ({states}); trials recorded {recorded}/{self.total}"
+    def submit(self, job: Job, files: dict[Path, str], env: dict[str, str]) -> str:
+        return sbatch(job.script, env)
+
+    def poll(self, job: Job, job_id: str, env: dict[str, str]) -> dict[int, TaskState]:
+        return query(job_id, env)
+
+    def log(self, job: Job, task: int, job_id: str) -> str:
+        return f"log {job.log(task, job_id)}"
+
+    def again(self, job: Job, task: int) -> str:
+        return f"sbatch --array={task} {job.script}"
+
+    def follow(self, job_id: str) -> tuple[str, str]:
+        return f"scontrol show job {job_id}", f"scancel {job_id}"
+
+
+__all__ = [
+    "GONE", "TERMINAL", "ControllerDown", "Job", "Resources", "ScriptValueError", "Slurm", "SlurmError",
+    "TaskState", "Wait", "check_script_values", "compress", "expand", "parse_scontrol", "query", "render", "sbatch",
+]  # fmt: skip

@@ -19,7 +19,6 @@ from dinox.store import descriptions
 from dinox.store.trial_record import IPS_WINDOWS, measured_spread, no_effect, pair_noise, within_noise
 from dinox.writes import write_whole
 
-FINAL = ("ok", "oom", "skipped")  # statuses a resumed sweep does not measure again
 CSV_LEAD = [
     "index",
     "trial_id",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from dinox import record as rec
-from dinox.contract import ProcessRef, TrialResult, one_line
+from dinox.contract import FINAL, ProcessRef, TrialResult, one_line
 from dinox.errors import WorkdirError
 from dinox.isolate import contention, runner
 from dinox.isolate.forkserver import ForkServer
@@ -41,7 +41,7 @@ from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights, InFlight
 from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_raise
 from dinox.sweep.lanes import Lane, Lanes, Stopping, side_by_side
-from dinox.sweep.outputs import FINAL, SweepReport, describe, ladder_lines, row, write_csv, write_sweep_files
+from dinox.sweep.outputs import SweepReport, describe, ladder_lines, row, write_csv, write_sweep_files
 from dinox.sweep.progress import Progress
 from dinox.sweep.prune import Pruner
 
