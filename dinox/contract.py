@@ -31,6 +31,9 @@ PROVISIONAL_FILE = "result.provisional.json"
 PROFILE_CUT = "the profile did not finish"
 # The file beside a `dinox verify` child's trial.json that says how long to train (dinox.measure.verify).
 SLICE_FILE = "slice.json"
+# The file beside a trial's trial.json with the plan's training FLOPs per image ({"flops_per_image": F}), from
+# which the child derives TFLOP/s and MFU beside its throughput; absent where the plan has no figure.
+COST_FILE = "cost.json"
 
 Status = Literal["ok", "oom", "error", "crashed", "timeout", "skipped"]
 STATUSES: tuple[Status, ...] = typing.get_args(Status)

@@ -201,8 +201,8 @@ PARAMS_M = _metric("trial", "params_m", "the model's parameters, millions")
 TRAINABLE_PARAMS_M = _metric("trial", "trainable_params_m", "the parameters the optimizer updates, millions")
 LOSS = _metric("trial", "loss", "the last step's loss (a finite number: the step computed something)")
 FLOPS_PER_IMAGE = _metric("trial", "flops_per_image", "training FLOPs per image (forward + backward)")
-TFLOPS = _metric("trial", "tflops", "achieved TFLOPs")
-MFU = _metric("trial", "mfu", "tflops / peak_tflops")
+TFLOPS = _metric("trial", "tflops", "achieved TFLOPs (flops_per_image x images_per_s), all ranks")
+MFU = _metric("trial", "mfu", "tflops / peak_tflops per device (the ranks' average)")
 PEAK_TFLOPS = _metric("trial", "peak_tflops", "the device's dense peak at the trial's precision")
 BATCH_AUTO_PROBES_M = _metric("trial", "batch_auto_probes", "how many sizes batch.size: auto tried")
 BATCH_AUTO_FIT = _metric("trial", "batch_auto_fit", "the largest batch that fit")
@@ -295,18 +295,20 @@ def known(name: str, kind: Kind) -> bool:
 
 # How a trial's metric combines over its ranks (hardware.gpus > 1; isolate.ranks.merge reads this): "pace" is
 # images through every rank over the slowest rank's window; "sum" a rate each rank measures of its own part;
-# "max" the largest rank's (memory, step times, spread, graphs); "slowest" the value of the rank whose window
-# was longest (it sets the trial's pace). Every trial metric is listed: one added without a rule fails here.
-RankRule = Literal["pace", "sum", "max", "slowest"]
+# "max" the largest rank's (memory, step times, spread, graphs); "mean" the ranks' average (a utilisation: each
+# rank's share of its own device's peak); "slowest" the value of the rank whose window was longest (it sets the
+# trial's pace). Every trial metric is listed: one added without a rule fails here.
+RankRule = Literal["pace", "sum", "max", "mean", "slowest"]
 _SUMS = (IMAGES_PER_S_MIN, IMAGES_PER_S_MAX, IMAGES_PER_S_COMPUTE_ONLY, IMAGES_PER_S_NO_LOADER)
-_SUMS += (IMAGES_PER_S_COMPUTE_HALF, LOADER_IMAGES_PER_S, COPY_IMAGES_PER_S, EVAL_IMAGES_PER_S)
+_SUMS += (IMAGES_PER_S_COMPUTE_HALF, LOADER_IMAGES_PER_S, COPY_IMAGES_PER_S, EVAL_IMAGES_PER_S, TFLOPS)
+_MEANS = (MFU,)
 _MAXES = (STEP_S_P50, STEP_S_P90, WINDOW_SPREAD, PEAK_MEM_ALLOCATED_GB, PEAK_MEM_RESERVED_GB, CHILD_PEAK_RSS_GB)
 _MAXES += (DEVICE_MEM_OUTSIDE_GB, COMPILE_GRAPHS, RECOMPILES_IN_WINDOWS)
 _SLOWEST = (STEP_S, WINDOWS, WINDOW_S, DATA_S, H2D_S, COMPUTE_S, DEVICE_BUSY_S, DEVICE_IDLE_S, DEVICE_IDLE_SHARE)
 _SLOWEST += (IDLE_LOADER_SHARE, DEVICE_LAG_S, FIXED_SHARE, HOST_AHEAD_STEPS, LOADER_COST, LOADER_COST_LOW)
 _SLOWEST += (LOADER_COST_HIGH, TRANSFER_COST, TRANSFER_COST_LOW, TRANSFER_COST_HIGH, ABLATION_S, ABLATION_ROUNDS)
 _SLOWEST += (DEVICE_MEM_TOTAL_GB, HOST_PEAK_RSS_GB, PREDICTED_DEVICE_MEM_GB, PREDICTED_ACTIVATIONS_GB)
-_SLOWEST += (PREDICTED_LOADER_HOST_GB, PARAMS_M, TRAINABLE_PARAMS_M, LOSS, FLOPS_PER_IMAGE, TFLOPS, MFU)
+_SLOWEST += (PREDICTED_LOADER_HOST_GB, PARAMS_M, TRAINABLE_PARAMS_M, LOSS, FLOPS_PER_IMAGE)
 _SLOWEST += (PEAK_TFLOPS, BATCH_AUTO_PROBES_M, BATCH_AUTO_FIT, WARMUP_S, FIRST_STEP_S, FIRST_FETCH_S, COMPILE_S)
 _SLOWEST += (SETTLE_S, LOADER_START_S, EPOCH_START_S, CHECKPOINT_S, CHECKPOINT_GB, EVAL_START_S)
 _SLOWEST += (EPOCH_BOUNDARIES, DATA_SAMPLES, STARTUP_S, SETUP_S, DATA_SETUP_S, BUILD_S, MEASURE_S, TEARDOWN_S)
@@ -315,10 +317,11 @@ RANKS: dict[str, RankRule] = {
     IMAGES_PER_S: "pace",
     **dict.fromkeys(_SUMS, "sum"),
     **dict.fromkeys(_MAXES, "max"),
+    **dict.fromkeys(_MEANS, "mean"),
     **dict.fromkeys(_SLOWEST, "slowest"),
 }
 _undeclared = [n.name for n in NAMES.values() if n.kind == "metric" and n.run == "trial" and n.name not in RANKS]
-if _undeclared or len(RANKS) != len(_SUMS) + len(_MAXES) + len(_SLOWEST) + 1:
+if _undeclared or len(RANKS) != len(_SUMS) + len(_MAXES) + len(_MEANS) + len(_SLOWEST) + 1:
     raise ValueError(f"trial metrics without one rank rule (RANKS): {_undeclared or 'one listed twice'}")
 # Figures also kept per rank beside the global one, as rank{r}_<name>.
 PER_RANK = (IMAGES_PER_S, STEP_S_P50, PEAK_MEM_ALLOCATED_GB, CHILD_PEAK_RSS_GB, DATA_S)
@@ -341,7 +344,7 @@ def markdown() -> str:
 
 # What MLflow accepts as a param (mlflow.utils.validation, which dinox validate does not import: MLflow's
 # package costs 2.5 s there): alphanumerics, _ - . space : /, at most 250 characters, a name that stays itself
-# as a path; a value of at most 6000 characters. tests/test_spec.py holds the two to the same answers.
+# as a path; a value of at most 6000 characters. tests/spec/test_spec.py holds the two to the same answers.
 _PARAM_NAME = re.compile(r"^[/\w.\- :]*$")
 MAX_PARAM_NAME = 250
 MAX_PARAM_VALUE = 6000

@@ -313,7 +313,8 @@ def test_what_the_docs_commands_write_is_ignored_by_git():
 
 
 def test_the_fast_tier_covers_every_room():
-    """`pytest -m "not slow"` (the contributors' loop) still has a test that imports each room of dinox."""
+    """The tests mirror the rooms (tests/<room>/ for each room of dinox), and `pytest -m "not slow"` (the
+    contributors' loop) still runs tests of each room's own folder and a test that imports each room."""
     import re
 
     proc = subprocess.run(
@@ -332,6 +333,7 @@ def test_the_fast_tier_covers_every_room():
         covered |= set(re.findall(r"\bdinox\.(\w+)", text)) | set(re.findall(r"from dinox import ([\w, ]+)", text))
     covered = {part.strip() for c in covered for part in c.split(",")}
     assert [r for r in rooms if r not in covered] == []
+    assert [r for r in rooms if not any(f.startswith(f"tests/{r}/test_") for f in files)] == []
 
 
 def test_decide_store_and_report_name_params_only_through_spec_params():

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from tests.cli.test_cli import RECORD_METRICS, RECORD_PARAMS, RECORD_TAGS
 from tests.conftest import ROOT, run_dinox
-from tests.test_cli import RECORD_METRICS, RECORD_PARAMS, RECORD_TAGS
-from tests.test_dicom_preprocess import demo
-from tests.test_images import demo as images
+from tests.data.test_dicom_preprocess import demo
+from tests.data.test_images import demo as images
 
 TINY_VIT = {"embed_dim": 48, "depth": 2, "num_heads": 2}
 SMALL_STEPS = {"warmup_steps": 1, "bench_steps": 2, "repeats": 1, "timeout_s": 300, "ablation": False}

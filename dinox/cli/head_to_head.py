@@ -66,12 +66,8 @@ def head_to_head(
     names = ", ".join(x.name for x in leaders)
     click.echo(f"dinox: head to head: {names}; at most {max_rounds} rounds, order reversed every round")
     h: HeadToHead = measure(uri, leaders, Path(workdir), max_rounds, say=lambda s: click.echo(f"       {s}"))
-    lead = h.leader()
-    for run in h.runs:
-        if run != lead:
-            click.echo(
-                f"{'SETTLED' if h.bout(lead, run).order else 'TIED'}: {h.bout(lead, run).describe(h.names[lead])}"
-            )
+    for bout in h.outcome(h.leader()):
+        click.echo(f"{'SETTLED' if bout.order else 'TIED'}: {bout.describe()}")
     pooled = ", ".join(f"{h.names[r]} {h.pooled(r):.1f}" for r in h.runs)
     click.echo(f"       pooled over the rounds, img/s: {pooled}; `dinox decide` plans with these now")
 

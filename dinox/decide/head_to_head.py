@@ -13,9 +13,11 @@ The rule. A is faster than B where A won enough of their paired rounds for a two
 p <= 1/16 with at least 5 rounds: 5 of 5, 6 of 6, 7 of 7, 8 of 8, 8 of 9. The measuring side looks after
 rounds 5, 7 and 9 (9: Google Benchmark's recommended repetitions for a comparison), so under a true tie the
 order comes out settled about one time in ten; what that costs is small, as two trials that are truly equal
-plan the same days whichever leads. Otherwise the two are tied and the plan takes the slower one's figure.
-Either way the plan's rate is the rounds' own, measured after the leaders were chosen: the winner's curse
-(picking the highest of noisy figures, then planning with that figure) does not reach the forecast.
+plan the same days whichever leads. Otherwise the two are tied. A trial settled slower than any other cannot
+be the fastest, so it leaves the plan; those left unbeaten are tied with each other and the plan takes the
+slowest of them. Either way the plan's rate is the rounds' own, measured after the leaders were chosen: the
+winner's curse (picking the highest of noisy figures, then planning with that figure) does not reach the
+forecast.
 """
 
 from __future__ import annotations
@@ -47,21 +49,23 @@ class Round:
 
 @dataclass(frozen=True)
 class Bout:
-    """The leader against one other: paired rounds won and lost, and what they settle."""
+    """One trial against another: paired rounds won and lost, and what they settle."""
 
+    first: str  # the trial's run id
+    first_name: str
     other: str  # the other trial's run id
     other_name: str
     won: int
     lost: int
-    order: int  # 1 the leader is faster, -1 the other is, 0 tied (not settled)
+    order: int  # 1 the first is faster, -1 the other is, 0 tied (not settled)
 
-    def describe(self, leader_name: str) -> str:
+    def describe(self) -> str:
         rounds = self.won + self.lost
         if self.order > 0:
-            return f"`{leader_name}` faster than `{self.other_name}` in {self.won} of {rounds} rounds"
+            return f"`{self.first_name}` faster than `{self.other_name}` in {self.won} of {rounds} rounds"
         if self.order < 0:
-            return f"`{self.other_name}` faster than `{leader_name}` in {self.lost} of {rounds} rounds"
-        return f"`{leader_name}` and `{self.other_name}` tied ({self.won} rounds to {self.lost})"
+            return f"`{self.other_name}` faster than `{self.first_name}` in {self.lost} of {rounds} rounds"
+        return f"`{self.first_name}` and `{self.other_name}` tied ({self.won} rounds to {self.lost})"
 
 
 @dataclass
@@ -97,18 +101,33 @@ class HeadToHead:
 
     def bout(self, a: str, b: str) -> Bout:
         won, lost = self.paired(a, b)
-        return Bout(b, self.names.get(b, b), won, lost, order_of(won, lost))
+        return Bout(a, self.names.get(a, a), b, self.names.get(b, b), won, lost, order_of(won, lost))
+
+    def outcome(self, lead: str) -> list[Bout]:
+        """What the rounds say of each other trial against the leader: the leader's own bout where it settled
+        one, else the bout of whichever trial was settled faster than it, else the tie with the leader."""
+        out = []
+        for run in self.runs:
+            if run == lead:
+                continue
+            own = self.bout(lead, run)
+            beaten = [b for other in self.runs if other != run and (b := self.bout(other, run)).order > 0]
+            out.append(own if own.order or not beaten else beaten[0])
+        return out
+
+    def unbeaten(self) -> list[str]:
+        """The trials no other was settled faster than, fastest pooled first: the ones that may still be the
+        fastest."""
+        runs = sorted(self.runs, key=lambda r: -self.pooled(r))
+        return [a for a in runs if not any(self.bout(b, a).order > 0 for b in runs if b != a)]
 
     def leader(self) -> str:
-        """The trial no other beat, the fastest pooled of those."""
-        runs = sorted(self.runs, key=lambda r: -self.pooled(r))
-        unbeaten = [a for a in runs if not any(self.bout(a, b).order < 0 for b in runs if b != a)]
-        return (unbeaten or runs)[0]
+        """The fastest pooled of the unbeaten trials."""
+        return (self.unbeaten() or sorted(self.runs, key=lambda r: -self.pooled(r)))[0]
 
     def settled(self) -> bool:
-        """The leader's order against every other trial is settled (the measuring side stops)."""
-        lead = self.leader()
-        return all(self.bout(lead, b).order != 0 for b in self.runs if b != lead)
+        """One trial is left unbeaten: the measuring side stops."""
+        return len(self.unbeaten()) == 1
 
 
 def sign_test(won: int, lost: int) -> float:

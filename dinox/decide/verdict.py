@@ -168,8 +168,10 @@ def _verdict(
     open_ = [c for c in qualifying if holds(c, c.days_fast)]
     verdict: Verdict = "GO" if settled_go else "UNSETTLED" if open_ else "NO-GO"
     pool = settled_go or open_ or qualifying
-    lead = next((a for a in pool if not any(_order(rematches, a, b) < 0 for b in pool)), pool[0])
-    return verdict, [lead, *(c for c in pool if c is not lead and _tied(rematches, lead, c))]
+    # A trial a head-to-head settled slower than another cannot be the fastest: it neither leads nor ties.
+    unbeaten = [c for c in pool if not any(_order(rematches, other, c) > 0 for other in pool)] or pool
+    lead = unbeaten[0]
+    return verdict, [lead, *(c for c in unbeaten if c is not lead and _tied(rematches, lead, c))]
 
 
 def _order(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> int:
@@ -194,7 +196,7 @@ def _bouts(best: Candidate, qualifying: list[Candidate], rematches: dict[str, He
     if h is None:
         return []
     h.names.update({c.run_id: c.run_name or c.run_id for c in qualifying})
-    return [h.bout(best.run_id, run) for run in h.runs if run != best.run_id]
+    return h.outcome(best.run_id)
 
 
 def _span(group: list[Candidate], budget: Budget, device: tuple[str, int]) -> Span:

@@ -81,6 +81,8 @@ def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
             m[key] = sum(values)
         elif rule == "max" and values:
             m[key] = max(values)
+        elif rule == "mean" and len(values) == len(ranks):
+            m[key] = sum(values) / len(values)
     for r, res in sorted(ranks.items()):
         for key in rec.PER_RANK:
             if key in res.metrics:

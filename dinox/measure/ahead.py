@@ -3,7 +3,7 @@
 PrefetchLoader runs them in train.py. The compute stream waits for the copy only where it uses the batch: a
 copy that is hidden costs the step nothing, one that is not shows as the copy span on the compute stream.
 
-The streams are injected (``Streams``): CUDA's here, a fake device's in the tests (tests/test_timeline.py).
+The streams are injected (``Streams``): CUDA's here, a fake device's in the tests (tests/measure/test_timeline.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ backward, and one after the optimizer update. On CUDA (and MPS, where torch has 
 an event recorded on the compute stream: its time is when the device reached it, which is later than when
 the host enqueued it whenever the device is behind. On the CPU a marker is the host's clock, read when the
 call returns: there the two are the same thing. The bookkeeping is one and the same for both, and is
-tested with fake events (tests/test_timeline.py): nothing here needs a GPU.
+tested with fake events (tests/measure/test_timeline.py): nothing here needs a GPU.
 
 Between two consecutive step ends the device's time splits exactly into
 - busy spans: copies (copy marker -> forward marker) and compute (forward -> backward, and the last

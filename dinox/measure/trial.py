@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 from dinox import record as rec  # noqa: E402
-from dinox.contract import GIB, PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, TrialResult  # noqa: E402
+from dinox.contract import COST_FILE, GIB, PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, TrialResult  # noqa: E402
 from dinox.data import build_dataset  # noqa: E402
 from dinox.data.device_prep import DevicePrep  # noqa: E402
 from dinox.data.views import view_plan  # noqa: E402
@@ -43,6 +43,7 @@ from dinox.measure.bound import rounds_decided  # noqa: E402
 from dinox.measure.result import describe_exception, is_oom  # noqa: E402
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
+from dinox.plan.footprint import compute_metrics  # noqa: E402
 from dinox.spec.sections import TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
@@ -171,6 +172,7 @@ class TrialRun:
         summary = summarize(stats, self.spec.measure, self.spec.model.compile is not False)
         self.metrics.update(summary.metrics)
         self.tags.update(summary.tags)
+        self._flops(stats.images_per_s)
         loss = self.last_loss
         self.metrics[rec.LOSS] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
         if not keep_loop:
@@ -185,6 +187,20 @@ class TrialRun:
             step_s=summary.step_s,
             artifacts=list(self.artifacts),
         )
+
+    def _flops(self, images_per_s: float) -> None:
+        """TFLOP/s and MFU beside the throughput: the plan's FLOPs per image (COST_FILE, where the parent had
+        one) at this rank's rate, against the peak of the math class the child read back. Ranks sum TFLOP/s and
+        average MFU (rec.RANKS)."""
+        try:
+            flops = float(json.loads((self.out_dir / COST_FILE).read_text())["flops_per_image"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # no plan figure: the trial has no MFU, as before
+        ran = self.tags[rec.MATH_CLASS].split(" ")[0]
+        device_name = self.tags.get(rec.DEVICE_NAME, "")
+        metrics, tags = compute_metrics(flops, images_per_s, device_name, ran, self.spec.hardware.peak_tflops)
+        self.metrics.update(metrics)
+        self.tags.update(tags)
 
     def _profile(self) -> None:
         """measure.profile on rank 0 (the others take the same steps unprofiled, so DDP's collectives pair up).

@@ -145,17 +145,18 @@ def plan_memory(spec: TrialSpec, cost: ModelCost, machine: Machine) -> MemoryPla
 
 
 def compute_metrics(
-    cost: ModelCost, images_per_s: float, device_name: str, precision: str, override: float | None, devices: int = 1
+    flops_per_image: float, images_per_s: float, device_name: str, precision: str, override: float | None
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """TFLOPs achieved and MFU against the devices' peak (metrics), and where the peak came from (tags).
-    With several devices, images_per_s is the global throughput and the peak is per device x devices."""
-    achieved = cost.flops_per_image * images_per_s / 1e12
-    metrics = {rec.FLOPS_PER_IMAGE: cost.flops_per_image, rec.TFLOPS: achieved}
+    """TFLOPs achieved and MFU against one device's peak (metrics), and where the peak came from (tags): the
+    trial's child calls it beside its throughput, each rank for its own (rec.RANKS sums the TFLOPs and averages
+    the MFU)."""
+    achieved = flops_per_image * images_per_s / 1e12
+    metrics = {rec.FLOPS_PER_IMAGE: flops_per_image, rec.TFLOPS: achieved}
     tags: dict[str, str] = {}
     peak = peaks.peak_for(device_name, precision, override)
     if peak is not None:
         metrics[rec.PEAK_TFLOPS] = peak[0]
-        metrics[rec.MFU] = achieved / (peak[0] * devices)
+        metrics[rec.MFU] = achieved / peak[0]
         tags[rec.PEAK_SOURCE] = peak[1]
     return metrics, tags
 
@@ -252,23 +253,9 @@ class Estimates:
         return self.errors.get(estimate_key(spec)) or self.errors.get("machine", "")
 
 
-def annotate(result: TrialResult, spec: TrialSpec, estimates: Estimates, plan: MemoryPlan | None) -> None:
-    """The memory plan next to the measured peaks, and TFLOPs / MFU from the model's FLOPs per image."""
+def annotate(result: TrialResult, plan: MemoryPlan | None) -> None:
+    """The memory plan next to the measured peaks (TFLOPs and MFU the child derived itself: COST_FILE)."""
     if plan is not None:
         result.metrics.update(plan.metrics())
         if plan.over:
             result.tags[rec.PREDICTED_OOM] = plan.over
-    cost = estimates.cost(spec)
-    if cost is not None and result.status == "ok" and rec.IMAGES_PER_S in result.metrics:
-        # The class the math ran in, as the child read it back; a record from before: the spec's precision.
-        ran = result.tags.get(rec.MATH_CLASS, "").split(" ")[0] or spec.precision
-        metrics, tags = compute_metrics(
-            cost,
-            result.metrics[rec.IMAGES_PER_S],
-            result.tags.get(rec.DEVICE_NAME, ""),
-            ran,
-            spec.hardware.peak_tflops,
-            spec.hardware.gpus,
-        )
-        result.metrics.update(metrics)
-        result.tags.update(tags)

@@ -139,7 +139,7 @@ def head_to_head_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     best = mv.best
     if best is not None and best.rematch is not None:
         r = best.rematch
-        bouts = "; ".join(b.describe(best.run_name or best.run_id) for b in mv.bouts)
+        bouts = "; ".join(b.describe() for b in mv.bouts)
         out.append(
             f"Measured again head to head, {r.rounds} interleaved rounds: {bouts}; the plan takes the rounds' "
             f"figures ({best.measured_ips:.1f} img/s pooled, where the sweep had measured {r.sweep_ips:.1f})"

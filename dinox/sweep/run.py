@@ -10,6 +10,7 @@ that ran out of memory are recorded as skipped without running (pruning).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from dinox import record as rec
-from dinox.contract import FINAL, ProcessRef, TrialResult, one_line
+from dinox.contract import COST_FILE, FINAL, ProcessRef, TrialResult, one_line
 from dinox.errors import WorkdirError
 from dinox.isolate import contention, runner
 from dinox.isolate.forkserver import ForkServer
@@ -44,6 +45,7 @@ from dinox.sweep.lanes import Lane, Lanes, Stopping, side_by_side
 from dinox.sweep.outputs import SweepReport, describe, ladder_lines, row, write_csv, write_sweep_files
 from dinox.sweep.progress import Progress
 from dinox.sweep.prune import Pruner
+from dinox.writes import write_whole
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,9 +358,22 @@ class Sweep:
         if reason:
             return TrialResult("skipped", error=reason, marks={"result_written": time.time()}), None, False
         phase = self.flights.locked(lambda text: self.progress.phase(trial.label, text))
+        self._hand_cost(trial)
         outcome = self.flights.run_child(self._trial_dir(trial), lane, flight, phase)
         outcome.result.tags.update(lane.tags(flight.concurrent))
         return outcome.result, outcome.log_path, True
+
+    def _hand_cost(self, trial: Trial) -> None:
+        """The plan's FLOPs per image beside the trial's files, for the child's TFLOP/s and MFU (or none)."""
+        folder, cost = self._trial_dir(trial), self.estimates.cost(trial.spec)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if cost is None:
+                (folder / COST_FILE).unlink(missing_ok=True)
+            else:
+                write_whole(folder / COST_FILE, json.dumps({"flops_per_image": cost.flops_per_image}))
+        except OSError as e:
+            raise WorkdirError(f"cannot write {folder}: {e.strerror or e}") from None
 
     def _trial_dir(self, trial: Trial, suffix: str = "") -> Path:
         return self.report.sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}{suffix}"
@@ -366,9 +381,7 @@ class Sweep:
     def _record(self, flight: InFlight, result: TrialResult, log_path: Path | None) -> None:
         """Journal first, then MLflow (confirmed by reading it back), then the CSV."""
         trial = flight.trial
-        footprint.annotate(
-            result, trial.spec, self.estimates, None if trial.spec.batch.auto else self.estimates.memory(trial.spec)
-        )
+        footprint.annotate(result, None if trial.spec.batch.auto else self.estimates.memory(trial.spec))
         try:
             self.journal.result(flight.result_id, trial, result, flight.run_id, str(log_path or ""))
         except WorkdirError:

@@ -134,7 +134,7 @@ def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_pat
 
 def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tmp_path, fork_server):
     from dinox.data.dicom_preprocess import preprocess
-    from tests.test_dicom_preprocess import demo
+    from tests.data.test_dicom_preprocess import demo
 
     demo.write_series(tmp_path / "dicom" / "P1", slices=3, rows=32, cols=32)
     preprocess(tmp_path / "dicom", tmp_path / "png", progress=False)
@@ -166,7 +166,7 @@ def test_a_decompression_bomb_is_an_error_naming_the_file_with_every_decoder(wri
     """A PNG declaring 50000x50000: PIL refuses it, torchvision.io allocated what it said (7.8 GB, recorded as
     an OOM that pruned the larger batches). The same limit for both: an error naming the file, at once."""
     from dinox.data.dicom_preprocess import preprocess
-    from tests.test_dicom_preprocess import demo
+    from tests.data.test_dicom_preprocess import demo
 
     demo.write_series(tmp_path / "dicom" / "P1", slices=3, rows=32, cols=32)
     preprocess(tmp_path / "dicom", tmp_path / "png", progress=False)

@@ -64,7 +64,7 @@ def test_rounds_are_read_per_trial_by_its_latest_head_to_head_and_damaged_ones_a
     assert h is read[SECOND] and h.group == "20261126T150000-box-1"
     assert len(h.of(FIRST)) == 5 and h.pooled(FIRST) == pytest.approx(23.6)
     assert h.paired(SECOND, FIRST) == (5, 0) and h.bout(SECOND, FIRST).order == 1
-    assert h.leader() == SECOND and h.settled()
+    assert h.leader() == SECOND and h.settled() and h.unbeaten() == [SECOND]
     assert h.span(FIRST) == pytest.approx((23.6 * 0.997, 23.6 * 1.003, 15))
 
 
@@ -87,7 +87,7 @@ def test_a_settled_head_to_head_orders_the_tie_and_the_plan_takes_the_rounds_fig
     assert large.best.rematch.sweep_ips == pytest.approx(23.51) and large.best.windows == 15
     assert large.span.slow_ips == pytest.approx(23.58 * 0.997)
     (bout,) = large.bouts
-    assert (bout.other, bout.won, bout.lost, bout.order) == (FIRST, 5, 0, 1)
+    assert (bout.first, bout.other, bout.won, bout.lost, bout.order) == (SECOND, FIRST, 5, 0, 1)
     terminal = report.render_terminal(after)
     line = next(ln for ln in terminal.splitlines() if ln.startswith("leaders: "))
     assert "in 5 of 5 rounds" in line and f"{pooled:.1f} img/s pooled, where the sweep had measured 23.5" in line
@@ -98,6 +98,21 @@ def test_a_settled_head_to_head_orders_the_tie_and_the_plan_takes_the_rounds_fig
     schema = json.loads((ROOT / "docs" / "decision.schema.json").read_text())
     for decision in (before, after):
         jsonschema.validate(report_json.to_json(decision), schema)
+
+
+def test_a_trial_settled_slower_than_a_tied_one_is_out_of_the_plan():
+    """Three leaders: 64x4 and 48x4 tied, 96x2 slower than 64x4 in 5 of 5 (but not settled against 48x4): 96x2
+    can no longer be the fastest, so the plan rests on the two unbeaten ones, and says why 96x2 is out."""
+    third = ROWS[2]["run_id"]  # 96x2
+    rounds = _rounds([23.5, 23.7, 23.4, 23.6, 23.5], [23.6, 23.5, 23.5, 23.5, 23.6])
+    rounds += [_round(third, i + 1, x) for i, x in enumerate([23.45, 23.45, 23.45, 23.45, 23.45])]
+    read = h2h.read(rounds)
+    assert sorted(read[FIRST].unbeaten()) == sorted([FIRST, SECOND]) and not read[FIRST].settled()
+    d = decide.decide(study.records(ROWS), BUDGET, rematches=read)
+    large = next(m for m in d.models if m.name.startswith("vit_large"))
+    assert {large.best.run_id, *(c.run_id for c in large.tied)} == {FIRST, SECOND}
+    said = {b.other: b.describe() for b in large.bouts}
+    assert said[third] == f"`{SECOND}` faster than `{third}` in 5 of 5 rounds"
 
 
 def test_an_unsettled_head_to_head_stays_tied_at_the_slower_pooled_figure_and_is_not_offered_again():
@@ -174,7 +189,7 @@ def test_head_to_head_needs_two_trials_a_decision_that_names_them_and_a_store(tm
 
 
 def test_a_reader_that_leaves_does_not_stop_the_rounds(measured):
-    from tests.test_closed_stdout import GONE, closed_stdout
+    from tests.cli.test_closed_stdout import GONE, closed_stdout
 
     work, client, (a, b) = measured
     before = len(_rounds_recorded(client))

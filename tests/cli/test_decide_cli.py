@@ -315,7 +315,7 @@ def test_mlproject_decide_entry_point(sqlite_store, tmp_path):
 def test_records_other_tools_logged_with_impossible_figures_are_left_out(sqlite_store):
     """NaN and infinite metrics, batches of 0, inf or -32 through a real store: never a traceback, never a
     GO built on them (MLflow itself stores an infinite metric as the largest float)."""
-    from tests.test_decide import HOSTILE
+    from tests.decide.test_verdict import HOSTILE
 
     work, uri, _ = sqlite_store
     study.log(MlflowClient(uri), "hostile", study.study() + [row for row, _why in HOSTILE])

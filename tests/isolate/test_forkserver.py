@@ -12,7 +12,7 @@ import pytest
 from dinox.isolate import runner
 from dinox.isolate.forkserver import ForkServer
 from dinox.plan import grid
-from tests.test_runner import group_gone, one_trial
+from tests.isolate.test_runner import group_gone, one_trial
 
 
 @pytest.fixture(scope="module")

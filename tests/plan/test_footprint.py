@@ -71,13 +71,13 @@ def test_a_trial_over_the_device_or_the_cap_is_flagged():
 
 
 def test_tflops_and_mfu_against_the_table_or_the_override():
-    metrics, tags = footprint.compute_metrics(COST, 1000.0, "NVIDIA H100 80GB HBM3", "bf16-mixed", None)
+    metrics, tags = footprint.compute_metrics(COST.flops_per_image, 1000.0, "NVIDIA H100 80GB HBM3", "bf16-mixed", None)
     assert metrics["tflops"] == pytest.approx(30.0)
     assert metrics["peak_tflops"] == 989.4 and metrics["mfu"] == pytest.approx(30.0 / 989.4)
     assert tags["dinox.peak_source"] == "NVIDIA H100 SXM bf16 dense peak"
-    metrics, tags = footprint.compute_metrics(COST, 10.0, "AMD EPYC (2 cpus)", "fp32", None)
+    metrics, tags = footprint.compute_metrics(COST.flops_per_image, 10.0, "AMD EPYC (2 cpus)", "fp32", None)
     assert "mfu" not in metrics and metrics["tflops"] == pytest.approx(0.3) and not tags
-    metrics, tags = footprint.compute_metrics(COST, 10.0, "AMD EPYC (2 cpus)", "fp32", 1.5)
+    metrics, tags = footprint.compute_metrics(COST.flops_per_image, 10.0, "AMD EPYC (2 cpus)", "fp32", 1.5)
     assert metrics["mfu"] == pytest.approx(0.2) and tags["dinox.peak_source"] == "hardware.peak_tflops"
 
 

@@ -117,7 +117,7 @@ def results(tmp_path_factory):
     (work / "cases.json").write_text(json.dumps(cases))
     (work / "out").mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.hostile_runner", str(work / "cases.json"), str(work / "out")],
+        [sys.executable, "-m", "tests.cli.hostile_runner", str(work / "cases.json"), str(work / "out")],
         cwd=ROOT,
         capture_output=True,
         text=True,

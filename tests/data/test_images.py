@@ -21,8 +21,8 @@ from dinox.spec import file as spec_file
 from dinox.spec.data_sources import AugmentSpec, ImageFolderData
 from dinox.spec.rules import check_trial
 from dinox.spec.sections import TrialSpec
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 _demo = importlib.util.spec_from_file_location("make_demo_images", ROOT / "scripts" / "make_demo_images.py")
 demo = importlib.util.module_from_spec(_demo)
 _demo.loader.exec_module(demo)  # type: ignore[union-attr]

@@ -134,7 +134,7 @@ def test_submit_refuses_what_would_not_stay_a_value_in_the_job_script(tmp_path):
     the store is asked and before anything is written."""
     (tmp_path / "s.yaml").write_text(SWEEP)
     bad = tmp_path / "bad"
-    control = "holds the control character '\\n'"  # every command's rule (tests/test_hostile.py)
+    control = "holds the control character '\\n'"  # every command's rule (tests/cli/test_hostile.py)
     hostile = {
         ("--mem", "64G\necho pwned >/tmp/pwned"): ("Invalid value for '--mem'", control),
         ("--partition", "gpu\n#SBATCH --uid=0"): ("Invalid value for '--partition'", control),

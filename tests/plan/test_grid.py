@@ -9,6 +9,7 @@ import pytest
 
 from dinox.plan import grid
 from dinox.spec import file as spec_file
+from tests.conftest import ROOT
 
 SWEEP = """\
 name: g
@@ -88,10 +89,9 @@ def test_set_path_creates_nested_mappings():
 def test_shipped_specs_keep_their_trial_ids_and_params():
     """Frozen before the layout moved (issue 25): a trial id names the same measurement across releases."""
     import json
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    frozen = json.loads((root / "tests/data/shipped_trials.json").read_text())
+    root = ROOT
+    frozen = json.loads((root / "tests/plan/shipped_trials.json").read_text())
     assert sorted(frozen) == sorted(p.name for p in (root / "specs").glob("*.yaml"))
     for name, expected in frozen.items():
         trials = grid.expand(spec_file.load(root / "specs" / name))

@@ -1,5 +1,5 @@
 """dinox/launch: the sbatch script, Slurm's array notation and the wait, on fake Slurm answers (the real Slurm
-runs in tests/test_slurm.py)."""
+runs in tests/launch/test_slurm.py)."""
 
 from __future__ import annotations
 

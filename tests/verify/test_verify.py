@@ -154,5 +154,5 @@ def test_a_hostile_decision_folder_reaches_the_terminal_inert(measured):
     work, _trial = measured
     proc = run_dinox(["verify", "spec.yaml", "--decision", "no\x1b[2Jwhere"], cwd=work)
     assert proc.returncode == 2 and "\x1b" not in proc.stderr, proc.stderr
-    # Refused before verify runs, the value shown with its escape (every command's rule: tests/test_hostile.py).
+    # Refused before verify runs, the value shown with its escape (every command's rule: tests/cli/test_hostile.py).
     assert "Invalid value for '--decision': 'no\\x1b[2Jwhere' holds the control character" in proc.stderr

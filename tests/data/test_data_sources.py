@@ -16,7 +16,7 @@ from dinox.data.synthetic import SyntheticImages
 from dinox.data.views import HuWindow, ViewPlan
 from dinox.data.webdataset_source import Shards
 from tests.conftest import run_dinox
-from tests.test_dicom_preprocess import demo
+from tests.data.test_dicom_preprocess import demo
 
 LEVEL, WIDTH = -300.0, 1200.0
 FIXED = HuWindow((LEVEL, LEVEL), (WIDTH, WIDTH))  # a degenerate range: the window is known exactly

@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 
 from dinox.store.journal import Journal
 from tests.conftest import SIDE_BY_SIDE, TINY, run_dinox
-from tests.test_reliability import LONGER, dinox_popen, runs_of, trial_child
+from tests.sweep.test_reliability import LONGER, dinox_popen, runs_of, trial_child
 
 THREE = LONGER.format(name="faults") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n"
 

@@ -2,7 +2,7 @@
 process setup, stream wrappers and exit codes as the installed `dinox` command), each in a child forked from
 one interpreter that has paid the imports once: sixty-odd commands in seconds rather than minutes.
 
-    python -m tests.hostile_runner CASES.json OUT_DIR    # prints the results as JSON
+    python -m tests.cli.hostile_runner CASES.json OUT_DIR    # prints the results as JSON
 """
 
 from __future__ import annotations

@@ -115,8 +115,8 @@ def test_a_rank_killed_by_a_signal_is_the_cause_not_its_peer_s_connection_error(
 
 
 def test_every_trial_metric_merges_by_the_rule_the_record_declares():
-    """Each trial metric of the record, on two ranks (rank 1 the slower): summed, the larger, the slower
-    rank's, or the images over the slower window, as rec.RANKS says; and rank{r}_ figures for PER_RANK."""
+    """Each trial metric of the record, on two ranks (rank 1 the slower): summed, the larger, their mean, the
+    slower rank's, or the images over the slower window, as rec.RANKS says; and rank{r}_ figures for PER_RANK."""
     from dinox import record as rec
 
     trial_metrics = [n.name for n in rec.NAMES.values() if n.kind == "metric" and n.run == "trial"]
@@ -132,6 +132,7 @@ def test_every_trial_metric_merges_by_the_rule_the_record_declares():
             "pace": (1.0 * 2.0 + 3.0 * 4.0) / 4.0,
             "sum": low[name] + high[name],
             "max": max(low[name], high[name]),
+            "mean": (low[name] + high[name]) / 2,
             "slowest": high[name],
         }[rule]
         assert m[name] == pytest.approx(expected), (name, rule)

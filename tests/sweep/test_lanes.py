@@ -16,7 +16,7 @@ import pytest
 from dinox.isolate.slots import Slot
 from dinox.sweep.lanes import Lanes, SlotPool, side_by_side
 from tests.conftest import TINY, run_dinox
-from tests.test_reliability import dinox_popen, runs_of, trial_child
+from tests.sweep.test_reliability import dinox_popen, runs_of, trial_child
 
 SLOTS = [Slot("cpu:0", None, (0,)), Slot("cpu:1", None, (1,))]
 
