@@ -115,8 +115,7 @@ def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
     if h is None or not h.of(c.run_id):
         return
     slow, fast, windows = h.span(c.run_id)
-    rates = [r.images_per_s for r in h.of(c.run_id)]
-    c.rematch = Rematch(h.group, len(rates), c.measured_ips, (min(rates), max(rates)))
+    c.rematch = Rematch(h.group, len(h.of(c.run_id)), c.measured_ips, (c.slow_ips, c.fast_ips))
     c.measured_ips, c.window_min_ips, c.window_max_ips, c.windows = h.pooled(c.run_id), slow, fast, windows
 
 

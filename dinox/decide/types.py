@@ -85,10 +85,10 @@ class Candidate:
 
     @property
     def occasion_range(self) -> tuple[float, float]:
-        """The range of one measurement of it, to set beside another trial's: its windows' range, or where it
-        was measured again head to head, the range of its rounds' rates (each round a measurement as a sweep's
-        trial is; the union of every round's windows holds the box's drift over the whole head-to-head too)."""
-        return self.rematch.rates if self.rematch is not None else (self.slow_ips, self.fast_ips)
+        """Its range as the sweep measured it, to set beside another trial's from the same sweep: a
+        head-to-head's rounds replace the plan's figures, but their spread holds the box's drift over every
+        round, which one sweep measurement of another trial cannot be held against."""
+        return self.rematch.sweep_range if self.rematch is not None else (self.slow_ips, self.fast_ips)
 
     def overlaps(self, other: Candidate) -> bool:
         """The two measured ranges share a rate: which of the two is faster is not settled."""
@@ -103,7 +103,7 @@ class Rematch:
     group: str  # the head-to-head's id (dinox.head_to_head)
     rounds: int
     sweep_ips: float  # the sweep's own figure, which the rounds replaced
-    rates: tuple[float, float]  # the slowest and fastest round's rate
+    sweep_range: tuple[float, float]  # the sweep's slowest and fastest window (what ties are read from)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,16 @@ def test_a_trial_settled_slower_than_a_tied_one_is_out_of_the_plan():
     assert said[third] == f"`{SECOND}` faster than `{third}` in 5 of 5 rounds"
 
 
+def test_a_trial_outside_the_head_to_head_is_held_against_the_leaders_sweep_range_not_its_rounds():
+    """Rounds spread over minutes hold the box's drift (here 22.0-25.0 img/s); 96x2 (23.10-23.34 in the
+    sweep), never tied with the leaders in the sweep, must not become tied through that spread."""
+    rounds = h2h.read(_rounds([21.9, 22.9, 23.9, 24.4, 24.8], [22.0, 23.0, 24.0, 24.5, 25.0]))
+    d = decide.decide(study.records(ROWS), BUDGET, rematches=rounds)
+    large = next(m for m in d.models if m.name.startswith("vit_large"))
+    assert large.best.run_id == SECOND and large.tied == [] and d.contested == []
+    assert large.best.occasion_range == pytest.approx((23.39245, 23.62755))
+
+
 def test_an_unsettled_head_to_head_stays_tied_at_the_slower_pooled_figure_and_is_not_offered_again():
     rounds = h2h.read(_rounds([23.5, 23.7, 23.4, 23.6, 23.5], [23.6, 23.5, 23.5, 23.5, 23.6]))
     d = decide.decide(study.records(ROWS), BUDGET, rematches=rounds)
