@@ -88,6 +88,41 @@ TRACKING_URI = click.option(
     metavar="URI",
     help="MLflow store; default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in this directory.",
 )
+
+
+def decision_option(what: str):  # noqa: ANN201 - a click decorator
+    """--decision DIR: a `dinox decide --out` folder whose decision.json says `what` to work on."""
+    return click.option(
+        "--decision",
+        "decision_dir",
+        default="decision",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help=f"A `dinox decide --out` folder: {what} (decision.json).",
+    )
+
+
+def read_decision(folder: str, instead: str) -> tuple[dict, str]:
+    """decision.json in `folder` and its path as shown; BadInput naming it (with `instead`, the other way to
+    say what to work on) when it is missing, unreadable or not a decision."""
+    import json
+    from pathlib import Path
+
+    from dinox.store.trial_record import store_text
+
+    path = Path(folder) / "decision.json"
+    shown = store_text(str(path))  # a path typed at the prompt may still hold what a terminal acts on
+    try:
+        payload = json.loads(path.read_text())
+    except OSError as e:
+        raise BadInput(f"{shown}: {e.strerror or e}: run `dinox decide` first, or {instead}") from None
+    except ValueError as e:
+        raise BadInput(f"{shown}: not a dinox decision ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict):
+        raise BadInput(f"{shown}: not a dinox decision (a JSON {type(payload).__name__}, not an object)")
+    return payload, shown
+
+
 SET = click.option(
     "--set",
     "sets",

@@ -3,24 +3,16 @@ trials (the decision's tied leaders, or --run-id), their trials in the spec, the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from dinox.cli.common import TRACKING_URI, BadInput, load_trials
+from dinox.cli.common import TRACKING_URI, BadInput, decision_option, load_trials, read_decision
 
 
 @click.command("head-to-head")
 @click.argument("spec_file", metavar="SPEC")
-@click.option(
-    "--decision",
-    "decision_dir",
-    default="decision",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="A `dinox decide --out` folder: measure the leaders it found tied (decision.json's head_to_head).",
-)
+@decision_option("measure the leaders it found tied")
 @click.option("--run-id", "run_ids", multiple=True, metavar="ID", help="Measure these trial runs instead (2 or more).")
 @TRACKING_URI
 @click.option(
@@ -52,7 +44,7 @@ def head_to_head(
     from dinox.verify.head_to_head import head_to_head as measure
     from dinox.verify.run import find_trial
 
-    ids = list(dict.fromkeys(run_ids)) or _tied_leaders(Path(decision_dir))
+    ids = list(dict.fromkeys(run_ids)) or _tied_leaders(decision_dir)
     if len(ids) < 2:
         raise BadInput(f"--run-id: a head-to-head needs two trial runs or more, got {len(ids)}")
     uri = resolve_tracking_uri(tracking_uri)
@@ -72,23 +64,18 @@ def head_to_head(
     click.echo(f"       pooled over the rounds, img/s: {pooled}; `dinox decide` plans with these now")
 
 
-def _tied_leaders(folder: Path) -> list[str]:
+def _tied_leaders(folder: str) -> list[str]:
     """The trial runs decision.json names as tied leaders (its head_to_head.runs)."""
     from dinox.store.trial_record import store_text
 
-    path = folder / "decision.json"
-    shown = store_text(str(path))
+    payload, shown = read_decision(folder, "name trials with --run-id")
+    block = payload.get("head_to_head")
+    if block is None:
+        raise BadInput(
+            f"{shown}: nothing is tied in this decision (verdict {store_text(str(payload.get('verdict')))}): "
+            "its leader stands on its own; name trials with --run-id to compare others"
+        )
     try:
-        payload = json.loads(path.read_text())
-        block = payload.get("head_to_head")
-        if block is None:
-            raise BadInput(
-                f"{shown}: nothing is tied in this decision (verdict {store_text(str(payload.get('verdict')))}): "
-                "its leader stands on its own; name trials with --run-id to compare others"
-            )
-        runs = [str(r) for r in block["runs"]]
-    except OSError as e:
-        raise BadInput(f"{shown}: {e.strerror or e}: run `dinox decide` first, or name trials with --run-id") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return [str(r) for r in block["runs"]]
+    except (KeyError, TypeError) as e:
         raise BadInput(f"{shown}: not a dinox decision ({type(e).__name__}: {e})") from None
-    return runs

@@ -3,26 +3,18 @@ recommendation, or --run-id), its spec, the slice, the training, the verdict sai
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
 import click
 
-from dinox.cli.common import TRACKING_URI, BadInput, load_trials
+from dinox.cli.common import TRACKING_URI, BadInput, decision_option, load_trials, read_decision
 
 
 @click.command()
 @click.argument("spec_file", metavar="SPEC")
-@click.option(
-    "--decision",
-    "decision_dir",
-    default="decision",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="A `dinox decide --out` folder: train its recommended configuration (decision.json).",
-)
+@decision_option("train its recommended configuration")
 @click.option("--run-id", "run_id", default=None, metavar="ID", help="Train this trial run instead.")
 @TRACKING_URI
 @click.option(
@@ -71,7 +63,7 @@ def verify(
     uri = resolve_tracking_uri(tracking_uri)
     forecast = None
     if run_id is None:
-        run_id, forecast = _recommended(Path(decision_dir))
+        run_id, forecast = _recommended(decision_dir)
     _doc, trials = load_trials(spec_file, None)
     record = read_run(uri, run_id)
     if record.status != "ok":
@@ -109,33 +101,27 @@ def _slice(minutes: float | None, epochs: float | None) -> str:
     return f"{epochs:g} epochs" if epochs else "3 minutes"
 
 
-def _recommended(folder: Path):  # noqa: ANN202 - (run id, Forecast)
+def _recommended(folder: str):  # noqa: ANN202 - (run id, Forecast)
     """The decision's recommended trial and the forecast decide planned it with, from decision.json."""
-    from dinox.store.trial_record import store_text
     from dinox.verify import Forecast
 
-    path = folder / "decision.json"
-    shown = store_text(str(path))  # a path typed at the prompt may still hold what a terminal acts on
+    payload, shown = read_decision(folder, "name a trial with --run-id")
+    best = payload.get("recommended")
+    if best is None:
+        raise BadInput(
+            f"{shown}: the decision recommends nothing (verdict {payload.get('verdict')}): name a trial with --run-id"
+        )
     try:
-        payload = json.loads(path.read_text())
-        best = payload.get("recommended")
-        if best is None:
-            raise BadInput(
-                f"{shown}: the decision recommends nothing (verdict {payload.get('verdict')}): "
-                "name a trial with --run-id"
-            )
-        span = best["span"]
+        span, routine = best["span"], best.get("routine") or {}
         forecast = Forecast(
             float(span["forecast_ips"]),
             float(span["slow_ips"]),
             float(span["fast_ips"]),
             float(best.get("epoch_start_s") or 0.0),
             f"decision {shown}",
-            float((best.get("routine") or {}).get("checkpoint_s") or 0.0),
-            float((best.get("routine") or {}).get("eval_s") or 0.0),
+            float(routine.get("checkpoint_s") or 0.0),
+            float(routine.get("eval_s") or 0.0),
         )
         return str(best["run_id"]), forecast
-    except OSError as e:
-        raise BadInput(f"{shown}: {e.strerror or e}: run `dinox decide` first, or name a trial with --run-id") from None
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise BadInput(f"{shown}: not a dinox decision ({type(e).__name__}: {e})") from None

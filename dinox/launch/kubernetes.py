@@ -36,7 +36,7 @@ _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 # A quantity Kubernetes reads for memory: 64Gi, 64G, 16000Mi, 500M.
 _MEMORY = re.compile(r"\d+(\.\d+)?([KMGTPE]i?)?")
-_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
+_PATH = re.compile(r"/[A-Za-z0-9._-][A-Za-z0-9._/-]*")  # absolute, not "/" itself
 _COMMAND = (
     'set -eu; set -- $DINOX_TASKS; shift "$JOB_COMPLETION_INDEX"; task="$1"; '
     'exec {run} --shard "$task/{tasks}" --workdir {workdir}/task-"$task"'
@@ -53,10 +53,11 @@ class Volume:
     @classmethod
     def parse(cls, text: str) -> Volume:
         claim, sep, path = text.partition(":")
-        if not sep or not _LABEL.fullmatch(claim) or not _PATH.fullmatch(path) or "/../" in f"{path}/":
+        clash = path.rstrip("/") in ("/dinox", SPEC_DIR) or f"{path}/".startswith(f"{SPEC_DIR}/")
+        if not sep or not _LABEL.fullmatch(claim) or not _PATH.fullmatch(path) or "/../" in f"{path}/" or clash:
             raise ScriptValueError(
                 f"--volume {text!r}: give CLAIM:/PATH, a PersistentVolumeClaim's name (lowercase letters, digits, "
-                "-) and an absolute mount path"
+                f"-) and an absolute mount path (not /, not {SPEC_DIR}, where the spec is mounted)"
             )
         return cls(claim, path)
 

@@ -169,6 +169,8 @@ def test_one_task_again_is_a_one_completion_job_of_that_task(kube, mlflow_server
         (["--image", "x", "--namespace", "Team_A"], "error: --namespace 'Team_A': not a namespace's name"),
         (["--image", "x", "--volume", "data"], "error: --volume 'data': give CLAIM:/PATH"),
         (["--image", "x", "--volume", "data:/mnt/../etc"], "error: --volume 'data:/mnt/../etc': give CLAIM:/PATH"),
+        (["--image", "x", "--volume", "data:/"], "error: --volume 'data:/': give CLAIM:/PATH"),
+        (["--image", "x", "--volume", "data:/dinox/spec"], "error: --volume 'data:/dinox/spec': give CLAIM:/PATH"),
         (["--image", "x", "--mem", "64 GB"], "error: --mem '64 GB': not a memory quantity Kubernetes reads"),
     ],
 )
