@@ -199,7 +199,8 @@ def test_bench_verify_prints_a_row_per_round(tmp_path):
     spec.write_text(text + "budget: {days: 1, target_images: 100}\n")
     out = run_script("bench_verify.py", "--spec", str(spec), "--rounds", "1", "--minutes", "0.05", cwd=tmp_path)
     row = next(ln for ln in out.splitlines() if ln.startswith("| 1 |"))
-    assert re.match(r"\| 1 \| GO \| size=4 .*\| \d+ \| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \|$", row), out
+    # The head-to-head column: "-" without --head-to-head (and without a tie).
+    assert re.match(r"\| 1 \| GO \| size=4 .*\| \d+ \| - \| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \|$", row), out
 
 
 def test_gpu_check_stopped_by_timeout_stops_its_children(tmp_path):
