@@ -158,8 +158,9 @@ class ModelVerdict:
     best: Candidate | None = None  # the fastest qualifying trial by its forecast (the configuration shown)
     verdict: Verdict | None = None  # None: no trial qualifies
     unsettled_why: str = ""  # why the verdict is UNSETTLED: too few windows, or a range that straddles the budget
-    # Qualifying trials whose measured range overlaps the best one's: not told apart by the measurement, so the
-    # plan takes the slowest of them (the best of noisy figures is biased high: the winner's curse).
+    # Qualifying trials whose measured range overlaps the best one's (or that a head-to-head with it left
+    # unsettled): not told apart by the measurement, so the plan takes the slowest of them (the best of noisy
+    # figures is biased high: the winner's curse).
     tied: list[Candidate] = field(default_factory=list)
     # Where the leaders were measured again head to head: the best against each other trial of its rounds.
     bouts: list[Bout] = field(default_factory=list)
