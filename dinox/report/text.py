@@ -194,8 +194,9 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         f"device. The forecast is {IPS_WINDOWS}, images over all the timed windows' wall time; the verdict is "
         f"read over the range the windows measured: GO where the budget holds at the slowest window (with at "
         f"least {SETTLED_WINDOWS} windows), NO-GO where it fails at the fastest, UNSETTLED in between (exit 3). "
-        f"Trials whose ranges overlap the fastest one's are tied with it, and the plan takes the slowest of them. "
-        f"{IPS_P90} and {IPS_P50} (images per optimizer step / the p90 and p50 step time) are shown, not planned "
+        f"Trials whose ranges overlap the fastest one's are tied with it, and the plan takes the slowest of them; "
+        "trials measured again head to head (`dinox head-to-head`) are planned with their rounds and ordered by "
+        f"them. {IPS_P90} and {IPS_P50} (images per optimizer step / the p90 and p50 step time) are shown, not planned "
         "with" + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "") + ".",
         *([excluded] if excluded else []),
     ]
