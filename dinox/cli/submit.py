@@ -105,9 +105,8 @@ def submit(
     With --wait, a line whenever the tasks' states or the trials recorded change, and at the end each task
     that did not complete with its log. Exit code 0, 1 when a task did not complete (--wait), 2 for bad input.
     """
-    given = {"--partition": partition, "--time": time_limit, "--sbatch-option": extra or None, "--image": image,
-             "--namespace": namespace, "--volume": volumes or None}  # fmt: skip
-    _one_launchers_options(launcher, given)
+    _one_launchers_options(launcher, {"--partition": partition, "--time": time_limit, "--sbatch-option": extra,
+                                      "--image": image, "--namespace": namespace, "--volume": volumes})  # fmt: skip
     doc, trials = load_trials(spec_file, preflight=True, sets=sets)
     if tasks > len(trials):
         raise BadInput(f"--tasks {tasks}: the sweep has {len(trials)} trials; give at most {len(trials)}")
@@ -118,34 +117,40 @@ def submit(
     if launcher == "slurm":
         resources = slurm.Resources(partition, gpus_per_task, cpus_per_task, mem, time_limit, parallel, extra)
         slurm.check_script_values(resources, job.job_dir)  # before the store is asked anything
-        chosen: launch.Launcher = slurm.Slurm(resources)
+        uri, chosen = launch.shared_store(tracking_uri), slurm.Slurm(resources)
     else:
-        chosen = _kubernetes(doc.path, image, namespace, volumes, gpus_per_task, cpus_per_task, mem, parallel)
-    uri = launch.shared_store(tracking_uri)
-    if launcher == "kubernetes":
-        chosen = dataclasses.replace(chosen, tracking_uri=uri)  # type: ignore[type-var]
-    files = chosen.render(job, Path(spec_file), sets, Path.cwd())
-    _write_files(job, files)
+        kube = _kubernetes(doc.path, image, namespace, volumes, gpus_per_task, cpus_per_task, mem, parallel)
+        uri = launch.shared_store(tracking_uri)
+        chosen = dataclasses.replace(kube, tracking_uri=uri)
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri)  # sbatch passes its environment on (--export=ALL)
-    try:
-        job_id = chosen.submit(job, files, env)
-    except launch.LaunchError:
-        shutil.rmtree(job.job_dir, ignore_errors=True)  # nothing submitted: no files left to mistake for a job
-        raise
+    job_id = _render_and_submit(chosen, job, Path(spec_file), sets, env)
     click.echo(
         f"dinox: {name!r} ({len(trials)} trials) submitted as {_SHOWN[launcher]} job {job_id}: tasks "
-        f"{launch.compress(ids)} of {tasks} slices, recording into {shown_uri(uri)}"
+        f"{launch.compress(ids)} of {tasks} slices, recording into {shown_uri(uri)}\n"
+        f"       files and logs: {job.job_dir}; one task again: dinox submit ... --array ID"
     )
-    click.echo(f"       files and logs: {job.job_dir}; one task again: dinox submit ... --array ID")
     if wait:
         _wait_for(chosen, job, job_id, uri, trials, env)
         click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
 
 
+def _render_and_submit(
+    chosen: launch.Launcher, job: launch.Job, spec: Path, sets: tuple[str, ...], env: dict[str, str]
+) -> str:
+    """The job's files written whole, then submitted; the job's id. Nothing submitted: no files left."""
+    files = chosen.render(job, spec, sets, Path.cwd())
+    _write_files(job, files)
+    try:
+        return chosen.submit(job, files, env)
+    except launch.LaunchError:
+        shutil.rmtree(job.job_dir, ignore_errors=True)  # no files left to mistake for a job
+        raise
+
+
 def _one_launchers_options(launcher: str, given: dict) -> None:
     """An option the chosen launcher has no use for is refused, naming it, never silently dropped."""
     other = _KUBERNETES_ONLY if launcher == "slurm" else _SLURM_ONLY
-    wrong = [o for o in other if given[o] is not None]
+    wrong = [o for o in other if given[o]]
     if wrong:
         raise BadInput(f"{', '.join(wrong)}: not an option of --launcher {launcher}")
     if launcher == "kubernetes" and not given["--image"]:

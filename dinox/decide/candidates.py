@@ -1,6 +1,7 @@
 """Each ok trial as the policy sees it (a Candidate): its configuration, its forecast and measured range, and
 what replaces the sweep's figures where the trial was measured again (a head-to-head's rounds) or trained for
-real (a verification)."""
+real (a verification); and which candidates the measurement can order: a head-to-head's settled order, else
+their sweep ranges (order, tied), what the rounds said of each (bouts), the tie still open (contested)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections import defaultdict
 
 from dinox import record as rec
 from dinox.decide.budget import Budget
-from dinox.decide.head_to_head import HeadToHead
+from dinox.decide.head_to_head import Bout, HeadToHead
 from dinox.decide.routine import routine_cost
-from dinox.decide.types import Candidate, Policy, Rematch, Verification
+from dinox.decide.types import Candidate, ModelVerdict, Policy, Rematch, Verification
 from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.profile_table import ProfileSummary
@@ -121,3 +122,39 @@ def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
 
 def _rate(value: float | None) -> float | None:
     return value if value is not None and value > 0 else None
+
+
+# --- ties and head-to-heads: which candidates the measurement can order ---------------------------------
+
+
+def order(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> int:
+    """What a head-to-head of both settled: 1 a is faster, -1 b is, 0 not settled or never measured so."""
+    h = rematches.get(a.run_id)
+    if a is b or h is None or rematches.get(b.run_id) is not h:
+        return 0
+    return h.bout(a.run_id, b.run_id).order
+
+
+def tied(rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate) -> bool:
+    """Measured head to head together, their rounds decide; else their measured ranges (one measurement each)."""
+    h = rematches.get(lead.run_id)
+    if h is not None and rematches.get(c.run_id) is h:
+        return order(rematches, lead, c) == 0
+    return c.overlaps(lead)
+
+
+def bouts(best: Candidate, qualifying: list[Candidate], rematches: dict[str, HeadToHead]) -> list[Bout]:
+    """The leader against each other trial of its head-to-head, named as decide shows them."""
+    h = rematches.get(best.run_id)
+    if h is None:
+        return []
+    h.names.update({c.run_id: c.run_name or c.run_id for c in qualifying})
+    return h.outcome(best.run_id)
+
+
+def contested(mv: ModelVerdict | None) -> list[Candidate]:
+    """The plan's leader and the trials tied with it, where no head-to-head of them all has run yet."""
+    if mv is None or mv.best is None or not mv.tied:
+        return []
+    met = {b.other for b in mv.bouts}
+    return [] if all(c.run_id in met for c in mv.tied) else [mv.best, *mv.tied]

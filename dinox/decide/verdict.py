@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from dinox import record as rec
 from dinox.contract import one_line
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
-from dinox.decide.candidates import candidate, varying
+from dinox.decide.candidates import bouts, candidate, contested, order, tied, varying
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
 from dinox.decide.grouping import device_of, memory_groups, model_key, only_device, telling
-from dinox.decide.head_to_head import Bout, HeadToHead
+from dinox.decide.head_to_head import HeadToHead
 from dinox.decide.knobs import Combination, KnobEffect, combinations, knob_effects
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
@@ -140,7 +140,7 @@ def _model_verdict(
     if qualifying:
         mv.verdict, group = _verdict(qualifying, budget, device, rematches)
         mv.best, mv.tied = group[0], group[1:]
-        mv.bouts = _bouts(mv.best, qualifying, rematches)
+        mv.bouts = bouts(mv.best, qualifying, rematches)
         mv.span = span = _span(group, budget, device)
         mv.unsettled_why = _unsettled_why(mv, budget) if mv.verdict == "UNSETTLED" else ""
         mv.cost = span.cost
@@ -171,34 +171,9 @@ def _verdict(
     verdict: Verdict = "GO" if settled_go else "UNSETTLED" if open_ else "NO-GO"
     pool = settled_go or open_ or qualifying
     # A trial a head-to-head settled slower than another cannot be the fastest: it neither leads nor ties.
-    unbeaten = [c for c in pool if not any(_order(rematches, other, c) > 0 for other in pool)] or pool
+    unbeaten = [c for c in pool if not any(order(rematches, other, c) > 0 for other in pool)] or pool
     lead = unbeaten[0]
-    return verdict, [lead, *(c for c in unbeaten if c is not lead and _tied(rematches, lead, c))]
-
-
-def _order(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> int:
-    """What a head-to-head of both settled: 1 a is faster, -1 b is, 0 not settled or never measured so."""
-    h = rematches.get(a.run_id)
-    if a is b or h is None or rematches.get(b.run_id) is not h:
-        return 0
-    return h.bout(a.run_id, b.run_id).order
-
-
-def _tied(rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate) -> bool:
-    """Measured head to head together, their rounds decide; else their measured ranges (one measurement each)."""
-    h = rematches.get(lead.run_id)
-    if h is not None and rematches.get(c.run_id) is h:
-        return _order(rematches, lead, c) == 0
-    return c.overlaps(lead)
-
-
-def _bouts(best: Candidate, qualifying: list[Candidate], rematches: dict[str, HeadToHead]) -> list[Bout]:
-    """The leader against each other trial of its head-to-head, named as decide shows them."""
-    h = rematches.get(best.run_id)
-    if h is None:
-        return []
-    h.names.update({c.run_id: c.run_name or c.run_id for c in qualifying})
-    return h.outcome(best.run_id)
+    return verdict, [lead, *(c for c in unbeaten if c is not lead and tied(rematches, lead, c))]
 
 
 def _span(group: list[Candidate], budget: Budget, device: tuple[str, int]) -> Span:
@@ -279,7 +254,7 @@ def decide(
         unsettled=unsettled,
         remeasure=_behind(records, unsettled if recommended is None else bigger, lambda r: r.unsettled),
         capped=_behind(records, unsettled if recommended is None else bigger, lambda r: r.few_windows and r.capped),
-        contested=_contested(recommended or (unsettled[0] if unsettled else None)),
+        contested=contested(recommended or (unsettled[0] if unsettled else None)),
         notes=[_bigger_note(mv) for mv in bigger],
         cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
         what_if=what_if(recommended, budget) if recommended is not None else [],
@@ -320,14 +295,6 @@ def _behind(records: list[TrialRecord], models: list[ModelVerdict], which: Calla
     --remeasure-unsettled` measures again (r.unsettled), or those whose spec caps their windows below a GO's."""
     ids = {c.run_id for mv in models if mv.best is not None for c in (mv.best, *mv.tied)}
     return [r.run_name or r.run_id for r in records if r.run_id in ids and which(r)]
-
-
-def _contested(mv: ModelVerdict | None) -> list[Candidate]:
-    """The plan's leader and the trials tied with it, where no head-to-head of them all has run yet."""
-    if mv is None or mv.best is None or not mv.tied:
-        return []
-    met = {b.other for b in mv.bouts}
-    return [] if all(c.run_id in met for c in mv.tied) else [mv.best, *mv.tied]
 
 
 def _bigger_note(mv: ModelVerdict) -> str:

@@ -133,6 +133,20 @@ def _profile_section(d: Decision) -> list[str]:
     return out + [f"Trial {inert(mv.best.run_name)} (run `{mv.best.run_id}`).", ""] + profile_markdown(mv.best.profile)
 
 
+def _policy_line(d: Decision) -> str:
+    """report.md's policy bullet: what counts, the forecast, the verdict's range, ties and head-to-heads."""
+    return (
+        f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
+        f"device. The forecast is {IPS_WINDOWS}, images over all the timed windows' wall time; the verdict is "
+        f"read over the range the windows measured: GO where the budget holds at the slowest window (with at "
+        f"least {SETTLED_WINDOWS} windows), NO-GO where it fails at the fastest, UNSETTLED in between (exit 3). "
+        f"Trials whose ranges overlap the fastest one's are tied with it, and the plan takes the slowest of them; "
+        "trials measured again head to head (`dinox head-to-head`) are planned with their rounds and ordered by "
+        f"them. {IPS_P90} and {IPS_P50} (images per optimizer step / the p90 and p50 step time) are shown, not planned "
+        "with" + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "") + "."
+    )
+
+
 def _cell(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
@@ -190,14 +204,7 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     excluded = excluded_line(d)
     out += [
         f"- Budget: {b.describe()} = {b.images_needed:,.0f} images, which needs **{d.needed_ips:.1f} {IPS_WINDOWS}**.",
-        f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
-        f"device. The forecast is {IPS_WINDOWS}, images over all the timed windows' wall time; the verdict is "
-        f"read over the range the windows measured: GO where the budget holds at the slowest window (with at "
-        f"least {SETTLED_WINDOWS} windows), NO-GO where it fails at the fastest, UNSETTLED in between (exit 3). "
-        f"Trials whose ranges overlap the fastest one's are tied with it, and the plan takes the slowest of them; "
-        "trials measured again head to head (`dinox head-to-head`) are planned with their rounds and ordered by "
-        f"them. {IPS_P90} and {IPS_P50} (images per optimizer step / the p90 and p50 step time) are shown, not planned "
-        "with" + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "") + ".",
+        _policy_line(d),
         *([excluded] if excluded else []),
     ]
     if d.sources:
