@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""dinox against the tuner it grew from, on that tuner's own 4-point CT grid: the DINO-X project's
+`scripts/tune_throughput.py` (a 2-block ViT at 64 px, batch 32/64 x 0/2 workers, 10 timed steps a point, 60
+slices inflated x100) and `dinox run` of the same grid, one after the other, `--rounds` times, alternating which
+goes first. A benchmark, not a test: it prints each side's whole-command wall time, the per-point images/s and,
+for dinox, how much of a trial's measurement was timed windows; it asserts nothing.
+
+    git clone https://github.com/timlawrenz/DINO-X /tmp/DINO-X       # the peer: its scripts/ folder is enough
+    python scripts/bench_peer.py --peer /tmp/DINO-X/scripts
+    python scripts/bench_peer.py --peer /tmp/DINO-X/scripts --rounds 3 --evidence one-window
+
+dinox runs at its own evidence (`--evidence default`: timed windows until three agree, each followed by its
+ablation round until the label is decided), at the peer's (`one-window`: one timed window of the same 10 steps,
+ablation kept), or both. The demo CT data (60 slices of 2 synthetic series, 16-bit PNG) is written once, by
+scripts/make_demo_ct.py and `dinox preprocess`, into a temporary folder; nothing is written outside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = {"batch_sizes": (32, 64), "num_workers": (0, 2)}
+POINTS = [(b, w) for b in GRID["batch_sizes"] for w in GRID["num_workers"]]
+
+SPEC = """\
+name: peer_grid
+model:
+  name: vit_tiny_patch16_224      # the peer's PatchViT: dim 256, 2 blocks, 4 heads, MLP x2, patch 16
+  img_size: 64
+  kwargs: {embed_dim: 256, depth: 2, num_heads: 4, mlp_ratio: 2.0}
+objective: {kind: classification, num_classes: 2}
+precision: fp32
+batch: {size: 32}
+optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.0}
+loader: {num_workers: 0, pin_memory: false}
+data: {source: ct_png, index_csv: processed/_index/index.csv, subset_size: 60, inflation: 100}
+measure: {warmup_steps: 5, bench_steps: 10}
+sweep:
+  grid:
+    batch.size: [32, 64]
+    loader.num_workers: [0, 2]
+"""
+EVIDENCE = {"default": [], "one-window": ["--set", "measure.repeats=1"]}
+
+
+def make_data(work: Path) -> None:
+    py = sys.executable
+    subprocess.run(
+        [py, str(ROOT / "scripts/make_demo_ct.py"), "--patients", "2", "--slices", "30", "dicom"],
+        cwd=work,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [py, "-m", "dinox", "preprocess", "--dicom-root", "dicom", "--out-root", "processed"],
+        cwd=work,
+        check=True,
+        capture_output=True,
+    )
+    (work / "peer_grid.yaml").write_text(SPEC)
+
+
+def run_peer(peer: Path, work: Path, n: int) -> tuple[float, dict[tuple[int, int], float]]:
+    out = work / f"peer-{n}"
+    args = [
+        sys.executable, str(peer / "tune_throughput.py"), "--index-csv", "_index/index.csv",
+        "--subset-size", "60", "--img-size", "64", "--inflation-factor", "100", "--model", "tiny",
+        "--vit-depth", "2", "--bench-steps", "10", "--warmup-steps", "5", "--pin-memory", "false",
+        "--batch-sizes", ",".join(map(str, GRID["batch_sizes"])),
+        "--num-workers", ",".join(map(str, GRID["num_workers"])), "--out-dir", str(out),
+    ]  # fmt: skip
+    t = time.perf_counter()
+    done = subprocess.run(args, cwd=work / "processed", capture_output=True, text=True)  # its paths: relative
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        raise SystemExit(f"the peer exited {done.returncode}: {done.stderr[-1500:]}")
+    with (out / "results.csv").open() as f:
+        rates = {(int(r["batch_size"]), int(r["num_workers"])): float(r["images_per_s"]) for r in csv.DictReader(f)}
+    return wall, rates
+
+
+def run_dinox(work: Path, n: int, evidence: str) -> tuple[float, dict[tuple[int, int], float], float]:
+    """(wall, images/s per point, a trial's measurement over its timed windows, mean)."""
+    store = work / f"dinox-{n}.db"
+    args = [sys.executable, "-m", "dinox", "run", "peer_grid.yaml", "--tracking-uri", f"sqlite:///{store}",
+            "--workdir", f".dinox-{n}", "--no-system-metrics", *EVIDENCE[evidence]]  # fmt: skip
+    t = time.perf_counter()
+    done = subprocess.run(args, cwd=work, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        raise SystemExit(f"dinox run exited {done.returncode}: {done.stderr[-1500:]}")
+    results = next((work / f".dinox-{n}").glob("sweeps/*/*/results.jsonl"))
+    rates, ratios = {}, []
+    for line in results.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") != "result":
+            continue
+        m, o = event["result"]["metrics"], event["trial"]["overrides"]
+        rates[(int(o["batch.size"]), int(o["loader.num_workers"]))] = m["images_per_s"]
+        if m.get("measure_s") and m.get("window_s"):
+            ratios.append(m["measure_s"] / m["window_s"])
+    return wall, rates, statistics.mean(ratios) if ratios else float("nan")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--peer", type=Path, required=True, help="the peer's scripts/ folder (tune_throughput.py)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--evidence", choices=[*EVIDENCE, "both"], default="both")
+    a = p.parse_args()
+    if not (a.peer / "tune_throughput.py").is_file() or not (a.peer / "phase3_micro_run.py").is_file():
+        raise SystemExit(f"{a.peer}: no tune_throughput.py and phase3_micro_run.py there")
+    levels = list(EVIDENCE) if a.evidence == "both" else [a.evidence]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_peer-") as tmp:
+        work = Path(tmp)
+        make_data(work)
+        for n in range(a.rounds):
+            sides = [("peer", None), *[("dinox", level) for level in levels]]
+            for side, level in sides if n % 2 == 0 else sides[::-1]:  # alternate which goes first
+                if side == "peer":
+                    wall, rates = run_peer(a.peer, work, n)
+                    rows.append((n + 1, "peer", wall, rates, None))
+                else:
+                    wall, rates, ratio = run_dinox(work, f"{n}-{level}", level)  # type: ignore[arg-type]
+                    rows.append((n + 1, f"dinox ({level})", wall, rates, ratio))
+                print(f"round {n + 1}: {rows[-1][1]}: {wall:.1f} s", file=sys.stderr, flush=True)
+    heads = " | ".join(f"bs={b} w={w}" for b, w in POINTS)
+    print(f"| round | side | wall s | x peer | {heads} | measurement / timed windows |")
+    print("|---" * (5 + len(POINTS)) + "|")
+    for n, side, wall, rates, ratio in rows:
+        peer_wall = next(r[2] for r in rows if r[0] == n and r[1] == "peer")
+        cells = " | ".join(f"{rates.get(pt, float('nan')):.1f}" for pt in POINTS)
+        share = "-" if ratio is None else f"{ratio:.2f}x"
+        print(f"| {n} | {side} | {wall:.1f} | {wall / peer_wall:.2f} | {cells} | {share} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
