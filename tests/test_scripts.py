@@ -227,3 +227,33 @@ def test_gpu_check_stopped_by_timeout_stops_its_children(tmp_path):
     assert "dinox: interrupted" in out + err
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, alive
+
+
+def test_bench_peer_grid_is_a_valid_dinox_spec_and_a_missing_peer_is_named(tmp_path):
+    # The peer (the DINO-X tuner) is not on this box: the dinox side's grid must still validate, as the spec
+    # the script hands to `dinox run`, and a --peer without the tuner is one line, not a traceback.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench_peer
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    (tmp_path / "peer_grid.yaml").write_text(bench_peer.SPEC.replace("processed/_index/index.csv", "idx.csv"))
+    import numpy as np
+    from PIL import Image
+
+    rows = ["png_path,series_dir,slice_index,encoding"]
+    for k in range(60):  # the grid's subset: 60 slices of one series, 16-bit as `dinox preprocess` writes them
+        Image.fromarray(np.full((64, 64), 32768 - 500, np.uint16)).save(tmp_path / f"{k:05d}.png")
+        rows.append(f"{k:05d}.png,s,{k},hu+32768_uint16")
+    (tmp_path / "idx.csv").write_text("\n".join(rows) + "\n")
+    valid = subprocess.run(
+        [sys.executable, "-m", "dinox", "validate", "peer_grid.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_peer.py"), "--peer", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("no tune_throughput.py and phase3_micro_run.py there")
+    assert "Traceback" not in proc.stderr
