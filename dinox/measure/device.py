@@ -11,7 +11,7 @@ import resource
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import timm
 import torch
@@ -131,12 +131,14 @@ def outside_allocator_bytes(device: torch.device) -> tuple[int | None, str]:
     return outside_from(os.getpid(), processes, free, total, torch.cuda.memory_reserved(device))
 
 
-def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[str, str]) -> int:
-    """Cap what this trial may use; return the device memory it has (bytes). On CUDA the allocator's cap leaves
-    room for what this process holds outside it, so an emulated card admits what a real one of that size would."""
+def apply_memory_limit(device: torch.device, limit_gb: float | None) -> tuple[int, dict[str, str]]:
+    """Cap what this trial may use; return the device memory it has (bytes) and the tag saying how it was
+    capped. On CUDA the allocator's cap leaves room for what this process holds outside it, so an emulated card
+    admits what a real one of that size would."""
     total = device_total_bytes(device)
     if limit_gb is None:
-        return total
+        return total, {}
+    tags: dict[str, str] = {}
     limit = int(limit_gb * GIB)
     if device.type == "cuda":
         outside, source = outside_allocator_bytes(device)
@@ -154,11 +156,18 @@ def apply_memory_limit(device: torch.device, limit_gb: float | None, tags: dict[
             limit = min(limit, hard)
         resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
         tags[rec.MEMORY_LIMIT] = "rlimit_data"
-    return min(limit, total)
+    return min(limit, total), tags
 
 
-def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) -> tuple[Any, Any]:
-    """Set the backend flags for `precision`; return (autocast dtype or None, GradScaler or None)."""
+class Precision(NamedTuple):
+    autocast_dtype: torch.dtype | None
+    scaler: Any  # torch.amp.GradScaler for fp16-mixed, else None
+    tags: dict[str, str]  # a note where the precision changes nothing on this device
+
+
+def apply_precision(device: torch.device, precision: str) -> Precision:
+    """Set the backend flags for `precision`; return what the step needs for it."""
+    tags: dict[str, str] = {}
     if device.type == "cuda":
         # torch's own defaults, as a user's loop gets them: cuDNN's TF32 on, float32 matmuls in full fp32.
         # tf32 turns the matmuls' on too; fp32-strict turns cuDNN's off (IEEE fp32 everywhere).
@@ -171,10 +180,10 @@ def apply_precision(device: torch.device, precision: str, tags: dict[str, str]) 
     if precision == "bf16-mixed":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise RuntimeError("precision: bf16-mixed is not supported by this GPU")
-        return torch.bfloat16, None
+        return Precision(torch.bfloat16, None, tags)
     if precision == "fp16-mixed":
-        return torch.float16, torch.amp.GradScaler(device.type)
-    return None, None
+        return Precision(torch.float16, torch.amp.GradScaler(device.type), tags)
+    return Precision(None, None, tags)
 
 
 def conv_share(modules: list[torch.nn.Module]) -> float:
@@ -247,7 +256,7 @@ def rank_of_world() -> tuple[int, int, int] | None:
     return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), world
 
 
-def pin_cores(tags: dict[str, str]) -> None:
+def pin_cores() -> dict[str, str]:
     """Run on the cores `dinox run --devices` gave this trial (a rank: its part of them), with at most one
     torch thread per core (torch's own default where that is fewer: physical cores, not hyperthreads).
     Loader workers fork from here and keep the same cores."""
@@ -256,14 +265,15 @@ def pin_cores(tags: dict[str, str]) -> None:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     cores = child_cores(os.environ, int(os.environ.get("LOCAL_RANK", "0")), local_world)
     if not cores:
-        return
+        return {}
     os.sched_setaffinity(0, cores)
     torch.set_num_threads(min(torch.get_num_threads(), len(cores)))
-    tags[rec.CORES] = format_cores(sorted(os.sched_getaffinity(0)))  # what the kernel holds it to
+    return {rec.CORES: format_cores(sorted(os.sched_getaffinity(0)))}  # what the kernel holds it to
 
 
-def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> torch.device:
-    """Join torchrun's process group: NCCL on CUDA (one GPU per local rank), gloo on the CPU."""
+def join_world(spec: TrialSpec, device: torch.device) -> tuple[torch.device, dict[str, str]]:
+    """Join torchrun's process group: NCCL on CUDA (one GPU per local rank), gloo on the CPU; the rank's device
+    and the tags naming its place in the world."""
     import torch.distributed as dist
 
     rank, local_rank, world = rank_of_world()  # type: ignore[misc]
@@ -273,8 +283,7 @@ def join_world(spec: TrialSpec, device: torch.device, tags: dict[str, str]) -> t
     backend = "nccl" if device.type == "cuda" else "gloo"
     # A rank that dies leaves the others in a collective: torchrun stops them, and this bounds the wait.
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=spec.measure.timeout_s))
-    tags.update({rec.RANK: str(rank), rec.WORLD_SIZE: str(world), rec.DIST_BACKEND: backend})
-    return device
+    return device, {rec.RANK: str(rank), rec.WORLD_SIZE: str(world), rec.DIST_BACKEND: backend}
 
 
 def all_agree(device: torch.device) -> Callable[[bool], bool]:
@@ -289,8 +298,10 @@ def all_agree(device: torch.device) -> Callable[[bool], bool]:
     return agree
 
 
-def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[str, str]) -> None:
-    metrics[rec.CHILD_PEAK_RSS_GB] = own_peak_rss_bytes() / GIB
+def record_memory(device: torch.device) -> tuple[dict[str, float], dict[str, str]]:
+    """The peaks so far (metrics) and where they were read (the tag)."""
+    metrics: dict[str, float] = {rec.CHILD_PEAK_RSS_GB: own_peak_rss_bytes() / GIB}
+    tags: dict[str, str] = {}
     if device.type == "cuda":
         metrics[rec.PEAK_MEM_ALLOCATED_GB] = torch.cuda.max_memory_allocated(device) / GIB
         metrics[rec.PEAK_MEM_RESERVED_GB] = torch.cuda.max_memory_reserved(device) / GIB
@@ -307,3 +318,4 @@ def record_memory(device: torch.device, metrics: dict[str, float], tags: dict[st
         metrics[rec.PEAK_MEM_ALLOCATED_GB] = metrics[rec.CHILD_PEAK_RSS_GB]
         metrics[rec.PEAK_MEM_RESERVED_GB] = metrics[rec.CHILD_PEAK_RSS_GB]
         tags[rec.MEM_SOURCE] = "process_peak_rss"
+    return metrics, tags

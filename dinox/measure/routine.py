@@ -118,12 +118,13 @@ def eval_loader(loader: DataLoader) -> DataLoader:
     )
 
 
-def measure(run: TrialRun) -> None:
+def measure(run: TrialRun) -> dict[str, float]:
     """routine: one checkpoint save (rank 0, as a run saves) and an evaluation window of a timed window's
-    batches, recorded for decide to charge at the spec's cadence."""
-    r, m = run.spec.routine, run.metrics
+    batches: the metrics decide charges at the spec's cadence."""
+    r = run.spec.routine
+    m: dict[str, float] = {}
     if r is None:
-        return
+        return m
     if r.checkpoint_every_steps and (run.distributed is None or run.distributed[0] == 0):
         if run.on_phase is not None:
             run.on_phase("checkpoint")
@@ -137,6 +138,7 @@ def measure(run: TrialRun) -> None:
         start_s, pass_s = eval_pass(run, batches)
         m[rec.EVAL_START_S] = start_s
         m[rec.EVAL_IMAGES_PER_S] = batches * run.spec.size / max(pass_s - start_s, 1e-9)
+    return m
 
 
 def save(run: TrialRun) -> tuple[float, int]:

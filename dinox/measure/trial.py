@@ -48,17 +48,16 @@ from dinox.spec.sections import TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
 
-def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device, tags: dict[str, str]):
+def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device) -> tuple[torch.optim.Optimizer, bool]:
+    """The optimizer, and whether its kernels are fused."""
     o = spec.optimizer
     # Fused kernels by default where they are the norm in real training (CUDA); elsewhere torch's default.
     fused = o.fused if o.fused is not None else dev.type == "cuda"
-    tags[rec.OPTIMIZER_FUSED] = str(fused)
     extra = {"fused": True} if fused else {}
     if o.name == "adamw":
-        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **extra)
-    return torch.optim.SGD(
-        params, lr=o.lr, weight_decay=o.weight_decay, momentum=0.9 if o.momentum is None else o.momentum, **extra
-    )
+        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **extra), fused
+    momentum = 0.9 if o.momentum is None else o.momentum
+    return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay, momentum=momentum, **extra), fused
 
 
 class TrialRun:
@@ -142,13 +141,17 @@ class TrialRun:
         with runtime.gc_for_windows(self.spec, self.runtime_seen):
             stats = self._loop()
             self.marks["measured"] = time.time()
-            # The peaks before the profile: the profiler's buffers are not the trial's.
-            device.record_memory(self.dev, self.metrics, self.tags)
-            routine.measure(self)  # what the real run does besides its steps (routine:), timed once
+            self._record_memory()  # the peaks before the profile: the profiler's buffers are not the trial's
+            self.metrics.update(routine.measure(self))  # what the real run does besides its steps, timed once
             if self.spec.measure.profile:
                 self._provisional(stats)
                 self._profile()
         return self._result(stats)
+
+    def _record_memory(self) -> None:
+        metrics, tags = device.record_memory(self.dev)
+        self.metrics.update(metrics)
+        self.tags.update(tags)
 
     def _provisional(self, stats: Any) -> None:
         """The measurement, recorded before the profile starts (one process: under torchrun the ranks' results
@@ -237,11 +240,14 @@ class TrialRun:
         runtime.before_device(spec)
         self.dev = device.resolve_device(spec.hardware.device)
         if self.distributed is not None:
-            self.dev = device.join_world(spec, self.dev, tags)
+            self.dev, world_tags = device.join_world(spec, self.dev)
+            tags.update(world_tags)
         tags.update(device.environment_tags(self.dev))
-        total_bytes = device.apply_memory_limit(self.dev, spec.hardware.memory_limit_gb, tags)
+        total_bytes, limit_tags = device.apply_memory_limit(self.dev, spec.hardware.memory_limit_gb)
+        tags.update(limit_tags)
         self.metrics[rec.DEVICE_MEM_TOTAL_GB] = total_bytes / GIB
-        self.autocast_dtype, self.scaler = device.apply_precision(self.dev, spec.precision, tags)
+        self.autocast_dtype, self.scaler, precision_tags = device.apply_precision(self.dev, spec.precision)
+        tags.update(precision_tags)
         runtime.after_precision(spec)
         # DINO trains a headless backbone; classification labels come from the objective's class count.
         self.num_classes = 0 if spec.objective.kind == "dino" else spec.objective.num_classes  # type: ignore[union-attr]
@@ -326,7 +332,8 @@ class TrialRun:
         mixup = self.prep is not None and self.prep.mixup is not None
         self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
         self.metrics[rec.TRAINABLE_PARAMS_M] = sum(p.numel() for p in self.objective.parameters()) / 1e6
-        self.optimizer = _build_optimizer(spec, self.objective.parameters(), self.dev, self.tags)
+        self.optimizer, fused = _build_optimizer(spec, self.objective.parameters(), self.dev)
+        self.tags[rec.OPTIMIZER_FUSED] = str(fused)
         if self.distributed is not None:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -415,7 +422,7 @@ class TrialRun:
     def make_loop(self) -> bench.Loop:
         """The trial's steps, as the timed windows take them and as `dinox verify` trains with them."""
         compiled = self.spec.model.compile is not False
-        self.graphs = models.GraphCount(self.metrics, self.on_phase) if compiled else None
+        self.graphs = models.GraphCount(self.on_phase) if compiled else None
         self.loop = bench.Loop(
             self.loader,
             self.to_device,
@@ -449,6 +456,7 @@ class TrialRun:
         )
         if self.graphs is not None:
             self.graphs.end()
+            self.metrics.update(self.graphs.metrics)
         return stats
 
 
@@ -488,14 +496,16 @@ def run_child(trial_json: str, result_json: str, forked: bool = False, measure_w
     tags: dict[str, str] = {}
     spec = TrialSpec.model_validate_json(open(trial_json).read())
     try:
-        device.pin_cores(tags)  # before any torch op starts its thread pool
+        tags.update(device.pin_cores())  # before any torch op starts its thread pool
         result = measure_with(spec, marks, metrics, tags, on_phase, Path(result_json).parent)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded status
         traceback.print_exc()
         message = describe_exception(exc)
         with contextlib.suppress(Exception):
             if rec.DEVICE in tags:
-                device.record_memory(torch.device(tags[rec.DEVICE]), metrics, tags)
+                peaks, source = device.record_memory(torch.device(tags[rec.DEVICE]))
+                metrics.update(peaks)
+                tags.update(source)
         share = (
             metrics.get(rec.PEAK_MEM_RESERVED_GB, 0.0) / metrics[rec.DEVICE_MEM_TOTAL_GB]
             if metrics.get(rec.DEVICE_MEM_TOTAL_GB)

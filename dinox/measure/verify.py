@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dinox import record as rec
 from dinox.contract import SLICE_FILE, TrialResult
-from dinox.measure import device, routine, runtime
+from dinox.measure import routine, runtime
 from dinox.measure.batches import Batches
 from dinox.measure.trial import TrialRun, run_child
 from dinox.spec.data_sources import SyntheticData
@@ -88,7 +88,7 @@ class VerifyRun(TrialRun):
         wall = clock() - start
         epochs.append({"images": epoch_steps * per_step, "wall_s": clock() - epoch_start, "partial": 1.0})
         self._report(steps, per_step, wall, epochs, first_steps, step_s)
-        device.record_memory(self.dev, self.metrics, self.tags)
+        self._record_memory()
         del self.loop, self.loader
         return TrialResult("ok", metrics=self.metrics, tags=self.tags)
 

@@ -58,8 +58,7 @@ def tf32_switches():
 def test_each_precision_sets_torch_s_switches_as_a_user_s_loop_has_them(tf32_switches, precision, matmul, cudnn):
     """fp32 is torch's default (cuDNN's TF32 on, the matmuls' off); fp32-strict IEEE everywhere. Read back from
     torch itself (a CUDA device object needs no GPU to set them)."""
-    tags: dict[str, str] = {}
-    apply_precision(torch.device("cuda"), precision, tags)
+    assert apply_precision(torch.device("cuda"), precision).tags == {}
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (matmul, cudnn)
     assert "matmul_tf32=" + str(matmul) in runtime.applied(torch.device("cuda"), True, True, {})
 
@@ -69,12 +68,12 @@ def test_the_math_class_is_read_from_what_ran_and_sets_mfu_s_peak(tf32_switches)
     vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10)
     assert conv_share([resnet]) > 0.9 and conv_share([vit]) < 0.05
     cuda = torch.device("cuda")
-    apply_precision(cuda, "fp32", {})  # torch's defaults: a ResNet's convolutions in TF32, a ViT's matmuls not
+    apply_precision(cuda, "fp32")  # torch's defaults: a ResNet's convolutions in TF32, a ViT's matmuls not
     assert math_class_tag(cuda, "fp32", conv_share([resnet])).startswith("tf32 (matmul_tf32=False cudnn_tf32=True;")
     assert math_class_tag(cuda, "fp32", conv_share([vit])).startswith("fp32 ")
     torch.set_float32_matmul_precision("high")  # runtime.matmul_precision: high on an fp32 trial
     assert math_class_tag(cuda, "fp32", conv_share([vit])).startswith("tf32 ")
-    apply_precision(cuda, "tf32", {})
+    apply_precision(cuda, "tf32")
     torch.set_float32_matmul_precision("highest")  # ... and highest on a tf32 one
     assert math_class_tag(cuda, "tf32", conv_share([vit])).startswith("fp32 ")
     assert math_class_tag(torch.device("cpu"), "tf32", 0.0).startswith("fp32 (matmul_tf32=False cudnn_tf32=False, none")
@@ -86,8 +85,7 @@ def test_the_math_class_is_read_from_what_ran_and_sets_mfu_s_peak(tf32_switches)
 
 
 def test_fp32_strict_on_a_cpu_says_it_changed_nothing():
-    tags: dict[str, str] = {}
-    apply_precision(torch.device("cpu"), "fp32-strict", tags)
+    tags = apply_precision(torch.device("cpu"), "fp32-strict").tags
     assert tags["dinox.note"] == "fp32-strict has no effect on cpu; measured as fp32"
 
 

@@ -123,13 +123,12 @@ def test_the_graph_count_says_what_warm_up_built_and_what_the_windows_compiled(m
 
     count = iter([3, 5])  # read at the first window and at the first phase after the windows, never again
     monkeypatch.setattr(models, "compiled_graphs", lambda: next(count))
-    metrics: dict[str, float] = {}
     told: list[str] = []
-    graphs = models.GraphCount(metrics, told.append)
+    graphs = models.GraphCount(told.append)
     for phase in ("warm-up", "window 1/3", "window 2/3", "ablation windows", "loader alone"):
         graphs.phase(phase)
     graphs.end()
-    assert metrics == {"compile_graphs": 3.0, "recompiles_in_windows": 2.0}
+    assert graphs.metrics == {"compile_graphs": 3.0, "recompiles_in_windows": 2.0}
     assert told == ["warm-up", "window 1/3", "window 2/3", "ablation windows", "loader alone"]
 
 
