@@ -1,3 +1,3 @@
-from dinox.cli.main import entry
+from dinox.cli.entry import entry
 
 entry()
