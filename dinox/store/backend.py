@@ -18,12 +18,13 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
+from typing import TYPE_CHECKING
 
 from dinox.contract import one_line
 from dinox.errors import DinoxError
+
+if TYPE_CHECKING:  # imported where a client is made: `dinox --help` and `validate` never load MLflow
+    from mlflow import MlflowClient
 
 # MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) stall a sweep for minutes per call when a
 # tracking server is down. dinox keeps every result locally and syncs later, so it fails fast instead,
@@ -43,6 +44,8 @@ _STORE_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "urllib3")
 def configure_client(log_file: Path | None = None) -> None:
     """Fail fast against a dead server, and keep the store libraries' own logging off the terminal: in
     `log_file` when given (the sweep's store.log), else only warnings and worse."""
+    import mlflow  # noqa: F401  (first: its import sets up its own loggers, which the lines below then override)
+
     for var, value in _QUIET_AND_QUICK.items():
         os.environ.setdefault(var, value)
     for name in _STORE_LOGGERS:
@@ -63,6 +66,8 @@ def configure_client(log_file: Path | None = None) -> None:
 def client(uri: str) -> MlflowClient:
     """A client of the store at `uri`, configured as every dinox client is (configure_client): quick to fail,
     quiet, and printing no "View run at" link (which would show the URI's password)."""
+    from mlflow import MlflowClient
+
     configure_client()
     return MlflowClient(tracking_uri=uri)
 
@@ -126,6 +131,8 @@ def prepare_store(uri: str) -> None:
     on a new mlflow.db otherwise race in MLflow's schema migration and can leave it half-migrated. A new one
     starts as a copy of an empty store this MLflow migrated once (kept in the user's cache): MLflow's ~60
     migrations cost seconds on every new file."""
+    from mlflow import MlflowClient
+
     path = sqlite_path(uri)
     if path is None:
         return
@@ -153,6 +160,8 @@ def _sqlite_damage(path: Path, tables: tuple[str, ...] = ()) -> str:
 def _empty_store() -> Path | None:
     """An empty store migrated by this MLflow, made once per MLflow version; None if it cannot be kept."""
     import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dinox"
     template = cache / f"mlflow-{mlflow.__version__}-empty.db"
