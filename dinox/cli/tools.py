@@ -162,8 +162,16 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None, ne
     "every network the machine is on, without authentication.",
 )
 @click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
-def ui(tracking_uri: str | None, host: str, port: int) -> None:
-    """Open the MLflow UI on the sweeps' store (`mlflow ui`), listening on 127.0.0.1 unless told otherwise."""
+@click.option(
+    "--experiment",
+    metavar="NAME",
+    default=None,
+    help="The experiment whose page to print (a spec's name); default: the one with the newest dinox sweep.",
+)
+def ui(tracking_uri: str | None, host: str, port: int, experiment: str | None) -> None:
+    """Open the MLflow UI on the sweeps' store (`mlflow ui`), listening on 127.0.0.1 unless told otherwise, and
+    print the address of the sweep's experiment in MLflow's training view (MLflow 3 opens its GenAI view
+    otherwise)."""
     from dinox.store.backend import resolve_tracking_uri, store_problem
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -180,7 +188,10 @@ def ui(tracking_uri: str | None, host: str, port: int) -> None:
         raise BadInput(f"--host {host}: not an address to listen on ({e})") from None
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: the UI listens on {host}, reachable by others, with no authentication", err=True)
-    click.echo(f"MLflow UI on http://{host}:{port} for {shown_uri(uri)} (Ctrl-C to stop)")
+    base = f"http://{_url_host(host)}:{port}"
+    page = _experiment_page(uri, experiment)
+    click.echo(f"MLflow UI on {base} for {shown_uri(uri)} (Ctrl-C to stop)")
+    click.echo(f"  {page[0]}: {base}/{page[1]}" if page[1] else f"  {page[0]}")
     # One user's UI: one worker starts in a fraction of the time of MLflow's default four, and the job
     # runner MLflow 3 starts beside it (for its GenAI features) has nothing to do for dinox's runs.
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
@@ -199,3 +210,40 @@ def ui(tracking_uri: str | None, host: str, port: int) -> None:
         "1",
     ]
     os.execv(sys.executable, command)
+
+
+# MLflow 3's experiment page opens in its GenAI view (traces) unless the address asks for the training one.
+TRAINING_VIEW = "runs?workflowType=machine_learning"
+
+
+def _url_host(host: str) -> str:
+    """The host part of the UI's address: the machine itself for a wildcard, an IPv6 literal in brackets."""
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def _experiment_page(uri: str, name: str | None) -> tuple[str, str]:
+    """(what the page is, its path after the UI's address; "" where there is none): the named experiment, else
+    the one holding the newest dinox sweep. A name the store lacks is bad input, naming the ones it has."""
+    from mlflow.exceptions import MlflowException
+
+    from dinox import record as rec
+    from dinox.store.backend import TrackingError, client, describe_store_error
+
+    try:
+        store = client(uri)
+        if name is not None:
+            found = store.get_experiment_by_name(name)
+            if found is None:
+                names = sorted(e.name for e in store.search_experiments())
+                raise BadInput(f"--experiment {name}: not in {shown_uri(uri)} (it has: {', '.join(names) or 'none'})")
+            return f"experiment {found.name!r}", f"#/experiments/{found.experiment_id}/{TRAINING_VIEW}"
+        ids = [e.experiment_id for e in store.search_experiments()]
+        newest = store.search_runs(ids, f"tags.`{rec.ROLE}` = 'sweep'", max_results=1, order_by=["start_time DESC"])
+    except (TrackingError, MlflowException, OSError) as e:
+        raise BadInput(f"tracking store {shown_uri(uri)}: {describe_store_error(e)}") from None
+    if not newest:
+        return "no dinox sweep in this store yet: `dinox run SPEC` records one", ""
+    exp = store.get_experiment(newest[0].info.experiment_id)
+    return f"the newest sweep, experiment {exp.name!r}", f"#/experiments/{exp.experiment_id}/{TRAINING_VIEW}"

@@ -249,7 +249,9 @@ def test_sigterm_mid_trial_marks_killed_and_leaves_no_process(tmp_path):
     assert trial.data.tags["dinox.error"] == "interrupted by SIGTERM"
 
 
-def test_ui_listens_on_loopback_only(tmp_path):
+def test_ui_listens_on_loopback_only_and_prints_the_newest_sweep_in_the_training_view(tmp_path):
+    """MLflow 3.17 opens an experiment's page in its GenAI view (traces); the address dinox prints opens the
+    runs table (`workflowType=machine_learning`, read from MLflow's own UI code, and seen in Chromium)."""
     import os
     import signal
     import socket
@@ -259,20 +261,35 @@ def test_ui_listens_on_loopback_only(tmp_path):
 
     import psutil
 
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for name in ("older", "newer"):  # two experiments, each with a sweep's parent run: the newer one is shown
+        exp = client.create_experiment(name)
+        client.set_terminated(client.create_run(exp, tags={"dinox.role": "sweep"}).info.run_id)
+        time.sleep(0.01)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
+    missing = run_dinox(["ui", "--port", str(port), "--experiment", "nope"], cwd=tmp_path, env=env, inherit=False)
+    assert missing.returncode == 2 and "--experiment nope: not in sqlite:///" in missing.stderr, missing.stderr
+    assert "(it has: Default, newer, older)" in missing.stderr
     proc = subprocess.Popen(
         [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
         start_new_session=True,
     )
     try:
+        assert proc.stdout.readline().startswith(f"MLflow UI on http://127.0.0.1:{port} for sqlite:///")
+        newer = client.get_experiment_by_name("newer").experiment_id
+        assert proc.stdout.readline() == (
+            f"  the newest sweep, experiment 'newer': "
+            f"http://127.0.0.1:{port}/#/experiments/{newer}/runs?workflowType=machine_learning\n"
+        )
         deadline, listening = time.time() + 90, []
 
         def sockets(p: psutil.Process) -> list:

@@ -61,7 +61,7 @@ PARAMS = {
     "preprocess": ["--dicom-root", "--out-root"],
     "shards": ["--index-csv", "--image-folder", "--out", "--root"],
     "sync": ["SWEEP_DIRS", "--workdir", "--tracking-uri"],
-    "ui": ["--tracking-uri", "--host"],
+    "ui": ["--tracking-uri", "--host", "--experiment"],
     "schema": [],
 }
 # A printable value some commands take as a name or a path and go on with: their outcome is their own (a
