@@ -21,3 +21,22 @@ class DinoxError(Exception):
 class WorkdirError(DinoxError, OSError):
     """The sweep's folder cannot be written (a full or read-only disk): results cannot be kept locally, and
     trials, which write theirs there, cannot run."""
+
+
+# The top-level modules of dinox's dependencies (pyproject's), by import name.
+DEPENDENCIES = frozenset(
+    {"torch", "torchvision", "timm", "mlflow", "pydantic", "yaml", "click", "psutil", "matplotlib", "pydicom",
+     "webdataset", "tqdm", "PIL", "numpy", "markdown", "pynvml"}
+)  # fmt: skip
+
+
+class MissingDependency(DinoxError):
+    """This Python lacks one of dinox's dependencies: most often `mlflow run --env-manager local` (or a job
+    script) started from an interpreter other than the one dinox was installed into."""
+
+    def __init__(self, module: str, executable: str) -> None:
+        super().__init__(
+            f"this Python ({executable}) has no module {module!r}, which dinox needs: run dinox from the "
+            f"environment it was installed into, or install it here (pip install dinox's package, with its "
+            f"dependencies)"
+        )

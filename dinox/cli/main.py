@@ -24,7 +24,7 @@ from dinox.cli.common import (
     refuse_control_characters,
     show_error,
 )
-from dinox.errors import EXIT_BAD_INPUT, DinoxError
+from dinox.errors import DEPENDENCIES, EXIT_BAD_INPUT, DinoxError, MissingDependency
 
 if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` stays quick
     from dinox.isolate.forkserver import ForkServer
@@ -39,12 +39,19 @@ class _Commands(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except ModuleNotFoundError as e:
+                if (e.name or "").split(".")[0] not in DEPENDENCIES:
+                    raise  # dinox's own code: a bug, and its traceback is what finds it
+                raise MissingDependency(e.name or "?", sys.executable) from None
         except DinoxError as e:
             show_error(e)
             if os.environ.get("MLFLOW_RUN_ID") and not e.store_unusable:
-                from dinox.store.recorder import note_refusal
-
+                try:
+                    from dinox.store.recorder import note_refusal
+                except ModuleNotFoundError:  # this Python has no MLflow: the line above is all there is to say
+                    ctx.exit(e.exit_code)
                 note_refusal(str(e))  # the FAILED run `mlflow run` made says why (a store in trouble: not tried)
             ctx.exit(e.exit_code)
 

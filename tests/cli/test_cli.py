@@ -531,3 +531,25 @@ def test_a_ladder_of_runtime_knobs_reaches_each_child_and_ends_with_its_table(tm
             assert float(step.rstrip("x")) == pytest.approx(now / prior, abs=0.011), ln
         else:  # at the edge of the noise, either reading is the rule's
             assert step == "within noise" or step.endswith("x"), ln
+
+
+def test_a_python_without_dinox_s_dependencies_is_one_line_and_says_so_in_mlflow_run_s_run(tmp_path):
+    """`mlflow run . --env-manager local` from an interpreter that lacks timm ran `python -m dinox` there: an
+    import traceback, and the run MLflow made ended FAILED with nothing to say. `sys.modules["timm"] = None` is
+    how the import system itself says a module cannot be imported (ModuleNotFoundError, name 'timm')."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("no_timm"))
+    (tmp_path / "s.yaml").write_text(TINY.format(name="no_timm"))
+    env = dict(os.environ, MLFLOW_RUN_ID=run.info.run_id, MLFLOW_TRACKING_URI=uri)
+    without = (
+        "import runpy, sys; sys.modules['timm'] = None; sys.argv[0] = 'dinox'; "
+        "runpy.run_module('dinox', run_name='__main__')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", without, "run", "s.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: this Python ({sys.executable}) has no module 'timm', which dinox needs")
+    note = client.get_run(run.info.run_id).data.tags["mlflow.note.content"]
+    assert note.startswith("**dinox refused to start: nothing was measured**") and "no module 'timm'" in note
