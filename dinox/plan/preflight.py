@@ -53,40 +53,81 @@ def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
                 shard_urls(data.shards)
             except DataError as e:
                 add(t, e.field or "data.shards", e.message)
-        if not problems and (no_batch := _no_batch(t)):
-            add(t, *no_batch)
+    if not problems:  # the files are readable: is each trial's set big enough for one batch?
+        short = [(t, found) for t in trials if (found := _no_batch(t))]
+        if short:
+            trial, (path, message) = short[0]
+            add(trial, path, _no_batch_message(short, len(trials)) if message == SHORT else message)
     return list(problems.values())
+
+
+SHORT = "short"  # _no_batch's word for a set smaller than one batch: check() words it for every such trial
+
+
+def _no_batch_message(short: list[tuple[Trial, tuple[str, str]]], total: int) -> str:
+    """One line for every trial whose set is smaller than its batch: how many, their batch sizes, and what a
+    user can change from the command line (a swept batch.size cannot be --set)."""
+    trials = [t for t, (_path, message) in short if message == SHORT]
+    t0, data = trials[0], trials[0].spec.data
+    sizes = sorted({_smallest_batch(t) for t in trials})
+    ranks = max(t.spec.hardware.gpus for t in trials)
+    n, what, source = _set_size(t0)
+    which = f" in {len(trials)} of {total} trials" if total > 1 else ""
+    per = f" for {ranks} ranks is {n // ranks} each" if ranks > 1 else ""
+    batches = "batch.size " + ", ".join(map(str, sizes))
+    if isinstance(data, CtPngData):
+        base = n // data.inflation
+        need = -(-sizes[-1] * ranks // base)  # the inflation at which the largest batch fits every rank
+        fix = (
+            f"raise data.inflation to {need} (--set data.inflation={need}: the slices are repeated, not copied) "
+            f"or point data.index_csv at more slices"
+        )
+    elif isinstance(data, ImageFolderData):
+        fix = "point data.root at more images"
+    else:
+        fix = f"raise data.num_samples to {sizes[-1] * ranks} or more"
+    swept = any("batch.size" in t.overrides for t in trials)
+    fix += "; or lower batch.size" + (" in the spec's sweep (a swept field cannot be --set)" if swept else "")
+    return (
+        f"the loader can yield no batch{which}: {n} {what} ({source}){per}, fewer than {batches}, and every batch "
+        f"is a full one; {fix}"
+    )
+
+
+def _smallest_batch(t: Trial) -> int:
+    return t.spec.batch.auto_min if t.spec.batch.auto else t.spec.size  # auto: the smallest it may choose
+
+
+def _set_size(t: Trial) -> tuple[int, str, str]:
+    """(samples, their word, where the count comes from) of a map-style set; (0, "", "") for a stream or an
+    endless synthetic set."""
+    data = t.spec.data
+    if isinstance(data, CtPngData):
+        rows = count_rows(data.index_csv)
+        source = f"index rows {rows}" + (f", subset_size {data.subset_size}" if data.subset_size else "")
+        return min(rows, data.subset_size or rows) * data.inflation, "slices", f"{source} x inflation {data.inflation}"
+    if isinstance(data, ImageFolderData):
+        return count_images(data.root, _smallest_batch(t) * t.spec.hardware.gpus), "images", data.root
+    if not isinstance(data, WebDatasetData) and data.num_samples is not None:
+        return data.num_samples, "samples", "data.num_samples"
+    return 0, "", ""
 
 
 def _no_batch(t: Trial) -> tuple[str, str] | None:
     """(field, why) when the trial's loader could yield no batch: every batch is full (drop_last), and each
-    rank reads its own part of the set; a stream needs a shard per rank and a sample in its shards."""
+    rank reads its own part of the set; a stream needs a shard per rank and a sample in its shards. A map-style
+    set smaller than a batch per rank is (field, SHORT): check() words it once for all such trials."""
     data, ranks = t.spec.data, t.spec.hardware.gpus
-    size = t.spec.batch.auto_min if t.spec.batch.auto else t.spec.size  # auto: the smallest it may choose
-    per = f" for {ranks} ranks is {{each}} each" if ranks > 1 else ""
     if isinstance(data, WebDatasetData):
         urls = shard_urls(data.shards)
         if len(urls) < ranks:
             return "data.shards", f"{len(urls)} shard(s) for {ranks} ranks: a rank without a shard yields no batch"
         return None if first_sample(urls) else ("data.shards", f"{data.shards}: the shards hold no sample")
-    if isinstance(data, CtPngData):
-        rows = count_rows(data.index_csv)
-        n, what = min(rows, data.subset_size or rows) * data.inflation, "slices"
-        source = f"index rows {rows}" + (f", subset_size {data.subset_size}" if data.subset_size else "")
-        source += f" x inflation {data.inflation}"
-        field = "data.index_csv"
-    elif isinstance(data, ImageFolderData):
-        n, what, source, field = count_images(data.root, size * ranks), "images", data.root, "data.root"
-    elif data.num_samples is not None:
-        n, what, source, field = data.num_samples, "samples", "data.num_samples", "data.num_samples"
-    else:
+    n, what, _source = _set_size(t)
+    if not what or n // ranks >= _smallest_batch(t):
         return None
-    if n // ranks >= size:
-        return None
-    return field, (
-        f"the loader can yield no batch: {n} {what} ({source}){per.format(each=n // ranks)}, fewer than "
-        f"batch.size {size}, and every batch is a full one; lower batch.size or point at more data"
-    )
+    field = {CtPngData: "data.index_csv", ImageFolderData: "data.root"}.get(type(data), "data.num_samples")
+    return field, SHORT
 
 
 def _unknown_models(names: set[str]) -> dict[str, str]:

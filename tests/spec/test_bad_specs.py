@@ -256,6 +256,16 @@ CORPUS: list[tuple[str, str | bytes, str]] = [
         "spec.yaml:4: data.index_csv: the loader can yield no batch: 3 slices (index rows 3 x inflation 1), fewer than batch.size 8",
     ),
     (
+        # Every short trial counted (the ViT-L study on the demo slices named one of two), and a fix that can be
+        # followed from the command line: a swept batch.size cannot be --set.
+        "fewer_slices_than_two_swept_batches",
+        OK + "data: {source: ct_png, index_csv: three.csv}\nsweep:\n  grid:\n    batch.size: [2, 4, 8]\n",
+        "spec.yaml:3: data.index_csv: the loader can yield no batch in 2 of 3 trials: 3 slices (index rows 3 x "
+        "inflation 1), fewer than batch.size 4, 8, and every batch is a full one; raise data.inflation to 3 (--set "
+        "data.inflation=3: the slices are repeated, not copied) or point data.index_csv at more slices; or lower "
+        "batch.size in the spec's sweep (a swept field cannot be --set)",
+    ),
+    (
         "fewer_samples_per_rank_than_a_batch",
         OK + "batch: {size: 8}\nhardware: {device: cpu, gpus: 2}\ndata: {source: synthetic, num_samples: 12}\n",
         "data.num_samples: the loader can yield no batch: 12 samples (data.num_samples) for 2 ranks is 6 each, fewer than batch.size 8",
