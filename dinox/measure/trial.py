@@ -446,17 +446,20 @@ class TrialRun:
         decided = functools.partial(rounds_decided, threshold=m.bound_threshold)
         # Ranks run each round's windows together (their steps all-reduce): they stop the rounds together.
         loop.decided = decided if agree is None else lambda *rates: agree(decided(*rates))
-        stats = loop.run(
-            m.warmup_steps,
-            m.bench_steps,
-            Repeats(*m.window_bounds, m.unstable_threshold, agree),
-            ablation_steps=ablation,
-            loader_batches=ablation * self.accumulation,
-            loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),
-        )
-        if self.graphs is not None:
-            self.graphs.end()
-            self.metrics.update(self.graphs.metrics)
+        try:
+            stats = loop.run(
+                m.warmup_steps,
+                m.bench_steps,
+                Repeats(*m.window_bounds, m.unstable_threshold, agree),
+                ablation_steps=ablation,
+                loader_batches=ablation * self.accumulation,
+                loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),
+            )
+            if self.graphs is not None:
+                self.graphs.end()
+        finally:  # a trial that fails in its windows still reports the graphs warm-up built
+            if self.graphs is not None:
+                self.metrics.update(self.graphs.metrics)
         return stats
 
 
