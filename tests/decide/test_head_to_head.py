@@ -151,6 +151,32 @@ def measured(tmp_path_factory):
     return work, client, [t.info.run_id for t in trials]
 
 
+def test_the_parent_s_best_figure_is_the_one_decide_plans_with(measured, tmp_path):
+    """Issue 37's "one figure, one value", before any head-to-head: the sweep's parent shows as best the
+    trial decide recommends, at the figure decide plans with; where decide calls the leaders tied, it plans at
+    the slower of them, names the parent's best among them, and the parent's figure is the faster end."""
+    work, client, runs = measured
+    (parent,) = client.search_runs(["1"], "tags.`dinox.role` = 'sweep'")
+    trials = {r: client.get_run(r).data.metrics["images_per_s"] for r in runs}
+    best = max(trials, key=trials.__getitem__)
+    assert parent.data.metrics["best_images_per_s"] == pytest.approx(trials[best])
+    assert f"{trials[best]:.1f} img/s (windows)" in parent.data.tags["mlflow.note.content"]
+    out = tmp_path / "d"
+    gate = run_dinox(
+        ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log", "--out", str(out)],
+        cwd=work,
+    )
+    assert gate.returncode in (0, 3), gate.stdout + gate.stderr
+    # The model's entry (its verdict may be GO or UNSETTLED: these windows are one each): its best, its plan.
+    (model,) = json.loads((out / "decision.json").read_text())["models"]
+    planned, tied = model["span"]["forecast_ips"], model["tied"]
+    if not tied:
+        assert model["best"]["run_id"] == best and planned == pytest.approx(trials[best])
+    else:
+        assert best in {model["best"]["run_id"], *tied}
+        assert planned == pytest.approx(min(trials.values())) and planned <= trials[best]
+
+
 def _rounds_recorded(client) -> list:
     return client.search_runs(["1"], "tags.`dinox.role` = 'head_to_head'")
 
