@@ -88,17 +88,17 @@ def run_peer(peer: Path, work: Path, n: int) -> tuple[float, dict[tuple[int, int
     return wall, rates
 
 
-def run_dinox(work: Path, n: int, evidence: str) -> tuple[float, dict[tuple[int, int], float], float]:
+def run_dinox(work: Path, tag: str, evidence: str) -> tuple[float, dict[tuple[int, int], float], float]:
     """(wall, images/s per point, a trial's measurement over its timed windows, mean)."""
-    store = work / f"dinox-{n}.db"
+    store = work / f"dinox-{tag}.db"
     args = [sys.executable, "-m", "dinox", "run", "peer_grid.yaml", "--tracking-uri", f"sqlite:///{store}",
-            "--workdir", f".dinox-{n}", "--no-system-metrics", *EVIDENCE[evidence]]  # fmt: skip
+            "--workdir", f".dinox-{tag}", "--no-system-metrics", *EVIDENCE[evidence]]  # fmt: skip
     t = time.perf_counter()
     done = subprocess.run(args, cwd=work, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if done.returncode != 0:
         raise SystemExit(f"dinox run exited {done.returncode}: {done.stderr[-1500:]}")
-    results = next((work / f".dinox-{n}").glob("sweeps/*/*/results.jsonl"))
+    results = next((work / f".dinox-{tag}").glob("sweeps/*/*/results.jsonl"))
     rates, ratios = {}, []
     for line in results.read_text().splitlines():
         event = json.loads(line)
@@ -131,7 +131,7 @@ def main() -> int:
                     wall, rates = run_peer(a.peer, work, n)
                     rows.append((n + 1, "peer", wall, rates, None))
                 else:
-                    wall, rates, ratio = run_dinox(work, f"{n}-{level}", level)  # type: ignore[arg-type]
+                    wall, rates, ratio = run_dinox(work, f"{n}-{level}", level)
                     rows.append((n + 1, f"dinox ({level})", wall, rates, ratio))
                 print(f"round {n + 1}: {rows[-1][1]}: {wall:.1f} s", file=sys.stderr, flush=True)
     heads = " | ".join(f"bs={b} w={w}" for b, w in POINTS)
