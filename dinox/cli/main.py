@@ -223,10 +223,10 @@ def run(
     Each trial becomes a nested MLflow run (params: the trial; metrics: images_per_s, step_s_p50/p90,
     data_s, h2d_s, compute_s, peak memory, ...; tag dinox.status: ok | oom | error | crashed | timeout |
     skipped). A trial that fails never stops the sweep. Running the same spec again skips the trials the
-    experiment already holds as ok / oom / skipped (--force measures them again, --remeasure-unsettled
-    the ok ones whose timed windows disagreed); after an OOM, larger
-    batches of the same configuration are recorded as skipped (--no-prune runs them). Every result is also
-    kept in the sweep's results.jsonl; if the tracking store fails mid-sweep, `dinox sync` logs the rest.
+    experiment already holds as ok / oom / skipped (--force measures them again, --remeasure-unsettled the ok
+    ones whose timed windows disagreed); after an OOM, larger batches of the same configuration are recorded
+    as skipped (--no-prune runs them). Every result is also kept in the sweep's results.jsonl; if the
+    tracking store fails mid-sweep, `dinox sync` logs the rest.
     Exit code 0 when the sweep ran to the end (whatever the trials' statuses), 2 for bad input or an
     unusable tracking store, 130 when interrupted.
     """
@@ -249,7 +249,6 @@ def run(
         server.start()
     from dinox.sweep.run import SweepOptions
 
-    live = sys.stdout.isatty()
     options = SweepOptions(
         force=force,
         prune=not no_prune,
@@ -257,7 +256,7 @@ def run(
         shard=shard or "",
         isolation=isolation,
         system_metrics=not no_system_metrics,
-        live=live,
+        live=sys.stdout.isatty(),
         devices=request,
         remeasure_unsettled=remeasure_unsettled,
         again=again,

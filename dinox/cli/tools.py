@@ -226,24 +226,14 @@ def _url_host(host: str) -> str:
 def _experiment_page(uri: str, name: str | None) -> tuple[str, str]:
     """(what the page is, its path after the UI's address; "" where there is none): the named experiment, else
     the one holding the newest dinox sweep. A name the store lacks is bad input, naming the ones it has."""
-    from mlflow.exceptions import MlflowException
-
-    from dinox import record as rec
-    from dinox.store.backend import TrackingError, client, describe_store_error
+    from dinox.store.backend import TrackingError
+    from dinox.store.readback import sweep_experiment
 
     try:
-        store = client(uri)
-        if name is not None:
-            found = store.get_experiment_by_name(name)
-            if found is None:
-                names = sorted(e.name for e in store.search_experiments())
-                raise BadInput(f"--experiment {name}: not in {shown_uri(uri)} (it has: {', '.join(names) or 'none'})")
-            return f"experiment {found.name!r}", f"#/experiments/{found.experiment_id}/{TRAINING_VIEW}"
-        ids = [e.experiment_id for e in store.search_experiments()]
-        newest = store.search_runs(ids, f"tags.`{rec.ROLE}` = 'sweep'", max_results=1, order_by=["start_time DESC"])
-    except (TrackingError, MlflowException, OSError) as e:
-        raise BadInput(f"tracking store {shown_uri(uri)}: {describe_store_error(e)}") from None
-    if not newest:
+        found = sweep_experiment(uri, name)
+    except TrackingError as e:
+        raise BadInput(str(e)) from None
+    if found is None:
         return "no dinox sweep in this store yet: `dinox run SPEC` records one", ""
-    exp = store.get_experiment(newest[0].info.experiment_id)
-    return f"the newest sweep, experiment {exp.name!r}", f"#/experiments/{exp.experiment_id}/{TRAINING_VIEW}"
+    what = f"experiment {found[0]!r}" if name is not None else f"the newest sweep, experiment {found[0]!r}"
+    return what, f"#/experiments/{found[1]}/{TRAINING_VIEW}"

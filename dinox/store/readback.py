@@ -235,3 +235,24 @@ def log_beside(
     except MlflowException as e:
         raise TrackingError(store_error(tracking_uri, e)) from None
     return run_id
+
+
+def sweep_experiment(tracking_uri: str, name: str | None) -> tuple[str, str] | None:
+    """(name, id) of the experiment called `name`, else of the one holding the newest dinox sweep; None where
+    there is none. A name the store lacks is a TrackingError naming the experiments it has."""
+    try:
+        store = store_client(tracking_uri)
+        if name is not None:
+            found = store.get_experiment_by_name(name)
+            if found is None:
+                names = ", ".join(sorted(e.name for e in store.search_experiments())) or "none"
+                raise TrackingError(f"--experiment {name}: not in {shown_uri(tracking_uri)} (it has: {names})")
+            return found.name, found.experiment_id
+        ids = [e.experiment_id for e in store.search_experiments()]
+        newest = store.search_runs(ids, f"tags.`{rec.ROLE}` = 'sweep'", max_results=1, order_by=["start_time DESC"])
+        if not newest:
+            return None
+        exp = store.get_experiment(newest[0].info.experiment_id)
+        return exp.name, exp.experiment_id
+    except (MlflowException, OSError, ValueError) as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
