@@ -91,6 +91,11 @@ PID_STARTED = _tag("sweep", "dinox.pid_started", "when that process started (a r
 SWEEP_DIR = _tag("sweep", "dinox.sweep_dir", "the sweep's local folder (journal, results.csv, child logs)")
 SPEC_PATH = _tag("sweep", "dinox.spec_path", "the spec file the sweep ran")
 SPEC_NAME = _tag("sweep", "dinox.spec_name", "the spec's name (the experiment)")
+SHRUNK = _tag(
+    "any",
+    "dinox.shrunk",
+    "true on a sweep, trial or decision of a spec run with --shrink (made small to try here): not the study's figures",
+)
 SHARD = _tag("sweep", "dinox.shard", "the --shard slice this sweep ran (i/n)")
 COUNTS = _tag("sweep", "dinox.counts", "how the sweep's trials ended, status=count")
 ISOLATION = _tag("trial", "dinox.isolation", "how the child was started: forkserver or spawn")
@@ -142,7 +147,9 @@ ROUND = _metric(
     "head_to_head", "round", "the round's place in its head-to-head, from 1 (a round measures each trial once)"
 )
 VERDICT = _tag("decision", "dinox.verdict", "GO, NO-GO or UNSETTLED (the measured range straddles the budget)")
-SETTLED = _tag("decision", "dinox.settled", "true when the evidence decided (GO or NO-GO), false for UNSETTLED")
+SETTLED = _tag(
+    "decision", "dinox.settled", "true when the evidence decided (GO or NO-GO), false for UNSETTLED or shrunk trials"
+)
 
 # --- a trial's metrics: throughput and step times -----------------------------------------------------------
 IMAGES_PER_S = _metric("trial", "images_per_s", "images per second over the timed windows, pooled (all ranks)")

@@ -1,6 +1,7 @@
 """docs/data.md's "fresh clone to the headline command" block, run line by line as a user pastes it, as far as
 a CPU box can: the demo study is made, preprocessed and sharded, `mlflow run` of the ViT-L study stops at the
 device line the docs promise (not at a data error), and `dinox decide` then says there is nothing to decide.
+On the way, the study runs small here (`--shrink`) and decide on it says it was shrunk, exit 3.
 It once stopped at `data.index_csv: the loader can yield no batch` on every machine."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _first_bash_block(text: str, after: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="on a GPU box the block runs the whole study")
 def test_the_data_docs_headline_block_runs_to_the_device_line_on_a_cpu_box(tmp_path):
     block = _first_bash_block((ROOT / "docs" / "data.md").read_text(), "From a fresh clone to the headline command")
-    assert block[0].startswith("python3 -m venv .venv") and len(block) == 6, block
+    assert block[0].startswith("python3 -m venv .venv") and len(block) == 8, block
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
     (tmp_path / "scripts").symlink_to(ROOT / "scripts")
     for name in ("MLproject", "conda.yaml"):  # the project `mlflow run .` reads (a clone of it: the repository)
@@ -45,7 +46,14 @@ def test_the_data_docs_headline_block_runs_to_the_device_line_on_a_cpu_box(tmp_p
         words = shlex.split(line)
         words[0] = str(bin_dir / "python") if words[0] == "python" else words[0]
         proc = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        if line.startswith("mlflow run"):
+        if "--shrink" in line:  # the study small, end to end on this box
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            assert proc.stdout.startswith("shrunk (--shrink): vit_large_patch14_dinov2 at embed_dim 96"), proc.stdout
+            assert proc.stdout.count("] ok ") == 5 and "vit_large_sweep_shrunk" in proc.stdout, proc.stdout
+        elif "--shrunk" in line:
+            assert proc.returncode == 3, proc.stdout + proc.stderr
+            assert proc.stdout.split(" on SHRUNK trials ")[0] in ("GO", "NO-GO", "UNSETTLED"), proc.stdout
+        elif line.startswith("mlflow run"):
             # The study targets CUDA: here it is refused by its device, after its data passed every check.
             assert proc.returncode != 0
             out = proc.stdout + proc.stderr

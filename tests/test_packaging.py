@@ -373,6 +373,7 @@ def test_decide_store_and_report_name_params_only_through_spec_params():
         "model": {"name": "resnet18"},
         "data": {"source": "webdataset", "shards": "shards/"},
         "routine": {"checkpoint_every_steps": 100, "eval_every_epochs": 1, "eval_images": 500},
+        "shrunk": True,  # a param only where --shrink set it
     }
     flat = TrialSpec.model_validate(spec).flat_params()
     assert set(names) <= set(flat), sorted(set(names) - set(flat))  # each a param a trial logs

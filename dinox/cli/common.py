@@ -3,6 +3,7 @@ the options several commands take."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import typing
@@ -29,11 +30,15 @@ def show_error(e: DinoxError) -> None:
 
 
 def load_trials(
-    path: str, max_trials: int | None = 1000, preflight: bool = False, sets: tuple[str, ...] = ()
+    path: str,
+    max_trials: int | None = 1000,
+    preflight: bool = False,
+    sets: tuple[str, ...] = (),
+    shrink: bool = False,
 ) -> tuple[SpecDocument, list[Trial]]:
-    """The spec (with any --set overrides) and its trials; raises SpecError (one line per problem, a problem
-    from a --set naming it), which the command group prints with exit 2. With preflight, also the model names
-    and data files (this imports timm, so it is kept to the commands that need it)."""
+    """The spec (with any --set overrides, then shrunk where asked) and its trials; raises SpecError (one line
+    per problem, a problem from a --set naming it), which the command group prints with exit 2. With preflight,
+    also the model names and data files (this imports timm, so it is kept to the commands that need it)."""
     from dinox.plan import grid
     from dinox.spec import file as spec_file
     from dinox.spec import overrides
@@ -41,7 +46,12 @@ def load_trials(
     items = overrides.parse(sets)
     try:
         doc = overrides.apply(spec_file.load(path), items)
-        trials = grid.expand(doc, max_trials)
+        trials = grid.expand(doc, max_trials, shrink=shrink)
+        if shrink:
+            from dinox.plan import shrink as shrinking
+
+            doc = dataclasses.replace(doc, text=f"{doc.text.rstrip()}\n# --shrink\n")
+            click.echo(shrinking.summary(doc.base, [o for o, _ in grid.points(doc)], trials[0].spec))
         if preflight:
             from dinox.plan.preflight import check
 
@@ -130,6 +140,13 @@ SET = click.option(
     metavar="KEY=VALUE",
     help="Override a fixed field of the spec (dotted path as in sweep, value read as YAML); repeatable, or "
     "several separated by ';'. Example: --set batch.size=32 --set data.index_csv=/data/idx.csv",
+)
+SHRINK = click.option(
+    "--shrink",
+    is_flag=True,
+    help="Try the spec small on this machine: the same grid and pipeline with a small model (vit, resnet, "
+    "convnext families), 64 px images, batches of at most ~8, a few steps; recorded as shrunk in the "
+    "experiment NAME_shrunk, which `dinox decide` plans from only with --shrunk.",
 )
 MAX_TRIALS = click.option(
     "--max-trials",

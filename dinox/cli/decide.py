@@ -13,6 +13,7 @@ import click
 
 from dinox.cli.common import TRACKING_URI, BadInput, load_trials
 from dinox.errors import DinoxError
+from dinox.plan.shrink import shrunk_name
 from dinox.store.backend import shown_uri
 from dinox.writes import write_whole
 
@@ -89,6 +90,12 @@ if typing.TYPE_CHECKING:  # imported when the command runs: `dinox --help` stays
     is_flag=True,
     help="Do not recommend trials tagged unstable (timed windows that disagree); by default they are only flagged.",
 )
+@click.option(
+    "--shrunk",
+    is_flag=True,
+    help="Plan from trials `dinox run --shrink` measured (with --spec: its NAME_shrunk experiment). Such a "
+    "decision tries the pipeline, not the study: it is marked shrunk and exits 3 whatever its verdict.",
+)
 @click.option("--no-log", is_flag=True, help="Do not record the decision as an MLflow run.")
 def decide(
     experiments: tuple[str, ...],
@@ -107,6 +114,7 @@ def decide(
     max_memory_share: float,
     knee_tolerance: float,
     exclude_unstable: bool,
+    shrunk: bool,
     no_log: bool,
 ) -> None:
     """GO / NO-GO: can the schedule finish inside the budget, on the trials recorded in MLflow?
@@ -127,7 +135,8 @@ def decide(
     if spec_file:
         _doc, trials = load_trials(spec_file, None)
         base = trials[0].spec.budget.model_dump() if trials[0].spec.budget is not None else {}
-        names = names or ([] if run_ids else [trials[0].spec.name])
+        name = shrunk_name(trials[0].spec.name) if shrunk else trials[0].spec.name
+        names = names or ([] if run_ids else [name])
     if not names and not run_ids:
         raise BadInput("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
     try:
@@ -138,16 +147,16 @@ def decide(
     uri = resolve_tracking_uri(tracking_uri)
     try:
         decision = run_decision(
-            uri, names, list(run_ids), budget, policy, Path(out_dir), log=not no_log, spec_file=spec_file or ""
+            uri, names, list(run_ids), budget, policy, Path(out_dir), not no_log, spec_file or "", shrunk
         )
     except DinoxError:
         raise
     except Exception:  # noqa: BLE001 - exit 1 is NO-GO, which a crash must never read as
         traceback.print_exc()
         raise BadInput("dinox decide failed (the traceback above): no decision was made") from None
-    from dinox.report.decision_json import EXIT_CODES
+    from dinox.report.decision_json import exit_code
 
-    sys.exit(EXIT_CODES[decision.verdict])
+    sys.exit(exit_code(decision))
 
 
 # The budget's and the policy's fields as `dinox decide` takes them.
@@ -224,6 +233,7 @@ def run_decision(
     out: Path,
     log: bool,
     spec_file: str = "",
+    shrunk: bool = False,
 ) -> Decision:
     """Decide on the trials in the store, write the report files, say the verdict, log the decision run.
     Raises DecisionError and TrackingError, both one line for the user."""
@@ -232,24 +242,35 @@ def run_decision(
     from dinox.decide.verdict import decide
     from dinox.report import decision_json
     from dinox.report import text as report
+    from dinox.spec import params
     from dinox.store.readback import fetch_head_to_heads, fetch_trials, fetch_verifications, log_decision
 
     records, sources, home = fetch_trials(uri, experiments, run_ids)
     if not records:
         raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {shown_uri(uri)}")
+    small = [r for r in records if r.param_bool(params.SHRUNK)]
+    if small and not shrunk:
+        raise DecisionError(
+            f"{len(small)} of the {len(records)} trials in {', '.join(sources)} were measured with `dinox run "
+            "--shrink` (a small model, images, batches and steps standing in for the spec's): their figures say "
+            "nothing of the study's days; measure it without --shrink, or give --shrunk to try decide on them"
+        )
     experiment_ids = sorted({r.experiment_id for r in records})
     verified = fetch_verifications(uri, experiment_ids)
     rematches = head_to_head.read(fetch_head_to_heads(uri, experiment_ids))
     decision = decide(records, budget, policy, verified, rematches)
     decision.sources = sources
     decision.spec_file = spec_file
+    decision.shrunk = bool(small)
     files = write_reports(decision, records, out)
     click.echo(report.render_terminal(decision))
     click.echo(f"report: {files[0]} ({files[1].name} beside it)  decision: {files[2]}")
     if log:
         note = report.render_note(decision)
         params, metrics = decision_json.log_params(decision), decision_json.log_metrics(decision)
-        run_id = log_decision(uri, home, decision.verdict, params, metrics, files, note)
+        run_id = log_decision(
+            uri, home, decision.verdict, decision.settled, params, metrics, files, note, shrunk=decision.shrunk
+        )
         click.echo(f"logged as decision run {run_id}")
     return decision
 

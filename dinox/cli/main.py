@@ -15,6 +15,7 @@ from dinox.cli import decide, head_to_head, submit, tools, verify
 from dinox.cli.common import (
     MAX_TRIALS,
     SET,
+    SHRINK,
     TRACKING_URI,
     BadInput,
     Inert,
@@ -74,7 +75,8 @@ def main() -> None:
 @click.argument("spec_files", metavar="SPEC...", nargs=-1, required=True)
 @MAX_TRIALS
 @SET
-def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]) -> None:
+@SHRINK
+def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...], shrink: bool) -> None:
     """Check each SPEC and every trial its sweep expands to, without running anything: fields,
     contradictions, timm model names, data files.
 
@@ -83,7 +85,7 @@ def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]
     failed = False
     for spec_file in spec_files:
         try:
-            doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
+            doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets, shrink=shrink)
         except DinoxError as e:
             show_error(e)
             failed = True  # check the other specs too
@@ -110,7 +112,8 @@ def schema() -> None:
 @MAX_TRIALS
 @click.option("--no-estimate", is_flag=True, help="Only the table of trials: no memory or FLOPs estimate.")
 @SET
-def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ...]) -> None:
+@SHRINK
+def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ...], shrink: bool) -> None:
     """Show the trials SPEC expands to, in the order `run` measures them, with what each will cost.
 
     \b
@@ -122,7 +125,7 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
     trials predicted to exceed 95% of the device (or hardware.memory_limit_gb) or of host memory. `dinox run
     --skip-predicted-oom` skips those.
     """
-    _doc, trials = load_trials(spec_file, max_trials, sets=sets)
+    _doc, trials = load_trials(spec_file, max_trials, sets=sets, shrink=shrink)
     estimates = None
     if not no_estimate:
         import tempfile
@@ -201,6 +204,7 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
     "repeatable. They are measured again even where the experiment holds them.",
 )
 @SET
+@SHRINK
 def run(
     spec_file: str,
     tracking_uri: str | None,
@@ -216,6 +220,7 @@ def run(
     no_system_metrics: bool,
     profiles: tuple[str, ...],
     sets: tuple[str, ...],
+    shrink: bool,
 ) -> None:
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
@@ -231,7 +236,7 @@ def run(
     unusable tracking store, 130 when interrupted.
     """
     request = _devices(devices)
-    doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets)
+    doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets, shrink=shrink)
     trials, again = _profiled(trials, profiles)
     trials, shard = _of_shard(trials, shard)
     if not trials:

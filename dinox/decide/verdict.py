@@ -68,6 +68,7 @@ class Decision:
     projections: list[Projection] = field(default_factory=list)  # onto N devices, at a measured efficiency
     knobs: list[KnobEffect] = field(default_factory=list)  # what each varied param bought, measured
     combined: list[Combination] = field(default_factory=list)  # several at once, against the product
+    shrunk: bool = False  # some trials were measured with `dinox run --shrink`: a small stand-in, never settled
 
     @property
     def spec_arg(self) -> str:
@@ -76,7 +77,7 @@ class Decision:
 
     @property
     def settled(self) -> bool:
-        return self.verdict != "UNSETTLED"
+        return self.verdict != "UNSETTLED" and not self.shrunk
 
     @property
     def device_names(self) -> list[str]:

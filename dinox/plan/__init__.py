@@ -6,4 +6,5 @@
 - ``footprint``: FLOPs per image, device memory and loader RAM per trial (the model figures come from
   ``dinox.measure.estimate``, run in a child); ``peaks``: peak TFLOPs per accelerator, for MFU.
 - ``model_names``: timm's architectures without importing timm; ``table``: ``dinox plan``'s table.
+- ``shrink``: ``--shrink``, each sweep point made small to try the spec here first (marked shrunk).
 """

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dinox.plan import shrink as shrinking
 from dinox.spec.file import Problem, SpecDocument, SpecError
 from dinox.spec.rules import check_trial
 from dinox.spec.sections import ROLES, TrialSpec
@@ -38,10 +39,8 @@ class Trial:
     def run_name(self) -> str:
         """The name of its MLflow run: the index and the values it varies, short enough that the UI's runs
         table shows them whole (`5 bs=32 w=2`, where the label is `size=32 num_workers=2`)."""
-        if not self.overrides:
-            return f"{self.index + 1} base"
-        values = " ".join(f"{_ABBREV.get(k, _short(k))}={_fmt(v)}" for k, v in self.overrides.items())
-        return f"{self.index + 1} {values}"
+        values = " ".join(f"{_ABBREV.get(k, _short(k))}={_fmt(v)}" for k, v in self.overrides.items()) or "base"
+        return f"{self.index + 1} {values}{' shrunk' if self.spec.shrunk else ''}"
 
 
 # Run names: the fields sweeps vary most, abbreviated as people write them; any other field by its last part.
@@ -123,6 +122,18 @@ def set_path(mapping: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = copy.deepcopy(value)
 
 
+_ABSENT = object()
+
+
+def get_path(mapping: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    node: Any = mapping
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
 def count(doc: SpecDocument) -> int:
     """How many trials the sweep expands to, without expanding it."""
     n = len(doc.sweep.ladder) + 1 if doc.sweep.ladder else max(1, len(doc.sweep.cases))
@@ -131,13 +142,15 @@ def count(doc: SpecDocument) -> int:
     return n
 
 
-def expand(doc: SpecDocument, max_trials: int | None = None) -> list[Trial]:
-    """All trials of a spec, each validated as a full single-valued spec. Raises SpecError."""
+def expand(doc: SpecDocument, max_trials: int | None = None, shrink: bool = False) -> list[Trial]:
+    """All trials of a spec, each validated as a full single-valued spec; with shrink, each made small first
+    (dinox.plan.shrink: the overrides then hold the values the trial runs with). Raises SpecError."""
     n = count(doc)
     if max_trials is not None and n > max_trials:
         message = f"expands to {n} trials, more than the limit of {max_trials} (raise it with --max-trials)"
         raise SpecError(doc.path, [Problem("sweep", message, doc.line_of(("sweep",)))])
     pts = points(doc)
+    small = shrinking.of(doc.base, [overrides for overrides, _ in pts]) if shrink else None
     trials: list[Trial] = []
     # (path, message) -> (line, indices of trials it occurs in, overrides of the first)
     seen: dict[tuple[str, str], tuple[int | None, list[int], dict[str, Any]]] = {}
@@ -145,6 +158,9 @@ def expand(doc: SpecDocument, max_trials: int | None = None) -> list[Trial]:
         raw = copy.deepcopy(doc.base)
         for dotted, value in overrides.items():
             set_path(raw, dotted, value)
+        if small is not None:
+            shrinking.apply(raw, small)
+            overrides = {k: v for k in overrides if (v := get_path(raw, k, _ABSENT)) is not _ABSENT}
         checked = check_trial(raw)
         if isinstance(checked, TrialSpec):
             trials.append(Trial(index, len(pts), overrides, checked, trial_id(checked), where))

@@ -17,8 +17,9 @@ def render(trials: list[Trial], estimates: Estimates | None) -> list[str]:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     m = trials[0].spec.measure
+    shrunk = "shrunk " if trials[0].spec.shrunk else ""
     lines.append(
-        f"{len(trials)} trials; each: {m.warmup_steps} warm-up + {_windows(m)} x "
+        f"{len(trials)} {shrunk}trials; each: {m.warmup_steps} warm-up + {_windows(m)} x "
         f"{m.bench_steps} timed optimizer steps, timeout {m.timeout_s:g}s"
     )
     return lines + (_estimate_notes(trials, estimates) if estimates is not None else [])

@@ -23,10 +23,16 @@ _JSON = TypeAdapter(dict[str, Any])
 # 2: verdict may be UNSETTLED (with settled, exit_code, unsettled, remeasure); days and images/s are the
 # forecast over the timed windows, each model's span holds the slow and fast ends the verdict reads; needs'
 # images_per_s and a knob's ratio are the windows' figure (were *_p90 and ratio_p90).
-# Within 2, added: recommended.routine (the checkpoints and evaluation passes in its days, routine:).
+# Within 2, added: recommended.routine (the checkpoints and evaluation passes in its days, routine:); shrunk
+# (trials of `dinox run --shrink`: then settled is false and exit_code 3 whatever the verdict).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
+
+
+def exit_code(d: Decision) -> int:
+    """A verdict the evidence did not settle (or one on shrunk trials) exits 3, whatever it reads."""
+    return EXIT_CODES[d.verdict] if d.settled else EXIT_CODES["UNSETTLED"]
 
 
 def to_json(d: Decision) -> dict[str, Any]:
@@ -43,7 +49,8 @@ def _payload(d: Decision) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "verdict": d.verdict,
         "settled": d.settled,
-        "exit_code": EXIT_CODES[d.verdict],
+        "shrunk": d.shrunk,
+        "exit_code": exit_code(d),
         "unsettled": [
             {"model": mv.label, "device": mv.device, "why": mv.unsettled_why, "span": mv.span} for mv in d.unsettled
         ],

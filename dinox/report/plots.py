@@ -230,7 +230,8 @@ def _days(d: Decision, path: Path) -> Path:
     priced = any(mv.cost is not None for mv in d.models)
     ax.set_xlim(0, xmax * (1.7 if priced else 1.5))  # room for the annotations
     ax.set_xlabel("days for the schedule: bar from the fastest to the slowest timed window of the plan's trials")
-    ax.set_title(f"{d.verdict}{'' if d.settled else ' (not settled)'}: {d.budget.describe()}", fontsize=10)
+    settled = " on SHRUNK trials (not the study's)" if d.shrunk else "" if d.settled else " (not settled)"
+    ax.set_title(f"{d.verdict}{settled}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()
     ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)

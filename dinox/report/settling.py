@@ -12,6 +12,8 @@ from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WIND
 
 def headline(d: Decision) -> str:
     """The verdict and whether the evidence settled it, as every surface says it."""
+    if d.shrunk:
+        return f"{d.verdict} on SHRUNK trials (exit 3: `dinox run --shrink` measured a small stand-in, not the study)"
     return d.verdict if d.settled else f"{d.verdict} (exit 3: the measurement cannot decide)"
 
 
@@ -37,7 +39,7 @@ def verifications(d: Decision) -> list[tuple[ModelVerdict, str]]:
 
 
 def remeasure_command(d: Decision) -> str:
-    return f"dinox run {d.spec_arg} --remeasure-unsettled"
+    return f"dinox run {d.spec_arg} --remeasure-unsettled{' --shrink' if d.shrunk else ''}"
 
 
 def head_to_head_command(d: Decision) -> str:
@@ -48,6 +50,11 @@ def unsettled_lines(d: Decision) -> list[str]:
     """What would settle it: the runs to measure again and the command, or why measuring again cannot."""
     if d.settled and not (d.remeasure or d.capped):
         return []
+    if d.shrunk:
+        return [
+            "measured shrunk: this decision tries the pipeline; the study's own figures come from "
+            f"`dinox run {d.spec_arg}` without --shrink, on the machine it will train on"
+        ]
     out = []
     if d.remeasure:
         shown = ", ".join(d.remeasure[:6]) + (", ..." if len(d.remeasure) > 6 else "")

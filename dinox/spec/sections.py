@@ -345,6 +345,11 @@ class TrialSpec(Section):
     runtime: RuntimeSpec | None = None
     routine: RoutineSpec | None = None
     budget: Annotated[BudgetSpec | None, DECISION] = None
+    shrunk: Annotated[bool | None, added(MEASURE)] = Field(
+        None,
+        description="set by --shrink: the spec made small to try here (dinox.plan.shrink); decide will not plan "
+        "from such trials unless told (--shrunk); null: the spec as written",
+    )
 
     @property
     def size(self) -> int:

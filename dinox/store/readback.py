@@ -12,6 +12,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dinox import record as rec
+from dinox.plan.shrink import shrunk_name
 from dinox.spec import params
 from dinox.store.backend import (
     TrackingError,
@@ -70,9 +71,11 @@ def fetch_trials(
         for name in experiments:
             exp = client.get_experiment_by_name(name)
             if exp is None or exp.lifecycle_stage == "deleted":
+                small = client.get_experiment_by_name(shrunk_name(name))
+                shrunk = f"; {shrunk_name(name)!r} holds its `dinox run --shrink` trials (decide --shrunk)"
                 raise TrackingError(
                     f"experiment {name!r} not found in {shown_uri(tracking_uri)}: `dinox run SPEC` records a "
-                    "spec's trials in the experiment named by its `name`"
+                    f"spec's trials in the experiment named by its `name`{shrunk if small is not None else ''}"
                 )
             home = home or exp.experiment_id
             sources.append(f"experiment {name}")
@@ -134,10 +137,12 @@ def log_decision(
     tracking_uri: str,
     experiment_id: str,
     verdict: str,
+    settled: bool,
     params: dict[str, str],
     metrics: dict[str, float],
     files: list[Path],
     note: str = "",
+    shrunk: bool = False,
 ) -> str:
     """Record a decision as a run of its own (dinox.role = decision) with the report files as artifacts.
     Under `mlflow run`, the run MLflow started is that run."""
@@ -156,9 +161,10 @@ def log_decision(
             tags=[
                 RunTag(rec.ROLE, "decision"),
                 RunTag(rec.VERDICT, verdict),
-                RunTag(rec.SETTLED, str(verdict != "UNSETTLED").lower()),
+                RunTag(rec.SETTLED, str(settled).lower()),
             ]
-            + ([RunTag(NOTE_TAG, note)] if note else []),
+            + ([RunTag(NOTE_TAG, note)] if note else [])
+            + ([RunTag(rec.SHRUNK, "true")] if shrunk else []),
         )
         for path in files:
             client.log_artifact(run_id, str(path))

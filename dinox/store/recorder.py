@@ -104,7 +104,7 @@ class SweepRecorder:
         except (MlflowException, OSError, ValueError, ImportError) as e:
             raise TrackingError(store_error(self.uri, e)) from None
 
-    def open_sweep(self, name: str, spec_path: str, n_trials: int, shard: str = "") -> str:
+    def open_sweep(self, name: str, spec_path: str, n_trials: int, shard: str = "", shrunk: bool = False) -> str:
         """The sweep's parent run (the adopted one under `mlflow run`), tagged; after connect()."""
         try:
             if not self.parent_run_id:
@@ -119,6 +119,7 @@ class SweepRecorder:
                 rec.SPEC_NAME: name,
                 **ProcessRef.me().tags(),
                 **({rec.SHARD: shard} if shard else {}),
+                **({rec.SHRUNK: "true"} if shrunk else {}),
             }
             self.client.log_batch(
                 self.parent_run_id,
@@ -227,6 +228,7 @@ class SweepRecorder:
                 rec.SWEEP_VALUES: trial.label,
                 # Set before the trial runs, so the run can always be found again (dinox sync).
                 rec.RESULT_ID: result_id,
+                **({rec.SHRUNK: "true"} if trial.spec.shrunk else {}),
             },
         )
         return run.info.run_id

@@ -193,7 +193,9 @@ class Sweep:
 
     def _setup_parent(self) -> None:
         o = self.options
-        self.parent = self.recorder.open_sweep(self.name, self.doc.path, len(self.trials), o.shard)
+        self.parent = self.recorder.open_sweep(
+            self.name, self.doc.path, len(self.trials), o.shard, shrunk=bool(self.trials[0].spec.shrunk)
+        )
         self.report.parent_run_id = self.parent
 
     def _close_orphans(self) -> None:
