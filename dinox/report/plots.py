@@ -206,8 +206,9 @@ def _days(d: Decision, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(12 if d.per_device else 10, max(2.8, 0.6 * len(d.models) + 1.6)))
     labels = [_name(d, mv, 60 if d.per_device else 45) for mv in d.models]
     # A bar from the fast end to the slow end of what was measured (no clean bar where the windows disagree),
-    # a tick at the forecast; the colour is the verdict, amber where the range straddles the budget.
-    colour = {"GO": "tab:green", "NO-GO": "tab:red", "UNSETTLED": "tab:orange"}
+    # a tick at the forecast; the colour is the verdict, amber where the range straddles the budget; grey
+    # on shrunk trials, whose verdict is about a stand-in (no green bar a glance takes for the study's).
+    colour = {} if d.shrunk else {"GO": "tab:green", "NO-GO": "tab:red", "UNSETTLED": "tab:orange"}
     slow = [mv.span.days_slow if mv.span else 0.0 for mv in d.models]
     fast = [mv.span.days_fast if mv.span else 0.0 for mv in d.models]
     xmax = max([*slow, d.budget.days])
@@ -219,7 +220,8 @@ def _days(d: Decision, path: Path) -> Path:
     for i, mv in enumerate(d.models):
         cost = f", cost {fmt_cost(mv.cost)}" if mv.cost is not None else ""
         text = (
-            f" {fmt_days(fast[i])}-{fmt_days(slow[i])} days, forecast {fmt_days(mv.days)} ({mv.verdict}){cost}"
+            f" {fmt_days(fast[i])}-{fmt_days(slow[i])} days, forecast {fmt_days(mv.days)} ({mv.verdict}"
+            f"{', shrunk' if d.shrunk else ''}){cost}"
             if mv.span
             else " no qualifying trial"
         )
