@@ -55,13 +55,29 @@ def load_trials(
         if preflight:
             from dinox.plan.preflight import check
 
-            problems = grid.locate(doc, check(trials))
+            problems = grid.locate(doc, check(trials) or entry_problems(trials))
             if problems:
                 raise spec_file.SpecError(doc.path, problems)
         return doc, trials
     except spec_file.SpecError as e:
         e.problems = [_named_override(p, items) for p in e.problems]
         raise
+
+
+def entry_problems(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
+    """Each `kind: python` objective imported and built in a child (dinox.measure.entry_check): what is wrong
+    with each entry, as preflight problems. This process never imports the team's code."""
+    from dinox.spec.sections import PythonObjective
+
+    users = [t for t in trials if isinstance(t.spec.objective, PythonObjective)]
+    if not users:
+        return []
+    from dinox.isolate.runner import run_entry_check
+
+    found, failure = run_entry_check([t.spec.model_dump(mode="json") for t in users])
+    if failure:
+        return [(users[0], "objective.entry", f"the check of the entry gave no answer: {failure}")]
+    return [(users[i], "objective.entry", message) for i, message in found]
 
 
 def machine_problems(doc: SpecDocument, trials: list[Trial], sets: tuple[str, ...] = ()) -> list[Problem]:

@@ -129,9 +129,26 @@ def submit(
         f"{launch.compress(ids)} of {tasks} slices, recording into {shown_uri(uri)}\n"
         f"       files and logs: {job.job_dir}; one task again: dinox submit ... --array ID"
     )
+    for line in _entry_lines(trials, launcher):
+        click.echo(line)
     if wait:
         _wait_for(chosen, job, job_id, uri, trials, env)
         click.echo(f"dinox: all {len(ids)} tasks completed; decide: dinox decide --spec {spec_file}")
+
+
+def _entry_lines(trials: list, launcher: str) -> list[str]:
+    """Where the tasks import a `kind: python` step from: it was imported and built here (preflight); a task
+    finds it again only where the same folder is there."""
+    from dinox.spec.sections import PythonObjective
+
+    entries = {(o.entry, o.path) for t in trials if isinstance(o := t.spec.objective, PythonObjective)}
+    where = (
+        f"each task starts in {Path.cwd()} (sbatch's script cds there): the folder must be on a file system the "
+        "nodes share"
+        if launcher == "slurm"
+        else "the pods import it from the same folder in --image: the image must hold it there"
+    )
+    return [f"       objective.entry {e}: imported and built here from {p}; {where}" for e, p in sorted(entries)]
 
 
 def _render_and_submit(

@@ -310,6 +310,31 @@ def run_estimate(
         return None, one_line(f"{_death(proc.returncode) if proc.returncode else 'no result'}; {_tail(log_path)}")
 
 
+def run_entry_check(specs: list[dict[str, Any]], timeout: float = 600.0) -> tuple[list[tuple[int, str]], str]:
+    """`python -m dinox.measure.entry_check` on these trial specs: ([(index, what is wrong)], "") or ([], why
+    it gave no answer). Never raises. A spawned child, never the fork server: a user's module imported there
+    would be inherited by every trial forked after it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="dinox-entry-") as tmp:
+        work = Path(tmp)
+        in_path, out_path, log_path = work / "request.json", work / "result.json", work / "entry.log"
+        in_path.write_text(json.dumps({"specs": specs}))
+        with open(log_path, "wb") as log:
+            proc, _isolation = _launch("dinox.measure.entry_check", in_path, out_path, log, log_path, None, {})
+            deadline = time.time() + timeout
+            try:
+                while proc.poll() is None and time.time() < deadline:
+                    time.sleep(0.02)
+            finally:
+                kill_group(proc)
+                proc.wait()
+        try:
+            return [(int(i), str(m)) for i, m in json.loads(out_path.read_text())["problems"]], ""
+        except (OSError, ValueError, KeyError, TypeError):
+            return [], one_line(f"{_death(proc.returncode) if proc.returncode else 'no result'}; {_tail(log_path)}")
+
+
 def _read_result(path: Path) -> TrialResult | None:
     try:
         return TrialResult.from_json(path.read_text())

@@ -3,7 +3,9 @@
 - ``trial``: the child's entry (``python -m dinox.measure.trial``): builds model, data and step, measures,
   writes a ``dinox.contract.TrialResult``. ``estimate``: the meta-device estimate child (parameters, FLOPs, saved
   activations).
-- ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes;
+- ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes
+  (``objectives.Objective``: the protocol, the seam a team's own step plugs into); ``user_step``: that step,
+  imported from the spec's entry; ``entry_check``: validate's child that builds it;
   ``runtime``: the spec's process-wide settings applied and read back.
 - ``loop``: the timed step loop; ``batches`` the loader as the loop sees it; ``ahead`` the next batch copied
   ahead; ``timeline`` the device's own clock; ``windows`` what the loop measures as plain records.

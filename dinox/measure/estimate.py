@@ -37,7 +37,7 @@ from dinox.data.views import view_plan
 from dinox.isolate import lifeline
 from dinox.measure import models, objectives, runtime
 from dinox.plan.footprint import Machine, ModelCost
-from dinox.spec.sections import TrialSpec
+from dinox.spec.sections import ModelSpec, PythonObjective, TrialSpec
 
 SAMPLES = 2  # BatchNorm needs more than one sample in training mode
 
@@ -142,9 +142,7 @@ def _step(spec: TrialSpec, grad_checkpointing: bool, fused: bool = False) -> tup
     plan = view_plan(spec)
     model_spec = spec.model.model_copy(update={"grad_checkpointing": grad_checkpointing})
     with torch.device("meta"):
-        model = models.build(model_spec, num_classes, plan.sizes)
-        model.train()
-        objective = objectives.build(model, spec.objective)
+        objective, model = _objective(spec, model_spec, num_classes, plan.sizes)
     chans = models.in_chans(spec.model)
     views = [torch.empty(SAMPLES, chans, s, s, device="meta") for s in plan.sizes]
     images: Any = views if dino else views[0]
@@ -165,15 +163,31 @@ def _step(spec: TrialSpec, grad_checkpointing: bool, fused: bool = False) -> tup
     kept = saved.total + sum(inputs) + max(segments, default=0)
     trainable = sum(p.numel() for p in objective.parameters())
     counts = {
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": sum(p.numel() for p in (model.parameters() if model is not None else everything.values())),
         "trainable": trainable,
         "frozen": sum(p.numel() for p in everything.values()) - trainable,
     }
     return float(counter.get_total_flops()), float(kept), counts
 
 
+def _objective(
+    spec: TrialSpec, model_spec: ModelSpec, num_classes: int, sizes: list[int]
+) -> tuple[Any, torch.nn.Module | None]:
+    """The trial's objective on the meta device, and its model (the backbone; None for a user's step, whose
+    every module is its model), a user's step built there by its own entry."""
+    o = spec.objective
+    if isinstance(o, PythonObjective):
+        from dinox.measure import user_step
+
+        context = user_step.Context(model_spec, torch.device("meta"), spec.precision, num_classes, o.options)
+        return user_step.build(o, context), None
+    model = models.build(model_spec, num_classes, sizes)
+    model.train()
+    return objectives.build(model, o), model
+
+
 def _modules(objective: Any) -> list[torch.nn.Module]:
-    return [v for v in vars(objective).values() if isinstance(v, torch.nn.Module)]
+    return objective.modules()
 
 
 def cost_of(spec: TrialSpec) -> ModelCost:

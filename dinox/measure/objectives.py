@@ -1,15 +1,17 @@
 """Training objectives: what one micro-batch computes, and what follows each optimizer step.
 
-Both objectives take a batch ``(x, y)``: for classification ``x`` is an image tensor; for DINO it is the
-list of multi-crop views (global crops first), and ``y`` is ignored.
+``Objective`` is the seam: what a training step is to dinox, declared once. dinox's two implement it
+(classification and DINO, below), and a ``kind: python`` spec's entry returns one (dinox.measure.user_step).
+Each takes a batch ``(x, y)``: for classification (and a user's step) ``x`` is an image tensor; for DINO it is
+the list of multi-crop views (global crops first), and ``y`` is ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -17,6 +19,35 @@ import torch.nn.functional as F
 from torch import nn
 
 from dinox.spec.sections import ClassificationObjective, DinoObjective
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """What dinox needs of a training step. The loop calls ``loss`` under its autocast and backward, steps the
+    optimizer over ``parameters``, then calls ``after_optimizer_step`` (an EMA, a schedule); ``compile`` and
+    ``distribute`` hand each module that trains to torch.compile / DistributedDataParallel (the spec decides
+    whether they are called). ``modules``, ``local``, ``evaluate`` and ``state`` have defaults for a user's
+    step (OPTIONAL): its nn.Module attributes, no exchange to leave out, the loss, the modules' weights."""
+
+    def parameters(self) -> Iterable[nn.Parameter]: ...
+    def loss(self, batch: Any) -> torch.Tensor: ...
+    def after_optimizer_step(self) -> None: ...
+    def compile(self, compile_fn: Callable[[nn.Module], nn.Module]) -> None: ...
+    def distribute(self, wrap: Callable[[nn.Module], nn.Module]) -> nn.Module: ...
+    def modules(self) -> list[nn.Module]: ...
+    def local(self) -> contextlib.AbstractContextManager: ...
+    def evaluate(self, batch: Any) -> Any: ...
+    def state(self) -> dict[str, Any]: ...
+
+
+# What a user's step must define itself, and what dinox supplies where it does not.
+REQUIRED = ("parameters", "loss", "after_optimizer_step", "compile", "distribute")
+OPTIONAL = ("modules", "local", "evaluate", "state")
+
+
+def attribute_modules(obj: Any) -> list[nn.Module]:
+    """An object's nn.Module attributes: the model; DINO's student and teacher."""
+    return [v for v in vars(obj).values() if isinstance(v, nn.Module)]
 
 
 class Classification:
@@ -49,6 +80,9 @@ class Classification:
 
     def after_optimizer_step(self) -> None:
         """Nothing: classification pays for no work outside the optimizer step."""
+
+    def modules(self) -> list[nn.Module]:
+        return attribute_modules(self)
 
     def local(self) -> contextlib.AbstractContextManager:
         """Steps that exchange nothing between ranks: classification's loss exchanges nothing."""
@@ -166,6 +200,9 @@ class Dino:
             self.center.mul_(s.center_momentum).add_(batch_center, alpha=1 - s.center_momentum)
         return total / terms
 
+    def modules(self) -> list[nn.Module]:
+        return attribute_modules(self)
+
     @contextlib.contextmanager
     def local(self) -> Iterator[None]:
         """Steps that exchange nothing between ranks (the half-batch pair, under DDP's no_sync): the centre's
@@ -192,9 +229,7 @@ class Dino:
         torch._foreach_add_(self._teacher_params, self._student_params, alpha=1 - m)
 
 
-def build(
-    model: nn.Module, spec: ClassificationObjective | DinoObjective, soft_targets: bool = False
-) -> Classification | Dino:
+def build(model: nn.Module, spec: ClassificationObjective | DinoObjective, soft_targets: bool = False) -> Objective:
     if isinstance(spec, DinoObjective):
         return Dino(model, spec)
     return Classification(model, spec, soft_targets)

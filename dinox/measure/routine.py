@@ -58,8 +58,8 @@ def save_checkpoint(state: dict[str, Any], folder: Path, sync: Callable[[], None
 
 
 def modules(objective: Any) -> list[nn.Module]:
-    """The objective's modules (the model; DINO's student and teacher)."""
-    return [m for m in vars(objective).values() if isinstance(m, nn.Module)]
+    """The objective's modules (the model; DINO's student and teacher; a user's step's own)."""
+    return objective.modules()
 
 
 def evaluate(

@@ -44,7 +44,7 @@ from dinox.measure.result import describe_exception, is_oom  # noqa: E402
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import compute_metrics  # noqa: E402
-from dinox.spec.sections import TrialSpec  # noqa: E402
+from dinox.spec.sections import PythonObjective, TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
 
@@ -323,14 +323,22 @@ class TrialRun:
         spec = self.spec
         t = time.time()
         runtime.before_model(spec)
-        model = models.build(spec.model, self.num_classes, self.plan.sizes)
-        # The backbone's size is "the model's size" (what decide compares); a DINO head comes on top.
-        self.metrics[rec.PARAMS_M] = models.count_params_m(model)
-        memory_format = torch.channels_last if spec.model.channels_last else torch.contiguous_format
-        model = model.to(device=self.dev, memory_format=memory_format)
-        model.train()
-        mixup = self.prep is not None and self.prep.mixup is not None
-        self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
+        if isinstance(spec.objective, PythonObjective):  # the team's own step builds its own modules
+            from dinox.measure import user_step
+
+            context = user_step.Context(spec.model, self.dev, spec.precision, self.num_classes, spec.objective.options)
+            self.objective = user_step.build(spec.objective, context)
+            owned = {id(p): p for m in self.objective.modules() for p in m.parameters()}
+            self.metrics[rec.PARAMS_M] = sum(p.numel() for p in owned.values()) / 1e6
+        else:
+            model = models.build(spec.model, self.num_classes, self.plan.sizes)
+            # The backbone's size is "the model's size" (what decide compares); a DINO head comes on top.
+            self.metrics[rec.PARAMS_M] = models.count_params_m(model)
+            memory_format = torch.channels_last if spec.model.channels_last else torch.contiguous_format
+            model = model.to(device=self.dev, memory_format=memory_format)
+            model.train()
+            mixup = self.prep is not None and self.prep.mixup is not None
+            self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
         self.metrics[rec.TRAINABLE_PARAMS_M] = sum(p.numel() for p in self.objective.parameters()) / 1e6
         self.optimizer, fused = _build_optimizer(spec, self.objective.parameters(), self.dev)
         self.tags[rec.OPTIMIZER_FUSED] = str(fused)

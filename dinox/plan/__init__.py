@@ -7,4 +7,5 @@
   ``dinox.measure.estimate``, run in a child); ``peaks``: peak TFLOPs per accelerator, for MFU.
 - ``model_names``: timm's architectures without importing timm; ``table``: ``dinox plan``'s table.
 - ``shrink``: ``--shrink``, each sweep point made small to try the spec here first (marked shrunk).
+- ``user_entry``: a ``kind: python`` objective's module found on disk and its source hashed, never imported.
 """

@@ -29,10 +29,11 @@ def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
     def add(trial: Trial, path: str, message: str) -> None:
         problems.setdefault((path, message), (trial, path, message))
 
-    names = {t.spec.model.name for t in trials}
-    unknown = _unknown_models(names)
+    # A user's own step (objective kind python) names its model as it likes: the entry builds it.
+    timm_built = {t.index for t in trials if t.spec.objective.kind != "python"}
+    unknown = _unknown_models({t.spec.model.name for t in trials if t.index in timm_built})
     for t in trials:
-        if t.spec.model.name in unknown:
+        if t.index in timm_built and t.spec.model.name in unknown:
             add(t, "model.name", unknown[t.spec.model.name])
         data = t.spec.data
         if isinstance(data, CtPngData):

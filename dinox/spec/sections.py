@@ -123,8 +123,43 @@ class DinoObjective(Section):
     teacher_momentum: Annotated[float, CONFIG] = Field(0.996, ge=0.0, lt=1.0)
 
 
+_ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def _entry(value: str) -> str:
+    if not _ENTRY.fullmatch(value):
+        raise PydanticCustomError("entry", "module:callable, e.g. mypkg.recipe:build (dotted names, one colon)")
+    return value
+
+
+class PythonObjective(Section):
+    """The team's own training step: `entry` names a callable that receives what dinox decided (the model
+    section, the device, the precision, `options`) and returns an object with dinox's objective protocol
+    (dinox.measure.objectives.Objective). It gets the batches dinox's data section yields: (images, labels)."""
+
+    kind: Annotated[Literal["python"], SHAPE] = "python"
+    entry: Annotated[str, AfterValidator(_entry), SHAPE] = Field(
+        description="module:callable, imported in the trial's own process (never by decide, sync or the UI)"
+    )
+    path: Annotated[str, STEER] = Field(
+        ".", min_length=1, max_length=4096, description="the folder the module is imported from (the working one)"
+    )
+    options: Annotated[dict[str, JsonValue], AfterValidator(_sane_kwargs), SHAPE] = Field(
+        default_factory=dict, description="passed to the entry as context.options"
+    )
+    num_classes: Annotated[PositiveInt, SHAPE] = Field(
+        1000, le=10_000_000, description="the labels the data yields are in [0, num_classes)"
+    )
+    # Set by dinox from the entry's source when the spec is expanded (a value written here is replaced): a
+    # change in the team's code is a different trial, never a resumed one.
+    code: Annotated[str | None, SHAPE] = Field(None, description="set by dinox: sha256 of the entry's source")
+    file: Annotated[str | None, STEER] = Field(None, description="set by dinox: the file the entry's module is in")
+
+
 Objective = Annotated[
-    Annotated[ClassificationObjective, Tag("classification")] | Annotated[DinoObjective, Tag("dino")],
+    Annotated[ClassificationObjective, Tag("classification")]
+    | Annotated[DinoObjective, Tag("dino")]
+    | Annotated[PythonObjective, Tag("python")],
     tag_or("kind", "classification"),
 ]
 

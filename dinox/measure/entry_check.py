@@ -1,0 +1,68 @@
+"""`python -m dinox.measure.entry_check REQUEST_JSON RESULT_JSON`: each `kind: python` objective of a spec
+imported and built on the CPU, as a trial would build it, and its result held to the protocol; one line per
+entry that cannot give a step. `dinox validate`, `plan`, `run` and `submit` run it (dinox.plan.preflight) so a
+bad entry is exit 2 before anything is recorded, never a child's traceback; the parent never imports it.
+
+The request is ``{"specs": [trial spec, ...]}``; the result ``{"problems": [[index, message], ...]}``. What
+the entry prints goes to stderr: the result file is the only answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+
+import torch
+
+from dinox.contract import one_line
+from dinox.isolate import lifeline
+from dinox.measure import user_step
+from dinox.spec.sections import PythonObjective, TrialSpec
+
+
+def check(specs: list[TrialSpec]) -> list[tuple[int, str]]:
+    """(index of the first spec with it, what is wrong) for each distinct objective that cannot be built."""
+    seen: dict[str, str] = {}
+    out = []
+    for i, spec in enumerate(specs):
+        o = spec.objective
+        if not isinstance(o, PythonObjective):
+            continue
+        key = json.dumps([o.model_dump(mode="json"), spec.model.model_dump(mode="json")], sort_keys=True)
+        if key in seen:
+            continue
+        context = user_step.Context(spec.model, torch.device("cpu"), spec.precision, o.num_classes, o.options)
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                user_step.build(o, context)
+            seen[key] = ""
+        except user_step.EntryError as e:
+            seen[key] = str(e).removeprefix("objective.entry ")
+        except Exception as e:  # noqa: BLE001 - dinox's own part of the build (the timm model): said, not raised
+            seen[key] = one_line(f"{o.entry}: {type(e).__name__}: {e}", 400)
+        if seen[key]:
+            out.append((i, seen[key]))
+    return out
+
+
+def main(request_json: str, result_json: str) -> int:
+    request = json.loads(open(request_json).read())
+    specs = [TrialSpec.model_validate(s) for s in request["specs"]]
+    problems = check(specs)
+    tmp = f"{result_json}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump({"problems": problems}, f)
+    os.replace(tmp, result_json)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m dinox.measure.entry_check REQUEST_JSON RESULT_JSON")
+    lifeline.die_with_parent(lifeline.env_parent())
+    code = main(sys.argv[1], sys.argv[2])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no teardown of what the entry started (threads, atexit hooks): the answer is written

@@ -1,0 +1,73 @@
+"""Where a `kind: python` objective's code is, and what it is, found without importing it.
+
+The parent never runs the team's code (`decide`, `sync` and the UI read the store; `run` only expands the
+spec): the module is found on disk the way Python's path finder would (the objective's `path`, then this
+Python's own path) and its source is hashed: a package's every ``.py`` file (a change in a helper module is a
+change in the step), a lone module's own file. The hash and the file go into the trial's spec, so they are
+params and part of the trial's id. Importing, building and checking the protocol happen in a child
+(``python -m dinox.measure.entry_check``, at validate, plan and run) and in the trial's own process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+MAX_FILES = 5000  # a package larger than this is hashed by its first files (sorted) and says so
+MAX_BYTES = 64 * 1024 * 1024
+
+
+class EntryNotFound(ValueError):
+    pass
+
+
+def search_path(path: str) -> list[Path]:
+    """The folders the entry's module is looked for in: its `path` (relative to the working folder), then
+    this Python's path (installed packages, PYTHONPATH)."""
+    return [Path(path).resolve(), *(Path(p).resolve() for p in sys.path if p)]
+
+
+def locate(entry: str, path: str) -> tuple[Path, Path]:
+    """(the module's file: a package's __init__.py or a module's .py, the folder it is imported from). Raises
+    EntryNotFound."""
+    module = entry.split(":", 1)[0]
+    parts = module.split(".")
+    for folder in search_path(path):
+        base = folder.joinpath(*parts)
+        for candidate in (base / "__init__.py", base.with_suffix(".py")):
+            if candidate.is_file():
+                return candidate, folder
+    raise EntryNotFound(
+        f"module {module!r} is not in {Path(path).resolve()} (objective.path) nor on this Python's path: no "
+        f"{'/'.join(parts)}.py or {'/'.join(parts)}/__init__.py"
+    )
+
+
+def source_hash(entry: str, path: str) -> tuple[str, Path, Path]:
+    """(sha256 of the source, the module's file, the folder it is imported from). Raises EntryNotFound, and
+    OSError where it cannot be read."""
+    file, root = locate(entry, path)
+    top = _top_package(file, len(entry.split(":", 1)[0].split(".")))
+    files = sorted(top.rglob("*.py"))[:MAX_FILES] if top is not None else [file]
+    digest, total = hashlib.sha256(), 0
+    for f in files:
+        data = f.read_bytes()
+        total += len(data)
+        if total > MAX_BYTES:
+            break
+        rel = os.path.relpath(f, top.parent if top is not None else f.parent)
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest(), file, root
+
+
+def _top_package(file: Path, depth: int) -> Path | None:
+    """The folder of the entry's top-level package (None for a lone module file)."""
+    folder = file.parent
+    steps = depth - (0 if file.name == "__init__.py" else 1)
+    if steps <= 0:
+        return None
+    for _ in range(steps - 1):
+        folder = folder.parent
+    return folder
