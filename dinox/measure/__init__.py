@@ -4,7 +4,8 @@
   writes a ``dinox.contract.TrialResult``. ``estimate``: the meta-device estimate child (parameters, FLOPs, saved
   activations).
 - ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes
-  (``objectives.Objective``: the protocol, the seam a team's own step plugs into); ``user_step``: that step,
+  (``objectives.Objective``: the protocol, the seam a team's own step plugs into; ``heads``: DINO's head;
+  ``dinov2``: DINOv2's step); ``user_step``: a team's own step,
   imported from the spec's entry; ``entry_check``: validate's child that builds it;
   ``runtime``: the spec's process-wide settings applied and read back.
 - ``loop``: the timed step loop; ``batches`` the loader as the loop sees it; ``ahead`` the next batch copied

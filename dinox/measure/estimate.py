@@ -37,7 +37,7 @@ from dinox.data.views import view_plan
 from dinox.isolate import lifeline
 from dinox.measure import models, objectives, runtime
 from dinox.plan.footprint import Machine, ModelCost
-from dinox.spec.sections import ModelSpec, PythonObjective, TrialSpec
+from dinox.spec.sections import DinoObjective, ModelSpec, PythonObjective, TrialSpec
 
 SAMPLES = 2  # BatchNorm needs more than one sample in training mode
 
@@ -137,7 +137,7 @@ def _fused_attention(on: bool) -> Iterator[None]:
 def _step(spec: TrialSpec, grad_checkpointing: bool, fused: bool = False) -> tuple[float, float, dict[str, int]]:
     """(training FLOPs, bytes saved for backward, parameter counts) of one step of SAMPLES samples; `fused`:
     attention saves what a fused kernel saves (the FLOPs are then not counted: the plain step counts them)."""
-    dino = spec.objective.kind == "dino"
+    dino = isinstance(spec.objective, DinoObjective)  # multi-crop views (DINOv2's too)
     num_classes = 0 if dino else spec.objective.num_classes  # type: ignore[union-attr]
     plan = view_plan(spec)
     model_spec = spec.model.model_copy(update={"grad_checkpointing": grad_checkpointing})

@@ -18,7 +18,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from dinox.spec.sections import ClassificationObjective, DinoObjective
+from dinox.measure.dinov2 import Dinov2
+from dinox.measure.heads import DINOHead, attribute_modules
+from dinox.spec.sections import ClassificationObjective, DinoObjective, Dinov2Objective
 
 
 @runtime_checkable
@@ -40,14 +42,11 @@ class Objective(Protocol):
     def state(self) -> dict[str, Any]: ...
 
 
-# What a user's step must define itself, and what dinox supplies where it does not.
+# What a user's step must define itself, and what dinox supplies where it does not. Two more are read where
+# present: ``param_groups()`` (dicts of params with ``lr_scale`` / ``wd_scale``: per-group learning rates, as
+# DINOv2's layer-wise decay) and ``grad_clip`` (a max gradient norm the loop clips to, after unscaling).
 REQUIRED = ("parameters", "loss", "after_optimizer_step", "compile", "distribute")
 OPTIONAL = ("modules", "local", "evaluate", "state")
-
-
-def attribute_modules(obj: Any) -> list[nn.Module]:
-    """An object's nn.Module attributes: the model; DINO's student and teacher."""
-    return [v for v in vars(obj).values() if isinstance(v, nn.Module)]
 
 
 class Classification:
@@ -95,27 +94,6 @@ class Classification:
     def state(self) -> dict[str, Any]:
         """What a checkpoint holds of the objective: the model's weights."""
         return {"model": self.model.state_dict()}
-
-
-class DINOHead(nn.Module):
-    """DINO's projection head: MLP -> bottleneck -> L2 normalisation -> weight-normalised prototypes."""
-
-    def __init__(self, in_dim: int, out_dim: int, hidden_dim: int, bottleneck_dim: int, layers: int):
-        super().__init__()
-        dims = [in_dim] + [hidden_dim] * (layers - 1)
-        blocks: list[nn.Module] = []
-        for a, b in zip(dims[:-1], dims[1:], strict=True):
-            blocks += [nn.Linear(a, b), nn.GELU()]
-        blocks.append(nn.Linear(dims[-1], bottleneck_dim))
-        self.mlp = nn.Sequential(*blocks)
-        self.last_layer = nn.utils.parametrizations.weight_norm(nn.Linear(bottleneck_dim, out_dim, bias=False))
-        # DINO's norm_last_layer: the norm is fixed at 1, only the direction trains.
-        g = self.last_layer.parametrizations.weight.original0
-        g.data.fill_(1.0)
-        g.requires_grad = False
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.last_layer(F.normalize(self.mlp(x), dim=-1, p=2))
 
 
 class _Branch(nn.Module):
@@ -230,6 +208,8 @@ class Dino:
 
 
 def build(model: nn.Module, spec: ClassificationObjective | DinoObjective, soft_targets: bool = False) -> Objective:
+    if isinstance(spec, Dinov2Objective):
+        return Dinov2(model, spec)
     if isinstance(spec, DinoObjective):
         return Dino(model, spec)
     return Classification(model, spec, soft_targets)

@@ -44,7 +44,7 @@ from dinox.measure.result import describe_exception, is_oom  # noqa: E402
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import compute_metrics  # noqa: E402
-from dinox.spec.sections import PythonObjective, TrialSpec  # noqa: E402
+from dinox.spec.sections import DinoObjective, PythonObjective, TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
 
@@ -54,6 +54,11 @@ def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device) -> tuple[
     # Fused kernels by default where they are the norm in real training (CUDA); elsewhere torch's default.
     fused = o.fused if o.fused is not None else dev.type == "cuda"
     extra = {"fused": True} if fused else {}
+    if params and isinstance(params[0], dict):  # an objective's groups: scales of the spec's rate and decay
+        params = [
+            {"params": g["params"], "lr": o.lr * g["lr_scale"], "weight_decay": o.weight_decay * g["wd_scale"]}
+            for g in params
+        ]
     if o.name == "adamw":
         return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **extra), fused
     momentum = 0.9 if o.momentum is None else o.momentum
@@ -250,7 +255,7 @@ class TrialRun:
         tags.update(precision_tags)
         runtime.after_precision(spec)
         # DINO trains a headless backbone; classification labels come from the objective's class count.
-        self.num_classes = 0 if spec.objective.kind == "dino" else spec.objective.num_classes  # type: ignore[union-attr]
+        self.num_classes = 0 if isinstance(spec.objective, DinoObjective) else spec.objective.num_classes  # type: ignore[union-attr]
         self.plan = view_plan(spec)
 
     def _samples_needed(self) -> int:
@@ -340,7 +345,9 @@ class TrialRun:
             mixup = self.prep is not None and self.prep.mixup is not None
             self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
         self.metrics[rec.TRAINABLE_PARAMS_M] = sum(p.numel() for p in self.objective.parameters()) / 1e6
-        self.optimizer, fused = _build_optimizer(spec, self.objective.parameters(), self.dev)
+        groups = getattr(self.objective, "param_groups", None)  # per-group learning rates, where it has them
+        params = groups() if callable(groups) else list(self.objective.parameters())
+        self.optimizer, fused = _build_optimizer(spec, params, self.dev)
         self.tags[rec.OPTIMIZER_FUSED] = str(fused)
         if self.distributed is not None:
             from torch.nn.parallel import DistributedDataParallel
@@ -403,6 +410,11 @@ class TrialRun:
         self.last_loss = loss.detach()  # no .item(): that would synchronise inside the step
 
     def optimizer_step(self) -> None:
+        clip = getattr(self.objective, "grad_clip", None)
+        if clip:  # DINOv2's clip_grad: on the true gradients, so unscaled first where a scaler scaled them
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.objective.parameters(), clip)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()

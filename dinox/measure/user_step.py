@@ -94,6 +94,9 @@ class UserObjective:
 
     def __init__(self, inner: Any):
         self.inner = inner
+        self.grad_clip = getattr(inner, "grad_clip", None)
+        if callable(getattr(inner, "param_groups", None)):
+            self.param_groups = inner.param_groups
 
     def parameters(self) -> Iterable[nn.Parameter]:
         return self.inner.parameters()

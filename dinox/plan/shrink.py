@@ -76,7 +76,7 @@ def apply(raw: dict[str, Any], shrink: Shrink) -> None:
     _model(model)
     _cap(model, "img_size", _px(IMAGE_PX, patch), default=224)
     objective = raw.get("objective")
-    if isinstance(objective, dict) and objective.get("kind") == "dino":
+    if isinstance(objective, dict) and objective.get("kind") in ("dino", "dinov2"):
         for key, most in _DINO_HEAD.items():
             _cap(objective, key, most, default=math.inf)
         _cap(objective, "global_crop_size", _px(IMAGE_PX, patch))

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from dinox.record import param_problem
 from dinox.spec.data_sources import CtPngData, ImageFolderData, WebDatasetData
 from dinox.spec.fields import FieldProblem, field_problems
-from dinox.spec.sections import DinoObjective, TrialSpec
+from dinox.spec.sections import DinoObjective, Dinov2Objective, TrialSpec
 
 Rule = tuple[str, str]  # (field path, message)
 
@@ -168,6 +168,11 @@ def _objective(t: TrialSpec) -> list[Rule]:
     o = t.objective
     if isinstance(o, DinoObjective) and o.global_crops + o.local_crops < 2:
         return [("objective.local_crops", "DINO compares views: global_crops + local_crops must be >= 2")]
+    if isinstance(o, Dinov2Objective) and o.mask_ratio_min > o.mask_ratio_max:
+        why = f"{o.mask_ratio_min} is above mask_ratio_max {o.mask_ratio_max}: a range from the smaller"
+        return [("objective.mask_ratio_min", why)]
+    if isinstance(o, Dinov2Objective) and o.global_crops < 2:
+        return [("objective.global_crops", "DINOv2 compares each global crop with another: 2 at least")]
     return []
 
 

@@ -123,6 +123,33 @@ class DinoObjective(Section):
     teacher_momentum: Annotated[float, CONFIG] = Field(0.996, ge=0.0, lt=1.0)
 
 
+class Dinov2Objective(DinoObjective):
+    """DINOv2's recipe (facebookresearch/dinov2, ssl_default_config.yaml's defaults): DINO's head and multi-crop,
+    plus iBOT on masked patch tokens of the global crops (block masks, the head shared with DINO's unless
+    ibot_separate_head), KoLeo on the student's class tokens, centering or Sinkhorn-Knopp for the teacher,
+    gradient clipping, layer-wise learning-rate decay and a stochastic depth that skips the dropped samples'
+    compute. Each switches off on its own (ibot: false, koleo_weight: 0, clip_grad: null, layerwise_decay: 1,
+    drop_path: 0, drop_path_skip: false for timm's DropPath, which zeroes but still computes)."""
+
+    kind: Annotated[Literal["dinov2"], SHAPE] = "dinov2"  # type: ignore[assignment]
+    ibot: Annotated[bool, SHAPE] = Field(True, description="iBOT's masked-patch loss (its head runs on every step)")
+    ibot_separate_head: Annotated[bool, SHAPE] = Field(False, description="a head of its own (ViT-L/g configs)")
+    mask_sample_probability: Annotated[float, SHAPE] = Field(0.5, ge=0.0, le=1.0)
+    mask_ratio_min: Annotated[float, SHAPE] = Field(0.1, ge=0.0, le=1.0)
+    mask_ratio_max: Annotated[float, SHAPE] = Field(0.5, ge=0.0, le=1.0)
+    koleo_weight: Annotated[float, CONFIG] = Field(0.1, ge=0.0, le=100.0, description="0: no KoLeo term")
+    centering: Annotated[Literal["centering", "sinkhorn_knopp"], CONFIG] = "centering"
+    clip_grad: Annotated[PositiveFloat | None, CONFIG] = Field(3.0, le=1e6, description="null: no clipping")
+    layerwise_decay: Annotated[float, CONFIG] = Field(0.9, gt=0.0, le=1.0, description="1: one learning rate")
+    patch_embed_lr_mult: Annotated[float, CONFIG] = Field(0.2, gt=0.0, le=1.0)
+    drop_path: Annotated[float, SHAPE] = Field(0.3, ge=0.0, lt=1.0, description="the student's, every block")
+    drop_path_skip: Annotated[bool, SHAPE] = Field(
+        True, description="above 0.1, compute each residual branch only for the samples kept (DINOv2's)"
+    )
+    teacher_momentum: Annotated[float, CONFIG] = Field(0.992, ge=0.0, lt=1.0)
+    teacher_temp: Annotated[PositiveFloat, CONFIG] = Field(0.07, le=100.0)
+
+
 _ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
@@ -159,6 +186,7 @@ class PythonObjective(Section):
 Objective = Annotated[
     Annotated[ClassificationObjective, Tag("classification")]
     | Annotated[DinoObjective, Tag("dino")]
+    | Annotated[Dinov2Objective, Tag("dinov2")]
     | Annotated[PythonObjective, Tag("python")],
     tag_or("kind", "classification"),
 ]

@@ -1,0 +1,109 @@
+"""DINOv2's step (dinox.measure.dinov2): trains on the CPU with each component on and off, and `dinox plan`'s
+FLOPs count the iBOT head's work on the masked patches on top of the DINO step's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dinox.measure import dinov2, estimate, models, objectives
+from dinox.spec.sections import TrialSpec
+
+HEAD = {"out_dim": 512, "head_hidden_dim": 128, "head_bottleneck_dim": 32, "head_layers": 3}
+CROPS = {"global_crops": 2, "local_crops": 2, "local_crop_size": 32}
+
+
+def _spec(kind: str = "dinov2", **over) -> TrialSpec:
+    model = {"name": "vit_tiny_patch16_224", "img_size": 64, "kwargs": {"depth": 2}}
+    return TrialSpec.model_validate({"name": "d", "model": model, "objective": {"kind": kind, **HEAD, **CROPS, **over}})
+
+
+def _views(b: int = 4) -> list[torch.Tensor]:
+    return [torch.randn(b, 3, 64, 64), torch.randn(b, 3, 64, 64), torch.randn(b, 3, 32, 32), torch.randn(b, 3, 32, 32)]
+
+
+COMPONENTS = {
+    "defaults": {},
+    "no_ibot": {"ibot": False},
+    "separate_ibot_head": {"ibot_separate_head": True},
+    "no_koleo": {"koleo_weight": 0},
+    "sinkhorn_knopp": {"centering": "sinkhorn_knopp"},
+    "no_clip": {"clip_grad": None},
+    "one_lr": {"layerwise_decay": 1.0},
+    "no_drop_path": {"drop_path": 0},
+    "zeroing_drop_path": {"drop_path_skip": False},
+}
+
+
+@pytest.mark.parametrize("case", list(COMPONENTS))
+def test_the_step_trains_with_each_component_on_and_off(case):
+    torch.manual_seed(0)
+    spec = _spec(**COMPONENTS[case])
+    o = spec.objective
+    step = objectives.build(models.build(spec.model, 0, [64, 32]), o)
+    groups = step.param_groups()
+    opt = torch.optim.AdamW([{"params": g["params"], "lr": 1e-3 * g["lr_scale"]} for g in groups])
+    teacher_before = [p.clone() for p in step.teacher.parameters()]
+    losses = []
+    for _ in range(3):
+        loss = step.loss((_views(), None))
+        loss.backward()
+        if step.grad_clip:
+            norm = torch.nn.utils.clip_grad_norm_(step.parameters(), step.grad_clip)
+            assert torch.isfinite(norm)
+        opt.step()
+        opt.zero_grad()
+        step.after_optimizer_step()
+        losses.append(float(loss.detach()))
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert any(not torch.equal(a, b) for a, b in zip(teacher_before, step.teacher.parameters(), strict=True))  # EMA
+    assert step.grad_clip == o.clip_grad
+    scales = sorted({round(g["lr_scale"], 6) for g in groups})
+    r = o.layerwise_decay  # the embeddings and tokens r^3 (patch_embed x 0.2), block i r^(2-i), the rest 1
+    assert scales == sorted({round(x, 6) for x in (r**3 * 0.2, r**3, r**2, r, 1.0)})
+    assert (step.student.ibot_head is not None) == (o.ibot and o.ibot_separate_head)
+    skipping = [b for b in step.student.tokens.vit.blocks if "forward" in vars(b)]
+    assert len(skipping) == (2 if o.drop_path > 0.1 and o.drop_path_skip else 0)
+    assert not any("forward" in vars(b) for b in step.teacher.tokens.vit.blocks)  # the teacher drops nothing
+    mask_grad = step.student.tokens.mask_token.grad
+    assert (mask_grad is not None and bool(mask_grad.abs().sum() > 0)) == o.ibot or mask_grad is None
+
+
+def test_the_compute_skipping_drop_path_runs_each_branch_on_the_samples_kept():
+    spec = _spec(drop_path=0.5)
+    step = objectives.build(models.build(spec.model, 0, [64, 32]), spec.objective)
+    block = step.student.tokens.vit.blocks[0]
+    seen: list[int] = []
+    block.mlp.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[0]))
+    block(torch.randn(8, 17, 192))
+    assert seen == [4]  # 8 samples at 0.5: the MLP ran on 4 of them
+    block.eval()
+    block(torch.randn(8, 17, 192))
+    assert seen == [4, 8]  # evaluation: every sample
+
+
+def test_block_masks_cover_the_asked_share_of_the_global_crops():
+    spec = _spec(mask_sample_probability=0.5, mask_ratio_min=0.1, mask_ratio_max=0.5)
+    bank = dinov2._MaskBank(spec.objective, models.build(spec.model, 0, [64, 32]))
+    masks, picked, weights = bank.draw(16, torch.device("cpu"))
+    per_image = masks.sum(dim=1)
+    assert int((per_image > 0).sum()) == 8 and int(per_image.max()) <= 16 * 0.5 + 4  # 4x4 patches at 64 px
+    assert picked.numel() == int(masks.sum()) and torch.allclose(weights.sum(), torch.tensor(8.0))
+
+
+def test_plan_counts_the_ibot_head_on_the_masked_patches():
+    """With drop path and KoLeo off, DINOv2's FLOPs are DINO's plus the head on every masked patch token: a
+    forward through the teacher's, a forward and a backward (2x) through the student's."""
+    common = {"drop_path": 0, "koleo_weight": 0}
+    dino = estimate.cost_of(_spec("dino"))
+    with_ibot = estimate.cost_of(_spec(**common))
+    without = estimate.cost_of(_spec(ibot=False, **common))
+    assert without.flops_per_image == pytest.approx(dino.flops_per_image, rel=1e-6)
+    spec = _spec(**common)
+    bank = dinov2._MaskBank(spec.objective, models.build(spec.model, 0, [64, 32]))
+    masked = int(bank.draw(2 * estimate.SAMPLES, torch.device("cpu"))[0].sum())  # the draw the estimate makes
+    d, h, b, k = 192, HEAD["head_hidden_dim"], HEAD["head_bottleneck_dim"], HEAD["out_dim"]
+    head_forward = 2 * (d * h + h * h + h * b + b * k)
+    expected = 4 * head_forward * masked / estimate.SAMPLES
+    assert with_ibot.flops_per_image - dino.flops_per_image == pytest.approx(expected, rel=0.02)
+    assert with_ibot.saved_bytes_per_image > dino.saved_bytes_per_image  # the memory plan holds the iBOT head too
