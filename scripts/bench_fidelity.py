@@ -9,6 +9,9 @@ images/s of each and the ratio of their medians (target: at or above 0.98).
     python scripts/bench_fidelity.py --model vit_small_patch16_224 --img 224 --batch 64 --precision bf16-mixed
     python scripts/bench_fidelity.py --system-metrics       # also dinox with its system metrics sampled, as in
                                                             # a sweep: their cost (target: under 1 %)
+    python scripts/bench_fidelity.py --user-entry           # a team's own step (objective kind python): the same
+                                                            # module, measured by dinox and driven by a plain
+                                                            # loop (target: between 0.98 and 1.02)
     python scripts/bench_fidelity.py --loader-bound         # a loader-bound trial: 2 workers x prefetch 4 of
                                                             # samples that take 10 ms, a compiled 2-layer ViT
                                                             # whose first step (compilation) is long
@@ -44,6 +47,53 @@ measure: {{warmup_steps: {warmup}, bench_steps: {steps}, {repeats}timeout_s: 180
 """
 
 
+# --user-entry: the team's module, as a team writes it (its own timm model and loss), outside dinox.
+USER_MODULE = """\
+import timm
+import torch.nn.functional as F
+
+
+class Step:
+    def __init__(self, ctx):
+        self.model = timm.create_model(
+            ctx.options["model"], pretrained=False, num_classes=ctx.num_classes, **ctx.options["kwargs"]
+        ).to(ctx.device)
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def loss(self, batch):
+        images, labels = batch
+        return F.cross_entropy(self.model(images), labels)
+
+    def after_optimizer_step(self):
+        pass
+
+    def compile(self, compile_fn):
+        self.model = compile_fn(self.model)
+
+    def distribute(self, wrap):
+        self.model = wrap(self.model)
+        return self.model
+
+
+def build(ctx):
+    return Step(ctx)
+"""
+
+
+def user_kwargs(a: argparse.Namespace) -> dict:
+    """The timm model's arguments as the team's module passes them (img_size where the model takes one)."""
+    import timm
+
+    kwargs = dict(a.kwargs)
+    if "img_size" in timm.create_model(a.model, pretrained=False).default_cfg.get(
+        "input_size", ()
+    ) or a.model.startswith(("vit", "deit")):
+        kwargs["img_size"] = a.img
+    return kwargs
+
+
 def spec_text(a: argparse.Namespace) -> str:
     """The trial: one window, or (loader-bound) dinox's default windows, 2 to 5 until they agree."""
     values = {
@@ -53,7 +103,13 @@ def spec_text(a: argparse.Namespace) -> str:
         "persistent": str(a.workers > 0).lower(),
         "repeats": "" if a.loader_bound else "repeats: 1, ",
     }
-    return SPEC.format(**values)
+    text = SPEC.format(**values)
+    if a.user_entry:  # the same model, built by the team's module instead of by dinox
+        options = json.dumps({"model": a.model, "kwargs": user_kwargs(a)})
+        where = f'path: "{a.module_dir}", num_classes: 100, options: {options}'
+        entry = f'{{kind: python, entry: "benchstep:build", {where}}}'
+        text = text.replace("objective: {num_classes: 100}", f"objective: {entry}")
+    return text
 
 
 def hand_loop(a: argparse.Namespace) -> float:
@@ -68,13 +124,27 @@ def hand_loop(a: argparse.Namespace) -> float:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    try:
-        model = timm.create_model(a.model, pretrained=False, num_classes=100, img_size=a.img, **a.kwargs)
-    except TypeError:
-        model = timm.create_model(a.model, pretrained=False, num_classes=100, **a.kwargs)
-    model = model.to(device).train()
-    if a.compile:
-        model = torch.compile(model)
+    if a.user_entry:  # the team's module, driven by the plain loop: its loss is the step
+        sys.path.insert(0, a.module_dir)
+        import types
+
+        import benchstep  # type: ignore[import-not-found]
+
+        ctx = types.SimpleNamespace(
+            device=device, num_classes=100, options={"model": a.model, "kwargs": user_kwargs(a)}
+        )
+        team = benchstep.build(ctx)
+        if a.compile:
+            team.compile(torch.compile)
+        model = team.model.train()
+    else:
+        try:
+            model = timm.create_model(a.model, pretrained=False, num_classes=100, img_size=a.img, **a.kwargs)
+        except TypeError:
+            model = timm.create_model(a.model, pretrained=False, num_classes=100, **a.kwargs)
+        model = model.to(device).train()
+        if a.compile:
+            model = torch.compile(model)
     opt = torch.optim.AdamW(
         model.parameters(), lr=1e-3, weight_decay=0.05, **({"fused": True} if device.type == "cuda" else {})
     )
@@ -103,7 +173,7 @@ def hand_loop(a: argparse.Namespace) -> float:
             x, y = next(it)
             x, y = x.to(device).float().sub_(mean).div_(std), y.to(device)
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                loss = loss_fn(model(x), y) / a.accum
+                loss = (team.loss((x, y)) if a.user_entry else loss_fn(model(x), y)) / a.accum
             (scaler.scale(loss) if scaler else loss).backward()
         if scaler:
             scaler.step(opt)
@@ -176,6 +246,8 @@ def main() -> None:
     p.add_argument("--hand-steps", type=int, default=None, help="the hand loop's timed steps (default: --steps)")
     p.add_argument("--hand-settle", type=int, default=0, help="untimed hand-loop steps after its warm-up")
     p.add_argument("--kwargs", type=json.loads, default={}, help="timm.create_model keyword arguments, as JSON")
+    p.add_argument("--user-entry", action="store_true", help="a team's own step module on both sides")
+    p.add_argument("--module-dir", default="", help=argparse.SUPPRESS)  # where --user-entry's module is
     p.add_argument("--hand-loop", action="store_true", help=argparse.SUPPRESS)  # the child's side
     a = p.parse_args()
     if a.loader_bound:
@@ -195,9 +267,14 @@ def main() -> None:
     if a.hand_loop:
         print(json.dumps({"images_per_s": hand_loop(a)}))
         return
-    skip = ("rounds", "hand_loop", "system_metrics", "loader_bound", "compile", "kwargs")
+    module_dir = tempfile.mkdtemp(prefix="dinox-team-")
+    if a.user_entry:
+        a.module_dir = module_dir
+        Path(module_dir, "benchstep.py").write_text(USER_MODULE)
+    skip = ("rounds", "hand_loop", "system_metrics", "loader_bound", "compile", "kwargs", "user_entry")
     args = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in skip]
     args += ["--kwargs", json.dumps(a.kwargs)] + (["--compile"] if a.compile else [])
+    args += ["--user-entry"] if a.user_entry else []
     dinox, hand, sampled, cpu = [], [], [], {False: [], True: []}
     global SERVER
     from dinox.isolate.forkserver import ForkServer
@@ -216,13 +293,14 @@ def main() -> None:
     SERVER.close()
     loading = f", samples {a.delay_ms:g} ms, prefetch {a.prefetch}" if a.delay_ms else ""
     print(
-        f"{a.model} at {a.img} px, batch {a.batch} x {a.accum}, {a.precision}, {a.workers} workers{loading}"
+        f"{'a team module building ' if a.user_entry else ''}{a.model} at {a.img} px, batch {a.batch} x {a.accum}, "
+        f"{a.precision}, {a.workers} workers{loading}"
         f"{', compiled' if a.compile else ''}, {a.steps} steps a dinox window, {a.hand_steps} timed hand-loop steps "
         f"after {a.warmup + a.hand_settle}, {a.rounds} rounds"
     )
     print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
     print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
-    target = "between 0.98 and 1.02" if a.loader_bound else ">= 0.98"
+    target = "between 0.98 and 1.02" if a.loader_bound or a.user_entry else ">= 0.98"
     print(
         f"fidelity_ratio {statistics.median(dinox) / statistics.median(hand):.3f}  (dinox / hand loop; target {target})"
     )

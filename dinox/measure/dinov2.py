@@ -12,7 +12,8 @@ on a timm ViT, each component switchable (dinox.spec.sections.Dinov2Objective):
 
 Masks come from a bank drawn once (block masks as DINOv2's MaskingGenerator makes them): a step picks from it
 on the host, as DINOv2's collate does in its workers, and takes index tensors, so no boolean indexing runs on
-the device (and the meta-device estimate counts the same work).
+the device; the heads run on DINOv2's padded `upperbound` rows, a figure of the batch alone (so the
+meta-device estimate counts the same work).
 """
 
 from __future__ import annotations
@@ -75,22 +76,26 @@ class _Branch(nn.Module):
         locals_: list[torch.Tensor],
         masks: torch.Tensor | None,
         picked: torch.Tensor | None,
+        rows: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """(global class tokens after the head, local ones, masked patch tokens after their head, the global
         class tokens before it). `masks` replaces patches by the mask token; `picked` indexes the patches
-        (flattened over the batch) whose tokens iBOT reads."""
+        (flattened over the batch) whose tokens iBOT reads, padded with zeros to `rows` for the head (DINOv2's
+        upperbound buffer: the same shapes every step), cut back after it."""
         g = self.tokens(globals_, masks)
         cls_g = g[:, 0]
         cls_l = [self.tokens(v)[:, 0] for v in _by_size(locals_)]
         patches = None
         if picked is not None:
-            patches = g[:, self.prefix :].flatten(0, -2).index_select(0, picked)
+            chosen = g[:, self.prefix :].flatten(0, -2).index_select(0, picked)
+            patches = F.pad(chosen, (0, 0, 0, max(rows - chosen.shape[0], 0)))
         heads_in = [cls_g, *cls_l] + ([patches] if patches is not None and self.ibot_head is None else [])
         out = self.head(torch.cat(heads_in))
         n_g, n_l = cls_g.shape[0], sum(c.shape[0] for c in cls_l)
         out_g, out_l = out[:n_g], out[n_g : n_g + n_l] if n_l else None
         if patches is not None:
             patches = out[n_g + n_l :] if self.ibot_head is None else self.ibot_head(patches)
+            patches = patches[: picked.shape[0]]  # type: ignore[union-attr]
         return out_g, out_l, patches, cls_g
 
 
@@ -188,11 +193,12 @@ class Dinov2:
         s, g = self.spec, self.spec.global_crops
         globals_ = torch.cat(views[:g])
         masks, picked, weights = self.masks.draw(globals_.shape[0], globals_.device) if s.ibot else (None,) * 3
+        rows = self.masks.upperbound(globals_.shape[0]) if s.ibot else 0
         with torch.no_grad():
-            t_g, _t_l, t_patch, _ = self.teacher(globals_, [], None, picked)
+            t_g, _t_l, t_patch, _ = self.teacher(globals_, [], None, picked, rows)
             t_cls = self._teacher_probs(t_g.float(), self.center)
             t_patch = self._teacher_probs(t_patch.float(), self.patch_center) if t_patch is not None else None
-        s_g, s_l, s_patch, cls_g = self.student(globals_, list(views[g:]), masks, picked)
+        s_g, s_l, s_patch, cls_g = self.student(globals_, list(views[g:]), masks, picked, rows)
         t_chunks = t_cls.chunk(g)
         s_g_chunks, s_l_chunks = s_g.float().chunk(g), s_l.float().chunk(len(views) - g) if s_l is not None else ()
         terms = [_ce(t, x, s.student_temp) for t in t_chunks for x in s_l_chunks]
@@ -326,12 +332,27 @@ class _MaskBank:
                 mask[top : top + bh, lft : lft + bw] = True
         return mask.flatten()
 
+    def upperbound(self, n: int) -> int:
+        """The rows the heads run on for `n` global crops: DINOv2 pads the masked tokens to the most its draw can
+        give (each masked crop at the top of its ratio bucket), so every step has the same shapes."""
+        masked = int(n * self.spec.mask_sample_probability)
+        return sum(int(self.h * self.w * hi) for hi in self._buckets(masked)[1:])
+
+    def _buckets(self, masked: int) -> list[float]:
+        s = self.spec
+        return torch.linspace(s.mask_ratio_min, s.mask_ratio_max, masked + 1).tolist()
+
     def draw(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(masks (n, patches) on the device, the flat indices of the masked patches, each one's weight: one
-        over its image's masked count)."""
-        masked = int(n * self.spec.mask_sample_probability)
-        rows = [self.bank[self.rng.randrange(BANK)] for _ in range(masked)]
-        rows += [torch.zeros(self.h * self.w, dtype=torch.bool, device="cpu")] * (n - masked)
+        over its image's masked count), as DINOv2's collate_data_and_cast draws them: masked crop i takes a
+        ratio in the i-th of equal buckets over [min, max], the rest none, shuffled."""
+        s, bounds = self.spec, self._buckets(int(n * self.spec.mask_sample_probability))
+        span = max(s.mask_ratio_max - s.mask_ratio_min, 1e-9)
+        rows = []
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            ratio = self.rng.uniform(lo, hi)
+            rows.append(self.bank[min(BANK - 1, int((ratio - s.mask_ratio_min) / span * BANK))])
+        rows += [torch.zeros(self.h * self.w, dtype=torch.bool, device="cpu")] * (n - len(rows))
         self.rng.shuffle(rows)
         masks = torch.stack(rows)
         counts = masks.sum(dim=1)
