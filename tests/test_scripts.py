@@ -62,6 +62,20 @@ def test_bench_fidelity_prints_its_figures(tmp_path):
     assert re.search(r"^fidelity_ratio \d+\.\d{3} ", out, re.M), out
 
 
+def test_bench_fidelity_user_entry_and_bench_dinov2_print_their_ratios(tmp_path):
+    """Issue 38's two fidelity figures: a team module measured by dinox against the same module in a plain
+    loop, and dinox's DINOv2 step against a loop written from DINOv2's own code (one tiny round each)."""
+    small = ("--steps", "2", "--warmup", "1", "--rounds", "1", "--batch", "4")
+    out = run_script("bench_fidelity.py", "--user-entry", "--img", "32", *small, cwd=tmp_path)
+    assert out.startswith("a team module building resnet18 at 32 px"), out
+    assert re.search(r"^fidelity_ratio \d+\.\d{3}  \(dinox / hand loop; target between 0.98 and 1.02\)$", out, re.M)
+    out = run_script(
+        "bench_dinov2.py", "--img", "32", "--depth", "1", "--locals", "2", "--local-px", "16", *small, cwd=tmp_path
+    )
+    assert re.search(r"^hand loop images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
+    assert re.search(r"^fidelity_ratio \d+\.\d{3}  \(dinox / hand loop; target between 0.98 and 1.02\)$", out, re.M)
+
+
 def _gpu_check():
     import importlib.util
 

@@ -60,7 +60,7 @@ def run_spec(work: Path, spec: dict) -> list:
     return runs
 
 
-def test_vit_large_dino_on_ct_png_and_on_webdataset(ct_data):
+def test_vit_large_dinov2_on_ct_png_and_on_webdataset(ct_data):
     crops = {
         "objective__out_dim": 512,
         "objective__head_hidden_dim": 64,
@@ -84,9 +84,10 @@ def test_vit_large_dino_on_ct_png_and_on_webdataset(ct_data):
     runs = run_spec(ct_data, spec)
     assert sorted(r.data.params["data.source"] for r in runs) == ["ct_png", "webdataset"]
     for r in runs:
-        assert r.data.params["objective.kind"] == "dino" and r.data.params["objective.out_dim"] == "512"
+        assert r.data.params["objective.kind"] == "dinov2" and r.data.params["objective.out_dim"] == "512"
+        assert (r.data.params["objective.ibot"], r.data.params["objective.clip_grad"]) == ("True", "3.0")
         assert r.data.params["model.grad_checkpointing"] == "True" and r.data.params["precision"] == "bf16-mixed"
-        # The backbone is what decide compares; the DINO head is extra trainable weight.
+        # The backbone is what decide compares; the DINO head (and the mask token) is extra trainable weight.
         assert r.data.metrics["trainable_params_m"] > r.data.metrics["params_m"] > 0
         assert r.data.metrics["images_per_s_compute_only"] > 0 and r.data.tags["dinox.bound_rule"] == "ablation"
 

@@ -67,7 +67,7 @@ def load_trials(
 def entry_problems(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
     """Each `kind: python` objective imported and built in a child (dinox.measure.entry_check): what is wrong
     with each entry, as preflight problems. This process never imports the team's code."""
-    from dinox.spec.sections import PythonObjective
+    from dinox.spec.objectives import PythonObjective
 
     users = [t for t in trials if isinstance(t.spec.objective, PythonObjective)]
     if not users:

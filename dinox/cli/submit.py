@@ -139,7 +139,7 @@ def submit(
 def _entry_lines(trials: list, launcher: str) -> list[str]:
     """Where the tasks import a `kind: python` step from: it was imported and built here (preflight); a task
     finds it again only where the same folder is there."""
-    from dinox.spec.sections import PythonObjective
+    from dinox.spec.objectives import PythonObjective
 
     entries = {(o.entry, o.path) for t in trials if isinstance(o := t.spec.objective, PythonObjective)}
     where = (

@@ -11,7 +11,8 @@ import torch
 from torchvision.transforms.v2 import RandomResizedCrop
 from torchvision.transforms.v2 import functional as F
 
-from dinox.spec.sections import DinoObjective, TrialSpec
+from dinox.spec.objectives import DinoObjective
+from dinox.spec.sections import TrialSpec
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from timm.models._manipulate import checkpoint_seq
 from torch import nn
 
 from dinox.measure.heads import DINOHead, attribute_modules
-from dinox.spec.sections import Dinov2Objective
+from dinox.spec.objectives import Dinov2Objective
 
 BANK = 256  # block masks drawn once per masked count bucket
 

@@ -19,7 +19,8 @@ import torch
 from dinox.contract import one_line
 from dinox.isolate import lifeline
 from dinox.measure import user_step
-from dinox.spec.sections import PythonObjective, TrialSpec
+from dinox.spec.objectives import PythonObjective
+from dinox.spec.sections import TrialSpec
 
 
 def check(specs: list[TrialSpec]) -> list[tuple[int, str]]:

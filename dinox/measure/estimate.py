@@ -37,7 +37,8 @@ from dinox.data.views import view_plan
 from dinox.isolate import lifeline
 from dinox.measure import models, objectives, runtime
 from dinox.plan.footprint import Machine, ModelCost
-from dinox.spec.sections import DinoObjective, ModelSpec, PythonObjective, TrialSpec
+from dinox.spec.objectives import DinoObjective, PythonObjective
+from dinox.spec.sections import ModelSpec, TrialSpec
 
 SAMPLES = 2  # BatchNorm needs more than one sample in training mode
 

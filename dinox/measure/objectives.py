@@ -20,7 +20,7 @@ from torch import nn
 
 from dinox.measure.dinov2 import Dinov2
 from dinox.measure.heads import DINOHead, attribute_modules
-from dinox.spec.sections import ClassificationObjective, DinoObjective, Dinov2Objective
+from dinox.spec.objectives import ClassificationObjective, DinoObjective, Dinov2Objective
 
 
 @runtime_checkable

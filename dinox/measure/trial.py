@@ -44,7 +44,8 @@ from dinox.measure.result import describe_exception, is_oom  # noqa: E402
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import compute_metrics  # noqa: E402
-from dinox.spec.sections import DinoObjective, PythonObjective, TrialSpec  # noqa: E402
+from dinox.spec.objectives import DinoObjective, PythonObjective  # noqa: E402
+from dinox.spec.sections import TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
 

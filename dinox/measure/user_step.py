@@ -27,7 +27,8 @@ from torch import nn
 from dinox.contract import one_line
 from dinox.errors import DinoxError
 from dinox.measure import models, objectives
-from dinox.spec.sections import ModelSpec, PythonObjective
+from dinox.spec.objectives import PythonObjective
+from dinox.spec.sections import ModelSpec
 
 
 class EntryError(DinoxError, ValueError):

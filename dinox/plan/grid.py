@@ -17,8 +17,9 @@ from dinox.plan import shrink as shrinking
 from dinox.plan import user_entry
 from dinox.spec.fields import FieldProblem
 from dinox.spec.file import Problem, SpecDocument, SpecError
+from dinox.spec.objectives import PythonObjective
 from dinox.spec.rules import check_trial
-from dinox.spec.sections import ROLES, PythonObjective, TrialSpec
+from dinox.spec.sections import ROLES, TrialSpec
 
 
 @dataclass(frozen=True)

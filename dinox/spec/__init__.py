@@ -1,7 +1,8 @@
 """The spec: what a user writes, read and checked before anything else happens. No torch, no MLflow.
 
 - ``sections``: the pydantic models (one trial, every knob single-valued, each field with its role); ``base``
-  what every section shares; ``data_sources`` the ``data:`` choices; ``runtime`` the process-wide settings;
+  what every section shares; ``data_sources`` the ``data:`` choices; ``objectives`` the ``objective:`` ones
+  (classification, DINO, DINOv2, a team's own step); ``runtime`` the process-wide settings;
   ``routine`` the run's checkpoints and evaluation passes;
   ``shard_urls`` which shard locations may be named.
 - ``file``: reading a spec file safely, with every key's line; ``overrides``: ``--set KEY=VALUE``.

@@ -3,9 +3,11 @@ the discriminator that lets a union's tag be left out. Torch-free."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator
+from pydantic import BaseModel, ConfigDict, Discriminator, JsonValue
+from pydantic_core import PydanticCustomError
 
 
 class Section(BaseModel):
@@ -33,3 +35,17 @@ def tag_or(key: str, default: str):
         return str(getattr(value, key, default))
 
     return Discriminator(pick)
+
+
+def sane_kwargs(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    # Free-form, but numbers in it are model sizes and rates: finite and not astronomically large.
+    def check(v: JsonValue) -> None:
+        if isinstance(v, float) and not (math.isfinite(v) and abs(v) <= 1e9):
+            raise PydanticCustomError("kwarg_number", f"{v} is not a usable model argument (finite, at most 1e9)")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**9:
+            raise PydanticCustomError("kwarg_number", f"{v} is not a usable model argument (at most 1e9)")
+        for item in v.values() if isinstance(v, dict) else v if isinstance(v, list) else ():
+            check(item)
+
+    check(value)
+    return value

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from dinox.record import param_problem
 from dinox.spec.data_sources import CtPngData, ImageFolderData, WebDatasetData
 from dinox.spec.fields import FieldProblem, field_problems
-from dinox.spec.sections import DinoObjective, Dinov2Objective, TrialSpec
+from dinox.spec.objectives import DinoObjective, Dinov2Objective
+from dinox.spec.sections import TrialSpec
 
 Rule = tuple[str, str]  # (field path, message)
 

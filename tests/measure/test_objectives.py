@@ -7,7 +7,7 @@ import timm
 import torch
 
 from dinox.measure import objectives
-from dinox.spec.sections import DinoObjective
+from dinox.spec.objectives import DinoObjective
 
 
 def tiny_dino(**kw) -> objectives.Dino:
