@@ -328,6 +328,8 @@ def main() -> None:
     print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
     print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
     ratio = statistics.median(dinox) / statistics.median(hand)
+    paired = [d / h for d, h in zip(dinox, hand, strict=True)]  # each round's two sides ran back to back
+    print(f"round ratios        {' '.join(f'{r:.3f}' for r in paired)}  median {statistics.median(paired):.3f}")
     print(f"fidelity_ratio {ratio:.3f}  (dinox / hand loop; target between 0.98 and 1.02)")
 
 
