@@ -65,19 +65,18 @@ def load_trials(
 
 
 def entry_problems(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
-    """Each `kind: python` objective imported and built in a child (dinox.measure.entry_check): what is wrong
-    with each entry, as preflight problems. This process never imports the team's code."""
-    from dinox.spec.objectives import PythonObjective
-
-    users = [t for t in trials if isinstance(t.spec.objective, PythonObjective)]
+    """Each of the team's own entries (objective kind python, data source python) imported and built in a
+    child (dinox.measure.entry_check): what is wrong with each, as preflight problems. This process never
+    imports the team's code."""
+    users = [t for t in trials if "python" in (t.spec.objective.kind, t.spec.data.source)]
     if not users:
         return []
     from dinox.isolate.runner import run_entry_check
 
     found, failure = run_entry_check([t.spec.model_dump(mode="json") for t in users])
     if failure:
-        return [(users[0], "objective.entry", f"the check of the entry gave no answer: {failure}")]
-    return [(users[i], "objective.entry", message) for i, message in found]
+        return [(users[0], "objective.entry", f"the check of the entries gave no answer: {failure}")]
+    return [(users[i], field, message) for i, field, message in found]
 
 
 def machine_problems(doc: SpecDocument, trials: list[Trial], sets: tuple[str, ...] = ()) -> list[Problem]:

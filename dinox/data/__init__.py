@@ -71,9 +71,14 @@ class Repeated:
 
 def _build(spec: TrialSpec, channels: int, num_classes: int, samples_needed: int, plan: ViewPlan) -> Pipeline:
     from dinox.data.views import HuWindow
-    from dinox.spec.data_sources import CtPngData, ImageFolderData, SyntheticData
+    from dinox.spec.data_sources import CtPngData, ImageFolderData, PythonData, SyntheticData
 
     data = spec.data
+    if isinstance(data, PythonData):  # the team's own dataset: its samples as it makes them
+        from dinox.data.user_data import DataContext, build
+
+        context = DataContext(spec.model.img_size, channels, num_classes, plan, samples_needed, data.options)
+        return Pipeline(build(data, context), images=data.normalize)
     if isinstance(data, SyntheticData):
         from dinox.data.synthetic import SyntheticImages
 

@@ -310,8 +310,8 @@ def run_estimate(
         return None, one_line(f"{_death(proc.returncode) if proc.returncode else 'no result'}; {_tail(log_path)}")
 
 
-def run_entry_check(specs: list[dict[str, Any]], timeout: float = 600.0) -> tuple[list[tuple[int, str]], str]:
-    """`python -m dinox.measure.entry_check` on these trial specs: ([(index, what is wrong)], "") or ([], why
+def run_entry_check(specs: list[dict[str, Any]], timeout: float = 600.0) -> tuple[list[tuple[int, str, str]], str]:
+    """`python -m dinox.measure.entry_check` on these trial specs: ([(index, field, what is wrong)], "") or ([], why
     it gave no answer). Never raises. A spawned child, never the fork server: a user's module imported there
     would be inherited by every trial forked after it."""
     import tempfile
@@ -330,7 +330,7 @@ def run_entry_check(specs: list[dict[str, Any]], timeout: float = 600.0) -> tupl
                 kill_group(proc)
                 proc.wait()
         try:
-            return [(int(i), str(m)) for i, m in json.loads(out_path.read_text())["problems"]], ""
+            return [(int(i), str(f), str(m)) for i, f, m in json.loads(out_path.read_text())["problems"]], ""
         except (OSError, ValueError, KeyError, TypeError):
             return [], one_line(f"{_death(proc.returncode) if proc.returncode else 'no result'}; {_tail(log_path)}")
 

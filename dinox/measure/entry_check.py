@@ -3,7 +3,7 @@ imported and built on the CPU, as a trial would build it, and its result held to
 entry that cannot give a step. `dinox validate`, `plan`, `run` and `submit` run it (dinox.plan.preflight) so a
 bad entry is exit 2 before anything is recorded, never a child's traceback; the parent never imports it.
 
-The request is ``{"specs": [trial spec, ...]}``; the result ``{"problems": [[index, message], ...]}``. What
+The request is ``{"specs": [trial spec, ...]}``; the result ``{"problems": [[index, field, message], ...]}``. What
 the entry prints goes to stderr: the result file is the only answer.
 """
 
@@ -17,35 +17,61 @@ import sys
 import torch
 
 from dinox.contract import one_line
+from dinox.entrypoints import EntryError
 from dinox.isolate import lifeline
 from dinox.measure import user_step
+from dinox.spec.data_sources import PythonData
 from dinox.spec.objectives import PythonObjective
 from dinox.spec.sections import TrialSpec
 
 
-def check(specs: list[TrialSpec]) -> list[tuple[int, str]]:
-    """(index of the first spec with it, what is wrong) for each distinct objective that cannot be built."""
+def check(specs: list[TrialSpec]) -> list[tuple[int, str, str]]:
+    """(index of the first spec with it, the field, what is wrong) for each distinct entry that cannot give a
+    step (objective) or a sample (data)."""
     seen: dict[str, str] = {}
     out = []
     for i, spec in enumerate(specs):
-        o = spec.objective
-        if not isinstance(o, PythonObjective):
-            continue
-        key = json.dumps([o.model_dump(mode="json"), spec.model.model_dump(mode="json")], sort_keys=True)
-        if key in seen:
-            continue
-        context = user_step.Context(spec.model, torch.device("cpu"), spec.precision, o.num_classes, o.options)
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                user_step.build(o, context)
-            seen[key] = ""
-        except user_step.EntryError as e:
-            seen[key] = str(e).removeprefix("objective.entry ")
-        except Exception as e:  # noqa: BLE001 - dinox's own part of the build (the timm model): said, not raised
-            seen[key] = one_line(f"{o.entry}: {type(e).__name__}: {e}", 400)
-        if seen[key]:
-            out.append((i, seen[key]))
+        for part, build in (("objective", _objective), ("data", _data)):
+            section = getattr(spec, part)
+            if section.__class__.__name__ not in ("PythonObjective", "PythonData"):
+                continue
+            key = json.dumps(
+                [part, section.model_dump(mode="json"), spec.model.model_dump(mode="json")], sort_keys=True
+            )
+            if key in seen:
+                continue
+            try:
+                with contextlib.redirect_stdout(sys.stderr):
+                    build(spec)
+                seen[key] = ""
+            except EntryError as e:
+                seen[key] = str(e).removeprefix(f"{part}.entry ")
+            except Exception as e:  # noqa: BLE001 - dinox's own part of the build (the timm model): said, not raised
+                seen[key] = one_line(f"{section.entry}: {type(e).__name__}: {e}", 400)
+            if seen[key]:
+                out.append((i, f"{part}.entry", seen[key]))
     return out
+
+
+def _objective(spec: TrialSpec) -> None:
+    o = spec.objective
+    assert isinstance(o, PythonObjective)
+    user_step.build(o, user_step.Context(spec.model, torch.device("cpu"), spec.precision, o.num_classes, o.options))
+
+
+def _data(spec: TrialSpec) -> None:
+    from dinox.data import user_data
+    from dinox.data.views import view_plan
+
+    d = spec.data
+    assert isinstance(d, PythonData)
+    o = spec.objective
+    classes = max(getattr(o, "num_classes", 1), 1)
+    context = user_data.DataContext(spec.model.img_size, 3, classes, view_plan(spec), 1, d.options)
+    sample = user_data.first_sample(user_data.build(d, context), d)
+    if not (isinstance(sample, (tuple, list)) and len(sample) == 2):
+        what = f"a {len(sample)}-tuple" if isinstance(sample, (tuple, list)) else type(sample).__name__
+        raise EntryError(f"data.entry {d.entry}: a sample is {what}; the step takes (image or views, label) pairs")
 
 
 def main(request_json: str, result_json: str) -> int:

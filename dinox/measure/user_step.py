@@ -13,26 +13,18 @@ user's own file:line), no such name, not callable, a build that raises, a result
 from __future__ import annotations
 
 import contextlib
-import importlib
-import sys
-import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from dinox.contract import one_line
-from dinox.errors import DinoxError
+from dinox import entrypoints
+from dinox.entrypoints import EntryError
 from dinox.measure import models, objectives
 from dinox.spec.objectives import PythonObjective
 from dinox.spec.sections import ModelSpec
-
-
-class EntryError(DinoxError, ValueError):
-    """The objective's entry cannot give a step: one line, at validate (exit 2) or as the trial's error."""
 
 
 @dataclass(frozen=True)
@@ -51,37 +43,13 @@ class Context:
         return model.to(self.device)
 
 
-def load(o: PythonObjective) -> Callable[[Context], Any]:
-    """The entry's callable, its module imported from the objective's path. Raises EntryError."""
-    module_name, _, name = o.entry.partition(":")
-    root = str(Path(o.path).resolve())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    try:
-        module = importlib.import_module(module_name)
-    except BaseException as e:  # noqa: BLE001 - a SystemExit or KeyboardInterrupt in its import is its failure too
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise EntryError(f"objective.entry {o.entry}: importing {module_name} failed: {_where(e, root)}") from None
-    target = getattr(module, name, None)
-    if target is None:
-        found = getattr(module, "__file__", module_name)
-        raise EntryError(f"objective.entry {o.entry}: {found} has no {name!r}")
-    if not callable(target):
-        raise EntryError(f"objective.entry {o.entry}: {name} is {_a(type(target).__name__)}, not a callable")
-    return target
-
-
 def build(o: PythonObjective, context: Context) -> UserObjective:
     """The entry called with `context`, its result checked against the protocol. Raises EntryError."""
-    target, root = load(o), str(Path(o.path).resolve())
-    try:
-        made = target(context)
-    except Exception as e:  # noqa: BLE001 - the team's code: its failure, said in one line with its place
-        raise EntryError(f"objective.entry {o.entry}: the call raised {_where(e, root)}") from None
+    target, root = entrypoints.load(o.entry, o.path, "objective.entry")
+    made = entrypoints.call(target, context, o.entry, root, "objective.entry")
     missing = [m for m in objectives.REQUIRED if not callable(getattr(made, m, None))]
     if made is None or missing:
-        what = "None" if made is None else f"{_a(type(made).__name__)}"
+        what = "None" if made is None else entrypoints.a(type(made).__name__)
         lacks = f" without {', '.join(missing)}" if made is not None else ""
         raise EntryError(
             f"objective.entry {o.entry}: returned {what}{lacks}; it must return an object with "
@@ -129,18 +97,3 @@ class UserObjective:
     def state(self) -> dict[str, Any]:
         own = getattr(self.inner, "state", None)
         return own() if callable(own) else {f"module{i}": m.state_dict() for i, m in enumerate(self.modules())}
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
-
-
-def _where(e: BaseException, root: str) -> str:
-    """`TypeError: message (recipe.py:12)`: the exception and the innermost frame of the user's own code (in
-    the folder the entry is imported from), where there is one."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(root + "/")]
-    place = f" ({frames[-1].filename[len(root) + 1 :]}:{frames[-1].lineno})" if frames else ""
-    message = str(e)
-    if isinstance(e, SyntaxError) and e.filename:  # its own text already says where, less plainly
-        place, message = f" ({e.filename.removeprefix(root + '/')}:{e.lineno})", str(e.msg)
-    return one_line(f"{type(e).__name__}: {message}{place}", 400)

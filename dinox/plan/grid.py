@@ -15,6 +15,7 @@ from typing import Any
 
 from dinox.plan import shrink as shrinking
 from dinox.plan import user_entry
+from dinox.spec.data_sources import PythonData
 from dinox.spec.fields import FieldProblem
 from dinox.spec.file import Problem, SpecDocument, SpecError
 from dinox.spec.objectives import PythonObjective
@@ -154,7 +155,9 @@ def expand(doc: SpecDocument, max_trials: int | None = None, shrink: bool = Fals
         raise SpecError(doc.path, [Problem("sweep", message, doc.line_of(("sweep",)))])
     pts = points(doc)
     small = shrinking.of(doc.base, [overrides for overrides, _ in pts]) if shrink else None
-    codes: dict[tuple[str, str], tuple[str, ...] | str] = {}  # (entry, path) -> (hash, file, root) or what is wrong
+    codes: dict[
+        tuple[str, ...], tuple[str, ...] | str
+    ] = {}  # (section, entry, path) -> (hash, file, root), or what is wrong
     trials: list[Trial] = []
     # (path, message) -> (line, indices of trials it occurs in, overrides of the first)
     seen: dict[tuple[str, str], tuple[int | None, list[int], dict[str, Any]]] = {}
@@ -166,7 +169,7 @@ def expand(doc: SpecDocument, max_trials: int | None = None, shrink: bool = Fals
             shrinking.apply(raw, small)
             overrides = {k: v for k in overrides if (v := get_path(raw, k, _ABSENT)) is not _ABSENT}
         checked = check_trial(raw)
-        if isinstance(checked, TrialSpec) and isinstance(checked.objective, PythonObjective):
+        if isinstance(checked, TrialSpec):
             checked = _with_code(checked, codes)
         if isinstance(checked, TrialSpec):
             trials.append(Trial(index, len(pts), overrides, checked, trial_id(checked), where))
@@ -190,24 +193,28 @@ def expand(doc: SpecDocument, max_trials: int | None = None, shrink: bool = Fals
     return trials
 
 
-def _with_code(spec: TrialSpec, codes: dict[tuple[str, str], tuple[str, ...] | str]) -> TrialSpec | list[FieldProblem]:
-    """A `kind: python` trial with its entry's source hash and file (dinox.plan.user_entry), and its path made
-    the absolute folder the module was found in (a child imports it from there, whatever its working folder),
-    or the problem."""
-    o = spec.objective
-    assert isinstance(o, PythonObjective)
-    key = (o.entry, o.path)
-    if key not in codes:
-        try:
-            sha, file, root = user_entry.source_hash(o.entry, o.path)
-            codes[key] = (sha, str(file), str(root))
-        except (user_entry.EntryNotFound, OSError) as e:
-            codes[key] = str(e) if isinstance(e, user_entry.EntryNotFound) else f"cannot read its source: {e}"
-    found = codes[key]
-    if isinstance(found, str):
-        return [FieldProblem(("objective", "entry"), found)]
-    objective = o.model_copy(update={"code": found[0], "file": found[1], "path": found[2]})
-    return spec.model_copy(update={"objective": objective})
+def _with_code(spec: TrialSpec, codes: dict[tuple[str, ...], tuple[str, ...] | str]) -> TrialSpec | list[FieldProblem]:
+    """A trial whose objective or data is the team's own code (source: python, kind: python), each with its
+    entry's source hash and file (dinox.plan.user_entry) and its path made the absolute folder the module was
+    found in (a child imports it from there, whatever its working folder); or the problems."""
+    updates, problems = {}, []
+    for part in ("objective", "data"):
+        section = getattr(spec, part)
+        if not isinstance(section, (PythonObjective, PythonData)):
+            continue
+        key = (part, section.entry, section.path)
+        if key not in codes:
+            try:
+                sha, file, root = user_entry.source_hash(section.entry, section.path, part)
+                codes[key] = (sha, str(file), str(root))
+            except (user_entry.EntryNotFound, OSError) as e:
+                codes[key] = str(e) if isinstance(e, user_entry.EntryNotFound) else f"cannot read its source: {e}"
+        found = codes[key]
+        if isinstance(found, str):
+            problems.append(FieldProblem((part, "entry"), found))
+        else:
+            updates[part] = section.model_copy(update={"code": found[0], "file": found[1], "path": found[2]})
+    return problems or (spec.model_copy(update=updates) if updates else spec)
 
 
 def _idle_rungs(doc: SpecDocument, trials: list[Trial]) -> list[Problem]:

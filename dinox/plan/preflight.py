@@ -18,7 +18,7 @@ from dinox.data.files import (
     shard_urls,
 )
 from dinox.plan.grid import Trial
-from dinox.spec.data_sources import CtPngData, ImageFolderData, WebDatasetData
+from dinox.spec.data_sources import CtPngData, ImageFolderData, SyntheticData, WebDatasetData
 
 
 def check(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
@@ -109,7 +109,7 @@ def _set_size(t: Trial) -> tuple[int, str, str]:
         return min(rows, data.subset_size or rows) * data.inflation, "slices", f"{source} x inflation {data.inflation}"
     if isinstance(data, ImageFolderData):
         return count_images(data.root, _smallest_batch(t) * t.spec.hardware.gpus), "images", data.root
-    if not isinstance(data, WebDatasetData) and data.num_samples is not None:
+    if isinstance(data, SyntheticData) and data.num_samples is not None:
         return data.num_samples, "samples", "data.num_samples"
     return 0, "", ""
 

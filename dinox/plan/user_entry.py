@@ -29,7 +29,7 @@ def search_path(path: str) -> list[Path]:
     return [Path(path).resolve(), *(Path(p).resolve() for p in sys.path if p)]
 
 
-def locate(entry: str, path: str) -> tuple[Path, Path]:
+def locate(entry: str, path: str, section: str = "objective") -> tuple[Path, Path]:
     """(the module's file: a package's __init__.py or a module's .py, the folder it is imported from). Raises
     EntryNotFound."""
     module = entry.split(":", 1)[0]
@@ -40,15 +40,15 @@ def locate(entry: str, path: str) -> tuple[Path, Path]:
             if candidate.is_file():
                 return candidate, folder
     raise EntryNotFound(
-        f"module {module!r} is not in {Path(path).resolve()} (objective.path) nor on this Python's path: no "
+        f"module {module!r} is not in {Path(path).resolve()} ({section}.path) nor on this Python's path: no "
         f"{'/'.join(parts)}.py or {'/'.join(parts)}/__init__.py"
     )
 
 
-def source_hash(entry: str, path: str) -> tuple[str, Path, Path]:
+def source_hash(entry: str, path: str, section: str = "objective") -> tuple[str, Path, Path]:
     """(sha256 of the source, the module's file, the folder it is imported from). Raises EntryNotFound, and
     OSError where it cannot be read."""
-    file, root = locate(entry, path)
+    file, root = locate(entry, path, section)
     top = _top_package(file, len(entry.split(":", 1)[0].split(".")))
     files = sorted(top.rglob("*.py"))[:MAX_FILES] if top is not None else [file]
     digest, total = hashlib.sha256(), 0

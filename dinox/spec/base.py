@@ -4,6 +4,7 @@ the discriminator that lets a union's tag be left out. Torch-free."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, JsonValue
@@ -48,4 +49,13 @@ def sane_kwargs(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
             check(item)
 
     check(value)
+    return value
+
+
+_ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def entry_name(value: str) -> str:
+    if not _ENTRY.fullmatch(value):
+        raise PydanticCustomError("entry", "module:callable, e.g. mypkg.recipe:build (dotted names, one colon)")
     return value

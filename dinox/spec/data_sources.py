@@ -1,15 +1,25 @@
-"""The spec's data sources: synthetic images, CT slices (PNG or shards), and image folders; and the image
-pipeline's knobs, timm's training transform and timm's Mixup, named as timm names them. Torch-free."""
+"""The spec's data sources: synthetic images, CT slices (PNG or shards), image folders, a team's own dataset;
+and the image pipeline's knobs, timm's training transform and timm's Mixup, named as timm names them.
+Torch-free."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Tag
+from pydantic import (
+    AfterValidator,
+    Field,
+    JsonValue,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Tag,
+)
 from pydantic_core import PydanticCustomError
 
-from dinox.spec.base import MAX_SEED, Section, tag_or
-from dinox.spec.roles import CONFIG
+from dinox.spec.base import MAX_SEED, Section, entry_name, sane_kwargs, tag_or
+from dinox.spec.roles import CONFIG, STEER
 
 
 class SyntheticData(Section):
@@ -133,10 +143,36 @@ class WebDatasetData(_HuWindow, _ImagePipeline):
     seed: Annotated[NonNegativeInt, CONFIG] = Field(0, le=MAX_SEED)
 
 
+class PythonData(Section):
+    """The team's own dataset: `entry` names a callable that receives a context (the image size, channels,
+    classes, the objective's views, `options`) and returns a torch Dataset (map-style or iterable) whose
+    samples the DataLoader batches as the objective takes them: (image, label) for classification and a
+    team's own step, (list of views, label) for DINO."""
+
+    source: Annotated[Literal["python"], CONFIG] = "python"
+    entry: Annotated[str, AfterValidator(entry_name), CONFIG] = Field(
+        description="module:callable, imported in the trial's own process (never by decide, sync or the UI)"
+    )
+    path: Annotated[str, STEER] = Field(
+        ".", min_length=1, max_length=4096, description="the folder the module is imported from (the working one)"
+    )
+    options: Annotated[dict[str, JsonValue], AfterValidator(sane_kwargs), CONFIG] = Field(
+        default_factory=dict, description="passed to the entry as context.options"
+    )
+    normalize: Annotated[bool, CONFIG] = Field(
+        False,
+        description="the samples are uint8 images (0-255): dinox normalises them on the device, as timm's loaders "
+        "do; false: they reach the step as the dataset made them",
+    )
+    code: Annotated[str | None, CONFIG] = Field(None, description="set by dinox: sha256 of the entry's source")
+    file: Annotated[str | None, STEER] = Field(None, description="set by dinox: the file the entry's module is in")
+
+
 DataSource = Annotated[
     Annotated[SyntheticData, Tag("synthetic")]
     | Annotated[CtPngData, Tag("ct_png")]
     | Annotated[WebDatasetData, Tag("webdataset")]
-    | Annotated[ImageFolderData, Tag("image_folder")],
+    | Annotated[ImageFolderData, Tag("image_folder")]
+    | Annotated[PythonData, Tag("python")],
     tag_or("source", "synthetic"),
 ]

@@ -3,13 +3,11 @@ team's own (``kind: python``); ``Objective`` picks one by ``kind`` (classificati
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, JsonValue, NonNegativeInt, PositiveFloat, PositiveInt, Tag
-from pydantic_core import PydanticCustomError
 
-from dinox.spec.base import MAX_PIXELS, Section, sane_kwargs, tag_or
+from dinox.spec.base import MAX_PIXELS, Section, entry_name, sane_kwargs, tag_or
 from dinox.spec.roles import CONFIG, SHAPE, STEER
 
 
@@ -70,22 +68,13 @@ class Dinov2Objective(DinoObjective):
     teacher_temp: Annotated[PositiveFloat, CONFIG] = Field(0.07, le=100.0)
 
 
-_ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
-
-
-def _entry(value: str) -> str:
-    if not _ENTRY.fullmatch(value):
-        raise PydanticCustomError("entry", "module:callable, e.g. mypkg.recipe:build (dotted names, one colon)")
-    return value
-
-
 class PythonObjective(Section):
     """The team's own training step: `entry` names a callable that receives what dinox decided (the model
     section, the device, the precision, `options`) and returns an object with dinox's objective protocol
     (dinox.measure.objectives.Objective). It gets the batches dinox's data section yields: (images, labels)."""
 
     kind: Annotated[Literal["python"], SHAPE] = "python"
-    entry: Annotated[str, AfterValidator(_entry), SHAPE] = Field(
+    entry: Annotated[str, AfterValidator(entry_name), SHAPE] = Field(
         description="module:callable, imported in the trial's own process (never by decide, sync or the UI)"
     )
     path: Annotated[str, STEER] = Field(

@@ -15,14 +15,16 @@ from dinox.spec.sections import TrialSpec
 from tests.conftest import ROOT, run_dinox
 
 
-def _docs_module() -> str:
-    """docs/spec.md's complete example module: the test measures the very text a user copies."""
+def _docs_module(nth: int) -> str:
+    """docs/spec.md's example modules (0: the step, 1: the dataset): the tests measure the very text a user copies."""
     text = (ROOT / "docs" / "spec.md").read_text()
-    start = text.index("```python\n", text.index("## Your own training step")) + len("```python\n")
+    start = text.index("## Your own training step")
+    for _ in range(nth + 1):
+        start = text.index("```python\n", start) + len("```python\n")
     return text[start : text.index("```", start)]
 
 
-RECIPE = _docs_module()
+RECIPE, DATA = _docs_module(0), _docs_module(1)
 SPEC = """\
 name: mine
 model: {{name: mynet, img_size: 32}}
@@ -69,6 +71,7 @@ def _project(root: Path, entry: str = "mypkg.recipe:build") -> Path:
     (root / "mypkg").mkdir(exist_ok=True)
     (root / "mypkg" / "__init__.py").write_text("")
     (root / "mypkg" / "recipe.py").write_text(RECIPE)
+    (root / "mypkg" / "data.py").write_text(DATA)
     (root / "spec.yaml").write_text(SPEC.format(entry=entry))
     return root / "spec.yaml"
 
@@ -186,3 +189,60 @@ def test_dinox_run_measures_the_user_step_and_again_once_its_source_changes(tmp_
         )
         assert run.data.tags["dinox.status"] == "ok" and run.data.metrics["images_per_s"] > 0
     assert runs[0].data.params["objective.code"] != runs[1].data.params["objective.code"]
+
+    (tmp_path / "own_data.yaml").write_text(SPEC.format(entry="mypkg.recipe:build") + OWN_DATA)
+    own = run_dinox(["run", "own_data.yaml", "--no-system-metrics"], cwd=tmp_path)
+    assert own.returncode == 0 and "[1/1] ok" in own.stdout, own.stdout + own.stderr
+    (run,) = client.search_runs(["1"], "params.`data.source` = 'python'")
+    assert run.data.params["data.file"] == str(tmp_path / "mypkg" / "data.py") and run.data.tags["dinox.status"] == "ok"
+
+
+OWN_DATA = 'data: {source: python, entry: "mypkg.data:build", normalize: true, options: {samples: 64}}\n'
+
+
+def test_the_data_entry_gives_the_loader_its_dataset(tmp_path, monkeypatch):
+    from dinox.data import build_dataset
+    from dinox.data.views import view_plan
+
+    _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    spec = _spec(tmp_path, "mypkg.recipe:build")
+    (tmp_path / "d.yaml").write_text(SPEC.format(entry="mypkg.recipe:build") + OWN_DATA)
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+
+    spec = grid.expand(spec_file.load(str(tmp_path / "d.yaml")))[0].spec
+    assert spec.data.file == str(tmp_path / "mypkg" / "data.py") and spec.data.code == spec.objective.code
+    pipeline = build_dataset(spec, 3, 10, 200, view_plan(spec))
+    assert pipeline.images and pipeline.samples == 64 and pipeline.repeats == 4  # 64 repeated to cover 200
+    image, label = pipeline.dataset[65]
+    assert image.shape == (3, 32, 32) and image.dtype == torch.uint8 and label == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("def build(ctx):\n    return None\n", "returned None; it must return a torch Dataset"),
+        ("def build(ctx):\n    return [1, 2, 3]\n", "a sample is int; the step takes (image or views, label) pairs"),
+        ("class D:\n    def __len__(self): return 0\n    def __getitem__(self, i): return i\n"
+         "def build(ctx):\n    return D()\n", "the dataset is empty"),
+        ("class D:\n    def __len__(self): return 4\n    def __getitem__(self, i): raise KeyError('no image 0')\n"
+         "def build(ctx):\n    return D()\n", "its first sample raised KeyError: 'no image 0' (bad/d.py:3)"),
+    ],
+    ids=["none", "not_pairs", "empty", "raises"],
+)  # fmt: skip
+def test_each_bad_data_entry_is_one_line(tmp_path, monkeypatch, text, says):
+    from dinox.measure import entry_check
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+
+    _project(tmp_path)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "d.py").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.yaml").write_text(
+        SPEC.format(entry="mypkg.recipe:build") + 'data: {source: python, entry: "bad.d:build"}\n'
+    )
+    spec = grid.expand(spec_file.load(str(tmp_path / "d.yaml")))[0].spec
+    ((index, field, message),) = entry_check.check([spec])
+    assert (index, field) == (0, "data.entry") and says in message and "\n" not in message, message
