@@ -53,9 +53,12 @@ def source_hash(entry: str, path: str, section: str = "objective") -> tuple[str,
     files = sorted(top.rglob("*.py"))[:MAX_FILES] if top is not None else [file]
     digest, total = hashlib.sha256(), 0
     for f in files:
-        data = f.read_bytes()
+        if not f.is_file():  # a planted link to a device (/dev/zero) or a FIFO is no source, and never read
+            continue
+        with open(f, "rb") as handle:
+            data = handle.read(MAX_BYTES - total + 1)
         total += len(data)
-        if total > MAX_BYTES:
+        if total > MAX_BYTES:  # a package this large is hashed by its first MAX_BYTES
             break
         rel = os.path.relpath(f, top.parent if top is not None else f.parent)
         digest.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
