@@ -246,7 +246,12 @@ TRIAL_WALL_S = _metric("trial", "trial_wall_s", "the trial's wall time, start to
 # --- a sweep's parent run -------------------------------------------------------------------------------------
 SPEC_NAME_PARAM = _name("param", "sweep", "spec.name", "the spec's name")
 SWEEP_TRIALS = _name("param", "sweep", "sweep.trials", "how many trials the sweep expands to")
-BEST_IMAGES_PER_S = _metric("sweep", "best_images_per_s", "the best images_per_s among the ok trials")
+BEST_IMAGES_PER_S = _metric(
+    "sweep", "best_images_per_s", "the best images_per_s among the ok trials (after a head-to-head: its planned figure)"
+)
+BEST_PEAK_MEM_GB = _metric("sweep", "best_peak_mem_gb", "the best trial's peak device memory reserved, GiB")
+BEST_STEP_S_P50 = _metric("sweep", "best_step_s_p50", "the best trial's median optimizer step, seconds")
+UNSETTLED_TRIALS = _metric("sweep", "unsettled_trials", "ok trials whose timed windows disagreed (unstable)")
 TRIALS_PREFIX = "trials_"  # trials_<status>: how many trials ended with each status
 for _status in ("ok", "oom", "error", "crashed", "timeout", "skipped", "killed"):
     _metric("sweep", TRIALS_PREFIX + _status, f"trials that ended {_status}")

@@ -39,7 +39,7 @@ def head_to_head(
     """
     from dinox.decide.head_to_head import HeadToHead
     from dinox.store.backend import resolve_tracking_uri
-    from dinox.store.readback import read_run
+    from dinox.store.readback import note_on_parents, read_run
     from dinox.verify.head_to_head import Leader
     from dinox.verify.head_to_head import head_to_head as measure
     from dinox.verify.run import find_trial
@@ -62,6 +62,14 @@ def head_to_head(
         click.echo(f"{'SETTLED' if bout.order else 'TIED'}: {bout.describe()}")
     pooled = ", ".join(f"{h.names[r]} {h.pooled(r):.1f}" for r in h.runs)
     click.echo(f"       pooled over the rounds, img/s: {pooled}; `dinox decide` plans with these now")
+    # The sweep's parent shows the figure decide now plans with, and says where it came from.
+    parents = [p for x in leaders if (p := x.record.tags.get("mlflow.parentRunId"))]
+    words = "settled" if h.settled() else "still tied, planned at the slower"
+    line = (
+        f"Head-to-head {h.group}: {len(h.rounds) // max(len(h.runs), 1)} interleaved rounds of {names}, {words}: "
+        f"best_images_per_s is now {h.planned():.1f} img/s, pooled over the rounds (`dinox decide` plans with it)."
+    )
+    note_on_parents(uri, parents, h.planned(), line)
 
 
 def _tied_leaders(folder: str) -> list[str]:

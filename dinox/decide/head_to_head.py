@@ -125,6 +125,11 @@ class HeadToHead:
         """The fastest pooled of the unbeaten trials."""
         return (self.unbeaten() or sorted(self.runs, key=lambda r: -self.pooled(r)))[0]
 
+    def planned(self) -> float:
+        """The figure decide plans with after these rounds: the unbeaten trials' slowest pooled (the leader's
+        own where the rounds settled it)."""
+        return min(self.pooled(r) for r in (self.unbeaten() or self.runs))
+
     def settled(self) -> bool:
         """One trial is left unbeaten: the measuring side stops."""
         return len(self.unbeaten()) == 1

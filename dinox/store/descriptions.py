@@ -66,11 +66,17 @@ def trial_note(
 
 
 def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """best_images_per_s over the ok trials, and trials_<status> counts."""
+    """What a user compares first in the runs table: the best trial's images/s (decide's figure), its median
+    step and peak memory, how many ok trials were unsettled, and trials_<status> counts."""
     out = {f"{rec.TRIALS_PREFIX}{k}": float(v) for k, v in Counter(str(r["status"]) for r in rows).items()}
-    ips = [float(r[rec.IMAGES_PER_S]) for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r]
-    if ips:
-        out[rec.BEST_IMAGES_PER_S] = max(ips)
+    ok = [r for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r]
+    if ok:
+        best = max(ok, key=lambda r: float(r[rec.IMAGES_PER_S]))
+        out[rec.BEST_IMAGES_PER_S] = float(best[rec.IMAGES_PER_S])
+        for name, key in ((rec.BEST_STEP_S_P50, rec.STEP_S_P50), (rec.BEST_PEAK_MEM_GB, rec.PEAK_MEM_RESERVED_GB)):
+            if best.get(key) not in (None, ""):
+                out[name] = float(best[key])
+        out[rec.UNSETTLED_TRIALS] = float(sum(str(r.get("unstable")) == "true" for r in ok))
     return out
 
 

@@ -243,6 +243,26 @@ def log_beside(
     return run_id
 
 
+def note_on_parents(tracking_uri: str, parents: list[str], best: float, line: str) -> None:
+    """A head-to-head's outcome on the sweeps it settled: best_images_per_s becomes the figure decide now plans
+    with (a later step, so the runs table shows it), and the parent's Description gains a line saying why.
+    Raises TrackingError."""
+    client = store_client(tracking_uri)
+    try:
+        for run_id in dict.fromkeys(parents):
+            run = client.get_run(run_id)
+            steps = client.get_metric_history(run_id, rec.BEST_IMAGES_PER_S)
+            step = max((m.step for m in steps), default=0) + 1
+            note = run.data.tags.get(NOTE_TAG, "")
+            client.log_batch(
+                run_id,
+                metrics=[Metric(rec.BEST_IMAGES_PER_S, float(best), now_ms(), step)],
+                tags=[RunTag(NOTE_TAG, f"{note.rstrip()}\n\n{line}".strip())],
+            )
+    except MlflowException as e:
+        raise TrackingError(store_error(tracking_uri, e)) from None
+
+
 def sweep_experiment(tracking_uri: str, name: str | None) -> tuple[str, str] | None:
     """(name, id) of the experiment called `name`, else of the one holding the newest dinox sweep; None where
     there is none. A name the store lacks is a TrackingError naming the experiments it has."""

@@ -196,10 +196,17 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     assert sorted(int(r.data.metrics["round"]) for r in runs) == sorted(list(range(1, 6)) * 2)
     assert len({r.data.tags["dinox.head_to_head"] for r in runs}) == 1
     assert all("dinox.status" not in r.data.tags for r in runs)  # not trials: the sweep's records stay as they are
+    out = tmp_path / "after"
     gate = run_dinox(
-        ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], cwd=tmp_path
+        ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log", "--out", str(out)],
+        cwd=tmp_path,
     )
     assert gate.returncode in (0, 3), gate.stdout + gate.stderr
+    # One figure, one value after the rounds too: the parent shows what decide now plans with, and says why.
+    (parent,) = client.search_runs(["1"], "tags.`dinox.role` = 'sweep'")
+    (model,) = json.loads((out / "decision.json").read_text())["models"]
+    assert parent.data.metrics["best_images_per_s"] == pytest.approx(model["span"]["forecast_ips"], rel=1e-6)
+    assert "Head-to-head " in parent.data.tags["mlflow.note.content"] and "pooled over the rounds" in proc.stdout
     line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("leaders: "))
     assert "head to head, 5 interleaved rounds:" in line and "pooled, where the sweep had measured" in line, gate.stdout
 

@@ -41,7 +41,13 @@ def test_the_parent_ranks_as_decide_does_with_failures_last():
 
 
 def test_summary_metrics_and_the_one_line_result():
-    assert sweep_metrics([OK, OOM, FAST]) == {"trials_ok": 2.0, "trials_oom": 1.0, "best_images_per_s": 200.0}
+    assert sweep_metrics([OK, OOM, dict(FAST, unstable="true")]) == {
+        "trials_ok": 2.0,
+        "trials_oom": 1.0,
+        "best_images_per_s": 200.0,
+        "best_peak_mem_gb": 0.5,  # the best trial's, beside its figure (FAST has no step_s_p50: none shown)
+        "unsettled_trials": 1.0,
+    }
     assert sweep_metrics([OOM]) == {"trials_oom": 1.0}
     metrics = {"images_per_s": 1.5, "step_s_p50": 0.1, "step_s_p90": 0.2, "images_per_s_min": 0.9}
     tags = {"dinox.bound_evidence": "loader 45-55%, copies ~0%", "dinox.unstable": "false"}
