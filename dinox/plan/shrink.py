@@ -72,7 +72,7 @@ def _sizes(batch: Any) -> list[int]:
 def apply(raw: dict[str, Any], shrink: Shrink) -> None:
     """Shrink one sweep point's raw mapping in place (a value of the wrong type is left for validation)."""
     model = _section(raw, "model")
-    patch = _patch(model.get("name"))
+    patch = _patch(model)
     _model(model)
     _cap(model, "img_size", _px(IMAGE_PX, patch), default=224)
     objective = raw.get("objective")
@@ -104,7 +104,11 @@ def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _patch(name: Any) -> int:
+def _patch(model: dict[str, Any]) -> int:
+    """The patch size images must be a multiple of: the kwargs' where they set one, else the name's (1: none)."""
+    kwargs, name = model.get("kwargs"), model.get("name")
+    if isinstance(kwargs, dict) and _number(kwargs.get("patch_size")):
+        return kwargs["patch_size"]
     match = re.search(r"patch(\d+)", name) if isinstance(name, str) else None
     return int(match.group(1)) if match else 1
 

@@ -76,3 +76,9 @@ def test_a_model_it_cannot_shrink_is_kept_and_the_line_says_so(write_spec):
 
 def test_the_name_stays_a_name_at_its_longest():
     assert len(shrink.shrunk_name("n" * 100)) == 100 and shrink.shrunk_name("n" * 100).endswith("_shrunk")
+
+
+def test_images_stay_a_whole_number_of_the_patches_the_kwargs_set():
+    raw = {"name": "x", "model": {"name": "vit_base_patch16_224", "kwargs": {"patch_size": 14}}}
+    shrink.apply(raw, shrink.of({}, []))
+    assert raw["model"]["img_size"] == 56 and raw["model"]["kwargs"]["patch_size"] == 14
