@@ -41,17 +41,18 @@ BANK = 256  # block masks drawn once per masked count bucket
 class _Tokens(nn.Module):
     """A timm ViT's forward_features with a mask token put in place of the masked patches (the student's)."""
 
-    def __init__(self, vit: nn.Module):
+    def __init__(self, vit: nn.Module, masked: bool):
         super().__init__()
         if not all(hasattr(vit, a) for a in ("patch_embed", "_pos_embed", "blocks", "norm", "num_prefix_tokens")):
             raise ValueError(f"objective.kind dinov2 needs a timm VisionTransformer, not {type(vit).__name__}")
         self.vit = vit
-        self.mask_token = nn.Parameter(torch.zeros(vit.embed_dim))
+        # Only where iBOT masks: a parameter no step uses would stop DistributedDataParallel's reduction.
+        self.mask_token = nn.Parameter(torch.zeros(vit.embed_dim)) if masked else None
 
     def forward(self, x: torch.Tensor, masks: torch.Tensor | None = None) -> torch.Tensor:
         vit = self.vit
         x = vit.patch_embed(x)  # (B, N, D), or (B, H, W, D) where the ViT takes several sizes
-        if masks is not None:
+        if masks is not None and self.mask_token is not None:
             x = torch.where(masks.view(*x.shape[:-1], 1), self.mask_token.to(x.dtype), x)
         x = vit.norm_pre(vit.patch_drop(vit._pos_embed(x)))
         x = checkpoint_seq(vit.blocks, x) if vit.grad_checkpointing and self.training else vit.blocks(x)
@@ -63,7 +64,7 @@ class _Branch(nn.Module):
 
     def __init__(self, vit: nn.Module, spec: Dinov2Objective):
         super().__init__()
-        self.tokens = _Tokens(vit)
+        self.tokens = _Tokens(vit, masked=spec.ibot)
         dim, prefix = vit.embed_dim, vit.num_prefix_tokens
         self.prefix = prefix
         shape = (spec.out_dim, spec.head_hidden_dim, spec.head_bottleneck_dim, spec.head_layers)
