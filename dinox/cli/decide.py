@@ -242,13 +242,13 @@ def run_decision(
     from dinox.decide.verdict import decide
     from dinox.report import decision_json
     from dinox.report import text as report
-    from dinox.spec import params
+    from dinox.spec.params import SHRUNK
     from dinox.store.readback import fetch_head_to_heads, fetch_trials, fetch_verifications, log_decision
 
     records, sources, home = fetch_trials(uri, experiments, run_ids)
     if not records:
         raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {shown_uri(uri)}")
-    small = [r for r in records if r.param_bool(params.SHRUNK)]
+    small = [r for r in records if r.param_bool(SHRUNK)]
     if small and not shrunk:
         raise DecisionError(
             f"{len(small)} of the {len(records)} trials in {', '.join(sources)} were measured with `dinox run "

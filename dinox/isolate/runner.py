@@ -296,18 +296,27 @@ def run_estimate(
         out_path.unlink(missing_ok=True)
         log = open(log_path, "wb")  # closed below, once the child is gone
     with log:
-        proc, _isolation = _launch("dinox.measure.estimate", in_path, out_path, log, log_path, server, {})
-        deadline = time.time() + timeout
-        try:
-            while proc.poll() is None and time.time() < deadline:
-                time.sleep(0.02)
-        finally:
-            kill_group(proc)
-            proc.wait()
+        proc = _run_to_end("dinox.measure.estimate", in_path, out_path, log, log_path, server, timeout)
     try:
         return json.loads(out_path.read_text()), ""
     except (OSError, ValueError):
         return None, one_line(f"{_death(proc.returncode) if proc.returncode else 'no result'}; {_tail(log_path)}")
+
+
+def _run_to_end(
+    module: str, in_path: Path, out_path: Path, log: BinaryIO, log_path: Path, server: ForkServer | None, timeout: float
+) -> subprocess.Popen | ForkedChild:
+    """A helper child (`module` on in_path -> out_path) run until it ends or `timeout`; killed with its group
+    either way, and reaped."""
+    proc, _isolation = _launch(module, in_path, out_path, log, log_path, server, {})
+    deadline = time.time() + timeout
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+    finally:
+        kill_group(proc)
+        proc.wait()
+    return proc
 
 
 def run_entry_check(specs: list[dict[str, Any]], timeout: float = 600.0) -> tuple[list[tuple[int, str, str]], str]:
@@ -321,14 +330,7 @@ def run_entry_check(specs: list[dict[str, Any]], timeout: float = 600.0) -> tupl
         in_path, out_path, log_path = work / "request.json", work / "result.json", work / "entry.log"
         in_path.write_text(json.dumps({"specs": specs}))
         with open(log_path, "wb") as log:
-            proc, _isolation = _launch("dinox.measure.entry_check", in_path, out_path, log, log_path, None, {})
-            deadline = time.time() + timeout
-            try:
-                while proc.poll() is None and time.time() < deadline:
-                    time.sleep(0.02)
-            finally:
-                kill_group(proc)
-                proc.wait()
+            proc = _run_to_end("dinox.measure.entry_check", in_path, out_path, log, log_path, None, timeout)
         try:
             return [(int(i), str(f), str(m)) for i, f, m in json.loads(out_path.read_text())["problems"]], ""
         except (OSError, ValueError, KeyError, TypeError):

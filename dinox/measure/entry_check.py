@@ -19,7 +19,7 @@ import torch
 from dinox.contract import one_line
 from dinox.entrypoints import EntryError
 from dinox.isolate import lifeline
-from dinox.measure import user_step
+from dinox.measure import models, user_step
 from dinox.spec.data_sources import PythonData
 from dinox.spec.objectives import PythonObjective
 from dinox.spec.sections import TrialSpec
@@ -33,7 +33,7 @@ def check(specs: list[TrialSpec]) -> list[tuple[int, str, str]]:
     for i, spec in enumerate(specs):
         for part, build in (("objective", _objective), ("data", _data)):
             section = getattr(spec, part)
-            if section.__class__.__name__ not in ("PythonObjective", "PythonData"):
+            if not isinstance(section, (PythonObjective, PythonData)):
                 continue
             key = json.dumps(
                 [part, section.model_dump(mode="json"), spec.model.model_dump(mode="json")], sort_keys=True
@@ -67,7 +67,8 @@ def _data(spec: TrialSpec) -> None:
     assert isinstance(d, PythonData)
     o = spec.objective
     classes = max(getattr(o, "num_classes", 1), 1)
-    context = user_data.DataContext(spec.model.img_size, 3, classes, view_plan(spec), 1, d.options)
+    channels = models.in_chans(spec.model)  # what the trial hands the dataset too
+    context = user_data.DataContext(spec.model.img_size, channels, classes, view_plan(spec), 1, d.options)
     sample = user_data.first_sample(user_data.build(d, context), d)
     if not (isinstance(sample, (tuple, list)) and len(sample) == 2):
         what = f"a {len(sample)}-tuple" if isinstance(sample, (tuple, list)) else type(sample).__name__
