@@ -246,12 +246,7 @@ def run(
         from dinox.spec.file import SpecError
 
         raise SpecError(doc.path, problems)
-    from dinox.isolate.forkserver import ForkServer
-
-    # The fork server imports torch and timm (seconds) while this process imports MLflow and opens the store.
-    server = ForkServer() if isolation == "fork" else None
-    if server is not None:
-        server.start()
+    server = _started_server(isolation)
     from dinox.sweep.run import SweepOptions
 
     options = SweepOptions(
@@ -267,6 +262,18 @@ def run(
         again=again,
     )
     _sweep(doc, trials, options, tracking_uri, Path(workdir), server)
+
+
+def _started_server(isolation: str) -> ForkServer | None:
+    """`--isolation fork`'s zygote, started now: it imports torch and timm (seconds) while this process imports
+    MLflow and opens the store."""
+    if isolation != "fork":
+        return None
+    from dinox.isolate.forkserver import ForkServer
+
+    server = ForkServer()
+    server.start()
+    return server
 
 
 def _devices(text: str | None) -> DevicesRequest | None:

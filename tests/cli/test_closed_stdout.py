@@ -51,3 +51,16 @@ def test_run_decide_and_verify_go_on_when_their_reader_leaves(store):
     code, err = closed_stdout(args, work)
     assert code in (0, 1) and err.strip().splitlines() == [GONE], err  # held or off: the verdict's own code
     assert len(client.search_runs(["1"], "tags.`dinox.role` = 'verify'")) == 1
+
+
+def test_shrink_and_shrunk_go_on_when_their_reader_leaves(store):
+    """--shrink's first line (what it made of the spec) and --shrunk's decision meet a closed pipe too."""
+    work, client = store
+    code, err = closed_stdout(["run", "spec.yaml", "--shrink", "--no-system-metrics"], work)
+    assert code == 0 and err.strip().splitlines() == [GONE], err
+    (small,) = [e for e in client.search_experiments() if e.name == "closed_shrunk"]
+    assert len(client.search_runs([small.experiment_id], "tags.`dinox.shrunk` = 'true'")) == 2  # sweep, trial
+    args = ["decide", "--spec", "spec.yaml", "--shrunk", "--days", "1", "--target-images", "1000", "--no-log"]
+    code, err = closed_stdout([*args, "--out", "shrunk_decision"], work)
+    assert code == 3 and err.strip().splitlines() == [GONE], err  # a shrunk decision is never settled
+    assert (work / "shrunk_decision" / "decision.json").is_file()
