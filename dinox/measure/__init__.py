@@ -1,8 +1,9 @@
 """The child: one trial measured in its own process. The only side that imports torch (and never MLflow).
 
 - ``trial``: the child's entry (``python -m dinox.measure.trial``): builds model, data and step, measures,
-  writes a ``dinox.contract.TrialResult``. ``estimate``: the meta-device estimate child (parameters, FLOPs, saved
-  activations).
+  writes a ``dinox.contract.TrialResult``. ``step``: the training step itself (batch to device, micro-batch,
+  optimizer update), one object the timed windows and ``dinox verify`` both drive. ``estimate``: the
+  meta-device estimate child (parameters, FLOPs, saved activations).
 - ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes
   (``objectives.Objective``: the protocol, the seam a team's own step plugs into; ``heads``: DINO's head;
   ``dinov2``: DINOv2's step); ``user_step``: a team's own step,

@@ -29,7 +29,7 @@ from dinox import record as rec
 from dinox.contract import GIB
 
 # A trial's run (dinox.measure.trial.TrialRun, or verify's subclass): this module sits below it, so it names
-# what it reads from one (spec, metrics, objective, optimizer, scaler, loop, loader, ...) instead of importing it.
+# what it reads from one (spec, loop, loader, its step: dinox.measure.step.TrainStep) instead of importing it.
 TrialRun = Any
 
 
@@ -145,7 +145,8 @@ def save(run: TrialRun) -> tuple[float, int]:
     """Seconds and bytes of one checkpoint of the trial written to routine.checkpoint_dir (else its folder)."""
     r = run.spec.routine
     folder = Path(r.checkpoint_dir) if r is not None and r.checkpoint_dir else run.out_dir
-    state = checkpoint_state(run.objective, run.optimizer, run.scaler)
+    step = run.step
+    state = checkpoint_state(step.objective, step.optimizer, step.scaler)
     try:
         return save_checkpoint(state, folder, run.loop.timeline.synchronize)  # type: ignore[union-attr]
     except OSError as e:
@@ -155,10 +156,5 @@ def save(run: TrialRun) -> tuple[float, int]:
 
 def eval_pass(run: TrialRun, batches: int) -> tuple[float, float]:
     """An evaluation pass of `batches` batches over the trial's own data: (its start, the whole pass), s."""
-    dtype = run.autocast_dtype
-
-    def autocast() -> contextlib.AbstractContextManager:
-        return torch.autocast(run.dev.type, dtype=dtype or torch.float32, enabled=dtype is not None)
-
-    sync = run.loop.timeline.synchronize  # type: ignore[union-attr]
-    return evaluate(run.objective, eval_loader(run.loader), run.to_device, batches, autocast, sync)
+    step, sync = run.step, run.loop.timeline.synchronize  # type: ignore[union-attr]
+    return evaluate(step.objective, eval_loader(run.loader), step.to_device, batches, step.autocast, sync)

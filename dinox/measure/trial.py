@@ -38,32 +38,15 @@ from dinox.data.views import view_plan  # noqa: E402
 from dinox.isolate import lifeline, ranks  # noqa: E402
 from dinox.measure import device, models, objectives, profile, routine, runtime  # noqa: E402
 from dinox.measure import loop as bench  # noqa: E402
-from dinox.measure.ahead import CopyAhead, cuda_streams  # noqa: E402
 from dinox.measure.bound import rounds_decided  # noqa: E402
 from dinox.measure.result import describe_exception, is_oom  # noqa: E402
+from dinox.measure.step import TrainStep, build_optimizer  # noqa: E402
 from dinox.measure.step_metrics import summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import compute_metrics  # noqa: E402
 from dinox.spec.objectives import DinoObjective, PythonObjective  # noqa: E402
 from dinox.spec.sections import TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
-
-
-def _build_optimizer(spec: TrialSpec, params: list, dev: torch.device) -> tuple[torch.optim.Optimizer, bool]:
-    """The optimizer, and whether its kernels are fused."""
-    o = spec.optimizer
-    # Fused kernels by default where they are the norm in real training (CUDA); elsewhere torch's default.
-    fused = o.fused if o.fused is not None else dev.type == "cuda"
-    extra = {"fused": True} if fused else {}
-    if params and isinstance(params[0], dict):  # an objective's groups: scales of the spec's rate and decay
-        params = [
-            {"params": g["params"], "lr": o.lr * g["lr_scale"], "weight_decay": o.weight_decay * g["wd_scale"]}
-            for g in params
-        ]
-    if o.name == "adamw":
-        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **extra), fused
-    momentum = 0.9 if o.momentum is None else o.momentum
-    return torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay, momentum=momentum, **extra), fused
 
 
 class TrialRun:
@@ -82,7 +65,6 @@ class TrialRun:
     accumulation: int
     distributed: tuple[int, int, int] | None  # (rank, local rank, world) under torchrun
     world: int
-    set_to_none: bool
     out_dir: Path
     # _setup_device
     dev: torch.device
@@ -95,14 +77,10 @@ class TrialRun:
     pin: bool
     non_blocking: bool
     loader: DataLoader
-    # _setup_model
-    objective: Any  # dinox.measure.objectives' module with its loss
-    optimizer: torch.optim.Optimizer
-    ddp: Any  # DistributedDataParallel, under torchrun
+    # _setup_model: the objective, its optimizer and the step functions over them
+    step: TrainStep
     # the measurement
     loop: bench.Loop
-    micro_count: int
-    last_loss: torch.Tensor | None
     runtime_seen: dict[str, str]  # what the gc held during the windows
     artifacts: list[str]
     graphs: models.GraphCount | None  # a compiled trial's graph count, phase by phase
@@ -121,11 +99,6 @@ class TrialRun:
         self.accumulation = spec.accumulation
         self.distributed = device.rank_of_world()
         self.world = self.distributed[2] if self.distributed else 1
-        self.micro_count = 0
-        self.last_loss: torch.Tensor | None = None
-        self.ddp: Any = None
-        set_to_none = spec.optimizer.set_to_none
-        self.set_to_none = True if set_to_none is None else set_to_none
         self.runtime_seen: dict[str, str] = {}  # what the gc held during the windows
         self.out_dir = out_dir  # where the trial's files go (beside its result): the profile's trace
         self.artifacts: list[str] = []
@@ -175,15 +148,15 @@ class TrialRun:
             result.write_atomic(self.out_dir / PROVISIONAL_FILE)
 
     def _result(self, stats: Any, keep_loop: bool = False) -> TrialResult:
-        self.tags[rec.RUNTIME] = runtime.applied(self.dev, self.non_blocking, self.set_to_none, self.runtime_seen)
-        share = device.conv_share(routine.modules(self.objective))
+        step = self.step
+        self.tags[rec.RUNTIME] = runtime.applied(self.dev, self.non_blocking, step.set_to_none, self.runtime_seen)
+        share = device.conv_share(routine.modules(step.objective))
         self.tags[rec.MATH_CLASS] = device.math_class_tag(self.dev, self.spec.precision, share)
         summary = summarize(stats, self.spec.measure, self.spec.model.compile is not False)
         self.metrics.update(summary.metrics)
         self.tags.update(summary.tags)
         self._flops(stats.images_per_s)
-        loss = self.last_loss
-        self.metrics[rec.LOSS] = float(loss.float() * self.accumulation) if loss is not None else float("nan")
+        self.metrics[rec.LOSS] = step.loss_value()
         if not keep_loop:
             del self.loop, self.loader  # shut the workers down before the process reports (the loop holds them)
         if why := self._over_limit():
@@ -333,8 +306,8 @@ class TrialRun:
             from dinox.measure import user_step
 
             context = user_step.Context(spec.model, self.dev, spec.precision, self.num_classes, spec.objective.options)
-            self.objective = user_step.build(spec.objective, context)
-            owned = {id(p): p for m in self.objective.modules() for p in m.parameters()}
+            objective = user_step.build(spec.objective, context)
+            owned = {id(p): p for m in objective.modules() for p in m.parameters()}
             self.metrics[rec.PARAMS_M] = sum(p.numel() for p in owned.values()) / 1e6
         else:
             model = models.build(spec.model, self.num_classes, self.plan.sizes)
@@ -344,118 +317,47 @@ class TrialRun:
             model = model.to(device=self.dev, memory_format=memory_format)
             model.train()
             mixup = self.prep is not None and self.prep.mixup is not None
-            self.objective = objectives.build(model, spec.objective, soft_targets=mixup)
-        self.metrics[rec.TRAINABLE_PARAMS_M] = sum(p.numel() for p in self.objective.parameters()) / 1e6
-        groups = getattr(self.objective, "param_groups", None)  # per-group learning rates, where it has them
-        params = groups() if callable(groups) else list(self.objective.parameters())
-        self.optimizer, fused = _build_optimizer(spec, params, self.dev)
+            objective = objectives.build(model, spec.objective, soft_targets=mixup)
+        self.metrics[rec.TRAINABLE_PARAMS_M] = sum(p.numel() for p in objective.parameters()) / 1e6
+        groups = getattr(objective, "param_groups", None)  # per-group learning rates, where it has them
+        params = groups() if callable(groups) else list(objective.parameters())
+        optimizer, fused = build_optimizer(spec, params, self.dev)
         self.tags[rec.OPTIMIZER_FUSED] = str(fused)
+        ddp = None
         if self.distributed is not None:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.dev.index] if self.dev.type == "cuda" else None
-            self.ddp = self.objective.distribute(lambda mod: DistributedDataParallel(mod, device_ids=ids))
+            ddp = objective.distribute(lambda mod: DistributedDataParallel(mod, device_ids=ids))
         if spec.model.compile is not False:
             # torch.compile is lazy: the graph is built in the first warm-up step, timed apart as compile_s.
             # compile(DDP(model)), as torch's DDP docs ask: dynamo then splits the graph at DDP's buckets, so
             # the all-reduce overlaps the backward; DDP(compile(model)) would give that up (pytorch#89096).
-            self.objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
+            objective.compile(lambda mod: models.compile_model(mod, spec.model.compile))
+        self.step = TrainStep(
+            spec, self.dev, objective, optimizer, self.autocast_dtype, self.scaler, self.prep, self.non_blocking, ddp
+        )
         self.metrics[rec.BUILD_S] = time.time() - t
-
-    # --- the step functions the loop calls -------------------------------------------------------------
-
-    def _move(self, x: torch.Tensor) -> torch.Tensor:
-        return self._layout(x.to(self.dev, non_blocking=self.non_blocking))
-
-    def _layout(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.spec.model.channels_last and x.dim() == 4 else x
-
-    def to_device(self, batch: Any) -> Any:
-        images, labels = batch
-        prep = self.prep
-        if prep is not None and prep.decode_on_device:
-            # Encoded bytes stay on the host, where the device's decoder reads them from.
-            images = self._layout(prep.images(images))
-        else:
-            images = [self._move(v) for v in images] if isinstance(images, (list, tuple)) else self._move(images)
-            images = prep.images(images) if prep is not None else images
-        return images, labels.to(self.dev, non_blocking=self.non_blocking)
-
-    def halve(self, batch: Any) -> tuple[Any, int]:
-        """The first half of a device batch (each of DINO's views, and the labels), and its size: even where
-        Mixup runs (timm's Mixup pairs the batch with its flip and refuses an odd one)."""
-        images, labels = batch
-        n = labels.shape[0] // 2
-        if self.prep is not None and self.prep.mixup is not None:
-            n -= n % 2
-        views = [v[:n] for v in images] if isinstance(images, (list, tuple)) else [images[:n]]
-        if self.spec.model.compile is not False:
-            # A second batch size would make dynamo recompile with a dynamic batch dimension (automatic dynamic
-            # shapes): the half would run another kind of graph than the full. Static, as the full one is.
-            for v in views:
-                torch._dynamo.mark_static(v, 0)
-        return (views if isinstance(images, (list, tuple)) else views[0], labels[:n]), n
-
-    def micro_step(self, batch: Any) -> None:
-        self.micro_count += 1
-        # Under DDP, gradients are all-reduced on the last micro-batch of a step only, as Lightning does.
-        last = self.micro_count % self.accumulation == 0
-        sync = self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext()
-        dtype = self.autocast_dtype
-        if self.prep is not None and self.prep.mixup is not None:
-            batch = self.prep.mixup(*batch)  # on the device batch, inside the step, as timm's train.py does
-        with sync:
-            with torch.autocast(self.dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                loss = self.objective.loss(batch) / self.accumulation
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-        self.last_loss = loss.detach()  # no .item(): that would synchronise inside the step
-
-    def optimizer_step(self) -> None:
-        clip = getattr(self.objective, "grad_clip", None)
-        if clip:  # DINOv2's clip_grad: on the true gradients, so unscaled first where a scaler scaled them
-            if self.scaler is not None:
-                self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.objective.parameters(), clip)
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=self.set_to_none)
-        self.objective.after_optimizer_step()
-
-    def _copy_ahead(self) -> CopyAhead | None:
-        """loader.device_prefetch: copies on a side CUDA stream, a micro-batch ahead. Elsewhere nothing runs
-        beside the step (the CPU has no streams), and the tag says the copies ran in series."""
-        wanted = self.spec.loader.device_prefetch
-        applied = wanted and self.dev.type == "cuda"
-        self.tags[rec.DEVICE_PREFETCH] = "side_stream" if applied else "in_series"
-        return CopyAhead(self.to_device, cuda_streams(self.dev)) if applied else None
-
-    def _local(self) -> contextlib.ExitStack:
-        """Steps that exchange nothing between ranks: DDP's no_sync and the objective's own (DINO's centre)."""
-        stack = contextlib.ExitStack()
-        if self.ddp is not None:
-            stack.enter_context(self.ddp.no_sync())
-        stack.enter_context(self.objective.local())
-        return stack
 
     def make_loop(self) -> bench.Loop:
         """The trial's steps, as the timed windows take them and as `dinox verify` trains with them."""
         compiled = self.spec.model.compile is not False
         self.graphs = models.GraphCount(self.on_phase) if compiled else None
+        step = self.step
+        ahead, ahead_tags = step.copy_ahead()
+        self.tags.update(ahead_tags)
         self.loop = bench.Loop(
             self.loader,
-            self.to_device,
-            self.micro_step,
-            self.optimizer_step,
+            step.to_device,
+            step.micro_step,
+            step.optimizer_step,
             self.dev,
             self.accumulation,
             self.spec.size,
-            halve=self.halve,
+            halve=step.halve,
             on_phase=self.graphs.phase if self.graphs is not None else self.on_phase,
-            local=self._local,
-            ahead=self._copy_ahead(),
+            local=step.local,
+            ahead=ahead,
         )
         return self.loop
 

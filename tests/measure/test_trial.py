@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from dinox.measure.trial import TrialRun
+from dinox.measure.step import TrainStep
 
 
 def run_like(mixup: bool, compile_: bool) -> SimpleNamespace:
@@ -16,11 +16,11 @@ def run_like(mixup: bool, compile_: bool) -> SimpleNamespace:
 
 def test_the_half_batch_is_even_under_mixup_and_static_under_compile():
     batch = (torch.zeros(62, 3, 8, 8), torch.zeros(62, dtype=torch.long))  # 62: a batch of 2 mod 4
-    (images, labels), n = TrialRun.halve(run_like(mixup=False, compile_=False), batch)
+    (images, labels), n = TrainStep.halve(run_like(mixup=False, compile_=False), batch)
     assert n == 31 and images.shape[0] == labels.shape[0] == 31
-    (images, labels), n = TrialRun.halve(run_like(mixup=True, compile_=False), batch)
+    (images, labels), n = TrainStep.halve(run_like(mixup=True, compile_=False), batch)
     assert n == 30 and images.shape[0] == labels.shape[0] == 30  # timm's Mixup refuses an odd batch
     views = [torch.zeros(62, 3, 8, 8), torch.zeros(62, 3, 4, 4)]  # DINO's views: each cut, each static
-    (cut, labels), n = TrialRun.halve(run_like(mixup=False, compile_=True), (views, batch[1]))
+    (cut, labels), n = TrainStep.halve(run_like(mixup=False, compile_=True), (views, batch[1]))
     assert n == 31 and [v.shape[0] for v in cut] == [31, 31]
     assert all(0 in getattr(v, "_dynamo_static_indices", set()) for v in cut)  # torch._dynamo.mark_static
