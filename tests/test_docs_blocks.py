@@ -66,3 +66,50 @@ def test_the_data_docs_headline_block_runs_to_the_device_line_on_a_cpu_box(tmp_p
     index = tmp_path / "data" / "processed" / "_index" / "index.csv"
     assert index.read_text().count("\n") == 1 + 192  # the header, then every demo slice: a batch of 160 fits
     assert any((tmp_path / "data" / "demo_shards").glob("*.tar"))
+
+
+def test_the_readme_first_block_runs_the_quickstart_opens_the_ui_and_decides(tmp_path):
+    """README.md's first screen as a new user pastes it: the quickstart's six trials measured, `dinox ui` serving
+    the store (stopped with Ctrl-C, as the comment says), `dinox decide` answering with its files. The venv
+    line's install is this environment's (the suite runs inside it)."""
+    import signal
+    import socket
+
+    block = _first_bash_block((ROOT / "README.md").read_text(), "## On a fresh machine")
+    steps = [part.strip() for line in block for part in line.split("&&")]
+    assert steps[:3] == ["python3 -m venv .venv", ". .venv/bin/activate", "pip install -e ."], steps
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    for line in steps[3:]:
+        words = shlex.split(line)
+        assert words[0] == "dinox", line
+        if words[1] == "ui":
+            with socket.socket() as s:  # 5000 taken here (another service): the same command on a free port
+                busy = s.connect_ex(("127.0.0.1", 5000)) == 0
+            if busy:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    words += ["--port", str(s.getsockname()[1])]
+            pipe = subprocess.PIPE
+            ui = subprocess.Popen(words, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe, text=True)
+            try:
+                said = ui.stdout.readline() + ui.stdout.readline()  # type: ignore[union-attr]
+                assert said.startswith("MLflow UI on http://127.0.0.1:"), said
+                assert "the newest sweep, experiment 'quickstart': http://127.0.0.1:" in said, said
+            finally:
+                ui.send_signal(signal.SIGINT)  # Ctrl-C
+                _out, err = ui.communicate(timeout=60)
+            assert "Traceback" not in err, err[-2000:]
+            continue
+        proc = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        if words[1] == "run":
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            assert proc.stdout.count("] ok ") == 6, proc.stdout  # three batches x two worker counts
+        else:  # decide: GO (0), NO-GO (1) or UNSETTLED (3) on this box; never an error
+            assert words[1] == "decide" and proc.returncode in (0, 1, 3), proc.stdout + proc.stderr
+            verdict = proc.stdout.split()[0].rstrip(":")  # "GO: ...", the exit code's word first
+            assert verdict == {0: "GO", 1: "NO-GO", 3: "UNSETTLED"}[proc.returncode], proc.stdout
+            for name in ("report.md", "report.html", "decision.json", "days_vs_budget.png"):
+                assert (tmp_path / "decision" / name).is_file(), name

@@ -32,7 +32,7 @@ def test_conda_env_lists_the_same_dependencies_as_pyproject():
 def test_ci_runs_exactly_the_readme_test_command():
     ci_command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     readme = (ROOT / "README.md").read_text()
-    assert ci_command.endswith("python -m pytest")
+    assert ci_command.endswith("python -m pytest -n 2 --dist worksteal")  # pytest-xdist: the box's two cores
     assert f"\n{ci_command}\n" in readme
 
 
@@ -46,7 +46,8 @@ def test_mlproject_main_entry_takes_a_spec():
     project = yaml.safe_load((ROOT / "MLproject").read_text())
     main = project["entry_points"]["main"]
     assert "spec" in main["parameters"]
-    assert main["command"] == "python -m dinox run {spec} --set {set}" and main["parameters"]["set"]["default"] == ""
+    assert main["command"] == "python -m dinox run {spec} --set {set} --shrink-if {shrink}"
+    assert main["parameters"]["set"]["default"] == "" and main["parameters"]["shrink"]["default"] == "false"
     assert project["conda_env"] == "conda.yaml"
     decide_entry = project["entry_points"]["decide"]
     assert {"spec", "out"} <= set(decide_entry["parameters"])
@@ -429,3 +430,19 @@ def test_rooms_import_only_the_rooms_below_them():
                 if target not in level or room not in level or level[target] <= level[room]:
                     wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {room} imports {target}")
     assert wrong == []
+
+
+def test_mlflow_run_with_shrink_true_measures_the_spec_shrunk_and_a_hostile_value_runs_nothing(tmp_path):
+    """-P shrink=true reaches `dinox run --shrink` (through --shrink-if: MLflow cannot pass an optional flag);
+    the trial is tagged shrunk, so decide will not plan from it unless told. A value that is not a boolean is
+    refused in one line, and nothing it says runs."""
+    proc, _client, runs = _mlflow_run(tmp_path, ["-P", "shrink=true"])
+    assert "shrunk (--shrink): vit_tiny_patch16_224" in proc.stdout, proc.stdout
+    assert "pass --experiment-name mlproj_shrunk to mlflow run" in proc.stdout, proc.stdout
+    (trial,) = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
+    assert trial.data.tags["dinox.shrunk"] == "true" and trial.data.tags["dinox.status"] == "ok"
+    assert trial.data.params["shrunk"] == "True"
+    hostile = run_dinox(["run", "s.yaml", "--shrink-if", "$(touch PWNED)\x1b[2J"], cwd=tmp_path)
+    assert hostile.returncode == 2 and "is not a valid boolean" in hostile.stderr, hostile.stderr
+    assert "\x1b" not in hostile.stderr and "Traceback" not in hostile.stderr
+    assert not (tmp_path / "PWNED").exists()

@@ -163,6 +163,16 @@ SHRINK = click.option(
     "convnext families), 64 px images, batches of at most ~8, a few steps; recorded as shrunk in the "
     "experiment NAME_shrunk, which `dinox decide` plans from only with --shrunk.",
 )
+# MLproject's `-P shrink=true`: `mlflow run` substitutes a parameter's value into the command, never an optional
+# flag (an empty value reaches the command as a quoted '' argument), so its entry point passes --shrink-if {shrink}.
+SHRINK_IF = click.option(
+    "--shrink-if",
+    type=click.BOOL,
+    default=False,
+    hidden=True,
+    metavar="true|false",
+    help="--shrink when true (the MLproject's shrink parameter).",
+)
 MAX_TRIALS = click.option(
     "--max-trials",
     type=click.IntRange(min=1),

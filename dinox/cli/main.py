@@ -16,6 +16,7 @@ from dinox.cli.common import (
     MAX_TRIALS,
     SET,
     SHRINK,
+    SHRINK_IF,
     TRACKING_URI,
     BadInput,
     Inert,
@@ -205,6 +206,7 @@ def plan(spec_file: str, max_trials: int, no_estimate: bool, sets: tuple[str, ..
 )
 @SET
 @SHRINK
+@SHRINK_IF
 def run(
     spec_file: str,
     tracking_uri: str | None,
@@ -221,6 +223,7 @@ def run(
     profiles: tuple[str, ...],
     sets: tuple[str, ...],
     shrink: bool,
+    shrink_if: bool,
 ) -> None:
     """Measure every trial of SPEC, each in its own child process, and record it in MLflow.
 
@@ -236,7 +239,7 @@ def run(
     unusable tracking store, 130 when interrupted.
     """
     request = _devices(devices)
-    doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets, shrink=shrink)
+    doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets, shrink=shrink or shrink_if)
     trials, again = _profiled(trials, profiles)
     trials, shard = _of_shard(trials, shard)
     if not trials:
