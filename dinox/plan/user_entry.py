@@ -1,8 +1,8 @@
 """Where a `kind: python` objective's code is, and what it is, found without importing it.
 
 The parent never runs the team's code (`decide`, `sync` and the UI read the store; `run` only expands the
-spec): the module is found on disk the way Python's path finder would (the objective's `path`, then this
-Python's own path) and its source is hashed: a package's every ``.py`` file (a change in a helper module is a
+spec): the module is found on disk by Python's own path finder (the objective's `path`, then this Python's
+own path) and its source is hashed: a package's every ``.py`` file (a change in a helper module is a
 change in the step), a lone module's own file. The hash and the file go into the trial's spec, so they are
 params and part of the trial's id. Importing, building and checking the protocol happen in a child
 (``python -m dinox.measure.entry_check``, at validate, plan and run) and in the trial's own process.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 MAX_FILES = 5000  # a package larger than this is hashed by its first files (sorted) and says so
@@ -31,14 +32,22 @@ def search_path(path: str) -> list[Path]:
 
 def locate(entry: str, path: str, section: str = "objective") -> tuple[Path, Path]:
     """(the module's file: a package's __init__.py or a module's .py, the folder it is imported from). Raises
-    EntryNotFound."""
+    EntryNotFound.
+
+    Python's own path finder (importlib.machinery.PathFinder) looks, one dotted part at a time, in the folders
+    given: it knows packages, namespace packages and the suffixes this Python imports, and executes nothing.
+    importlib.util.find_spec would run each parent package's __init__, the team's code, in this process."""
     module = entry.split(":", 1)[0]
     parts = module.split(".")
     for folder in search_path(path):
-        base = folder.joinpath(*parts)
-        for candidate in (base / "__init__.py", base.with_suffix(".py")):
-            if candidate.is_file():
-                return candidate, folder
+        spec = PathFinder.find_spec(parts[0], [str(folder)])
+        for part in parts[1:]:
+            inside = list(spec.submodule_search_locations or []) if spec is not None else []
+            # By its last part: under its dotted name a namespace package's path would ask sys.modules for
+            # its parent, which only an import puts there. The finder matches the last part anyway.
+            spec = PathFinder.find_spec(part, inside) if inside else None
+        if spec is not None and spec.origin and Path(spec.origin).is_file():
+            return Path(spec.origin), folder
     raise EntryNotFound(
         f"module {module!r} is not in {Path(path).resolve()} ({section}.path) nor on this Python's path: no "
         f"{'/'.join(parts)}.py or {'/'.join(parts)}/__init__.py"

@@ -44,3 +44,15 @@ def test_a_module_that_is_not_there_says_where_it_looked(tmp_path):
         assert f"not in {tmp_path} (data.path)" in str(e) and "nope/mod.py" in str(e)
     else:
         raise AssertionError("found a module that is not there")
+
+
+def test_a_namespace_package_and_a_nested_package_are_found_as_python_would_find_them(tmp_path):
+    """Python's path finder, not a hand walk: a namespace package (no __init__.py) holds the entry's module,
+    and a folder named like the module without an __init__ does not hide the module file beside it."""
+    (tmp_path / "ns" / "team").mkdir(parents=True)  # ns: namespace; ns/team: namespace too
+    (tmp_path / "ns" / "team" / "recipe.py").write_text("def build(ctx): ...\n")
+    sha, file, root = user_entry.source_hash("ns.team.recipe:build", str(tmp_path))
+    assert (file, root) == (tmp_path / "ns" / "team" / "recipe.py", tmp_path) and len(sha) == 64
+    (tmp_path / "step").mkdir()  # a data folder called step/ beside step.py: the module is step.py
+    (tmp_path / "step.py").write_text("def build(ctx): ...\n")
+    assert user_entry.locate("step:build", str(tmp_path)) == (tmp_path / "step.py", tmp_path)
