@@ -99,18 +99,26 @@ def test_images_per_s_matches_an_independent_clock():
 
 
 def test_a_step_splits_into_data_copy_compute_and_idle():
+    clock = FakeClock()  # exact: the split's arithmetic, not this machine's sleep
+
+    class Slow(Images):
+        def __getitem__(self, i):
+            clock.take(0.005)
+            return super().__getitem__(i)
+
     stats = loop(
-        DataLoader(Images(200, delay_s=0.005), batch_size=2),
-        lambda b: time.sleep(0.02),
+        DataLoader(Slow(200), batch_size=2),
+        lambda b: clock.take(0.02),
         batch_size=2,
         warmup=1,
         steps=4,
+        timeline=clock.timeline(),
     )
     for s in stats.steps:
-        assert s.busy + s.idle == pytest.approx(s.period, abs=1e-6)
+        assert s.busy + s.idle == pytest.approx(s.period, abs=1e-9)
         # 2 micro-batches x 2 samples x 5 ms of loading; 2 x 20 ms of compute.
-        assert s.data == pytest.approx(0.02, abs=0.01) and s.compute == pytest.approx(0.04, abs=0.015)
-        assert s.idle_loading == pytest.approx(s.data, abs=0.005) and s.lag == 0.0
+        assert s.data == pytest.approx(0.02) and s.compute == pytest.approx(0.04)
+        assert s.idle_loading == pytest.approx(s.data) and s.lag == 0.0
 
 
 def test_an_exhausted_loader_starts_a_new_epoch():
@@ -130,11 +138,11 @@ def test_repeated_windows_report_their_spread():
 
     def micro(batch):
         calls[0] += 1
-        # Warm-up (1 step x 2 micro) and the first window (3 x 2) at 10 ms, the second and third at 30 ms
-        # (long enough that a busy machine's few ms of jitter do not blur the two).
-        time.sleep(0.010 if calls[0] <= 8 else 0.030)
+        # Warm-up (1 step x 2 micro) and the first window (3 x 2) at 10 ms, the second and third at 30 ms.
+        clock.take(0.010 if calls[0] <= 8 else 0.030)
 
-    stats = loop(DataLoader(Images(400), batch_size=4), micro, warmup=1, steps=3, repeats=3)
+    clock = FakeClock()
+    stats = loop(DataLoader(Images(400), batch_size=4), micro, warmup=1, steps=3, repeats=3, timeline=clock.timeline())
     assert len(stats.windows) == 3 and len(stats.steps) == 6
     assert stats.images == 3 * 3 * 2 * 4 and stats.window_s == sum(w.wall_s for w in stats.windows)
     fast, slow1, slow2 = stats.window_images_per_s
