@@ -71,13 +71,8 @@ class TrainStep:
         ddp: Any = None,
     ) -> None:
         self.spec, self.dev, self.objective, self.optimizer = spec, dev, objective, optimizer
-        self.autocast_dtype, self.scaler, self.prep, self.non_blocking, self.ddp = (
-            autocast_dtype,
-            scaler,
-            prep,
-            non_blocking,
-            ddp,
-        )
+        self.autocast_dtype, self.scaler = autocast_dtype, scaler
+        self.prep, self.non_blocking, self.ddp = prep, non_blocking, ddp
         self.accumulation = spec.accumulation
         set_to_none = spec.optimizer.set_to_none
         self.set_to_none = True if set_to_none is None else set_to_none

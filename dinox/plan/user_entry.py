@@ -39,6 +39,7 @@ def locate(entry: str, path: str, section: str = "objective") -> tuple[Path, Pat
     importlib.util.find_spec would run each parent package's __init__, the team's code, in this process."""
     module = entry.split(":", 1)[0]
     parts = module.split(".")
+    PathFinder.invalidate_caches()  # its folder listings are cached: a module written since must be seen
     for folder in search_path(path):
         spec = PathFinder.find_spec(parts[0], [str(folder)])
         for part in parts[1:]:
