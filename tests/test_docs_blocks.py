@@ -93,14 +93,20 @@ def test_the_readme_first_block_runs_the_quickstart_opens_the_ui_and_decides(tmp
                     s.bind(("127.0.0.1", 0))
                     words += ["--port", str(s.getsockname()[1])]
             pipe = subprocess.PIPE
-            ui = subprocess.Popen(words, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe, text=True)
+            ui = subprocess.Popen(
+                words, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe, text=True, start_new_session=True
+            )
             try:
                 said = ui.stdout.readline() + ui.stdout.readline()  # type: ignore[union-attr]
                 assert said.startswith("MLflow UI on http://127.0.0.1:"), said
                 assert "the newest sweep, experiment 'quickstart': http://127.0.0.1:" in said, said
             finally:
-                ui.send_signal(signal.SIGINT)  # Ctrl-C
-                _out, err = ui.communicate(timeout=60)
+                os.killpg(ui.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+                try:
+                    _out, err = ui.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(ui.pid, signal.SIGKILL)
+                    raise AssertionError("dinox ui did not stop at Ctrl-C") from None
             assert "Traceback" not in err, err[-2000:]
             continue
         proc = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

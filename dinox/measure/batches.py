@@ -42,13 +42,35 @@ class Batches:
             return
         quickest = math.inf
         for _ in range(2 * self.ready):
+            waiting = self.batches_waiting()
             t = self._clock()
             batch = self.next()
             took = self._clock() - t
-            if took > max(WAITED_S, 10 * quickest):
+            # Counted where the iterator lets it be (nothing was waiting: this fetch waited for its batch), else
+            # timed: a slow fetch waited. The count holds on a loaded box, where a ready batch's fetch can be
+            # slowed past any threshold by the scheduler alone, and the window would then eat the backlog.
+            waited = waiting == 0 if waiting is not None else took > max(WAITED_S, 10 * quickest)
+            if waited:
                 self._held = batch
                 return
             quickest = min(quickest, took)
+
+    def batches_waiting(self) -> int | None:
+        """Batches the loader's workers have finished and the loop has not taken yet (None: not countable).
+
+        DataLoader has no public count of them: its multiprocessing iterator keeps them in its result queues
+        (the workers', and the pin-memory thread's where one runs) and, arrived out of order, in _task_info.
+        Read from those (torch 2.x), never relied on: a loader without them is timed instead."""
+        it = self._it
+        queues = {id(q): q for q in (getattr(it, "_worker_result_queue", None), getattr(it, "_data_queue", None))}
+        info = getattr(it, "_task_info", None)
+        if self._held is not None or None in queues.values() or not isinstance(info, dict):
+            return None
+        try:
+            queued = sum(q.qsize() for q in queues.values())
+        except (NotImplementedError, OSError, AttributeError):  # qsize is missing on macOS's sem_getvalue
+            return None
+        return queued + sum(1 for v in info.values() if isinstance(v, tuple) and len(v) == 2)
 
     def drop_held(self) -> None:
         self._held = None

@@ -322,6 +322,30 @@ def test_settle_takes_the_ready_batches_and_keeps_the_one_it_waited_for():
     assert Batches(_Restartable(loader), lambda: now[0], ready=0).next() == 0  # nothing held, nothing to settle
 
 
+class Indexed(Images):
+    def __getitem__(self, i: int):
+        return super().__getitem__(i)[0], i
+
+
+def test_settle_counts_the_workers_ready_batches_so_a_slowed_fetch_cannot_fool_it():
+    """Real workers, their queues full (2 workers x prefetch 2 = 4 batches ready), and a clock on which every
+    fetch looks slow, as the scheduler of a loaded box can make a ready batch's fetch: settle counts what the
+    workers hold instead, takes the four, and keeps the fifth (the one it waited for). (The pin-memory
+    thread's queue is counted too; without an accelerator torch runs no such thread, so it is not tried here.)"""
+    loader = DataLoader(Indexed(400, delay_s=0.05), batch_size=2, num_workers=2, prefetch_factor=2)
+    seconds = iter(range(10**6))  # each reading 1 s after the last: every fetch "took" a second
+    batches = Batches(loader, lambda: float(next(seconds)), ready=4)
+    deadline = time.time() + 30
+    while batches.batches_waiting() != 4 and time.time() < deadline:
+        time.sleep(0.05)
+    assert batches.batches_waiting() == 4
+    batches.settle()
+    assert batches.batches_waiting() is None  # one batch held: the next fetch is that one
+    assert batches.next()[1].tolist() == [8, 9] and batches.batches_waiting() is not None  # the fifth batch
+    fake = Batches(_Restartable(lambda: iter(range(9))), time.perf_counter, ready=4)
+    assert fake.batches_waiting() is None  # not a DataLoader's iterator: settle times its fetches instead
+
+
 class _Restartable:
     def __init__(self, make):
         self.make = make
