@@ -398,7 +398,12 @@ def _hand_in_child(row: dict[str, str], steps: int, warmup: int) -> tuple[float 
         "import json, sys; sys.path.insert(0, sys.argv[1]); import gpu_check; "
         "print(json.dumps(gpu_check.hand_loop(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))"
     )
+    from dinox.isolate import contention
+
     env = dict(os.environ)
+    # OpenMP's waiting threads as dinox sets them for its trials on this box: spinning beside a neighbour's
+    # work, a hand loop measures the neighbour (a --small run beside a parallel suite: dinox/hand 21.3).
+    env.update({k: v for k, v in contention.omp_env(os.environ).items() if k == "OMP_WAIT_POLICY"})
     if row.get("runtime.expandable_segments") == "True":  # as the trial's child sets it, before CUDA starts
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     out = _child(
