@@ -39,7 +39,7 @@ import torch
 from dinox.measure.ahead import CopyAhead
 from dinox.measure.batches import Batches
 from dinox.measure.timeline import HostEvent, Timeline, WindowRecorder
-from dinox.measure.windows import LoopStats, Repeats, Window
+from dinox.measure.windows import LoopStats, Repeats, Window, in_process_rate
 
 
 def timeline_for(device: torch.device) -> tuple[Timeline, str]:
@@ -170,8 +170,9 @@ class Loop:
     ) -> LoopStats:
         """Warm up; time windows of `bench_steps` steps until `repeats` says they settled (an int: that many),
         each followed (with `ablation_steps`) by a round of ablation windows of half that many steps; then the
-        copies alone, the half-batch pair and a loader-only window of `loader_batches` batches.
-        `loader_buffered`: how many batches the loader's workers can hold ready."""
+        copies alone, the half-batch pair and a loader-only window of `loader_batches` batches (loader workers
+        only: without them the timed steps' own fetches are that window). `loader_buffered`: how many batches
+        the loader's workers can hold ready."""
         perf = self.timeline.host_clock  # type: ignore[union-attr]
         t = perf()
         self.batches = Batches(self.loader, perf, loader_buffered)
@@ -188,9 +189,11 @@ class Loop:
             copies = self._copies_alone(per_round)
             full, half = self._half_batch(ablation_steps)
         loader_ips = None
-        if loader_batches:
+        if loader_batches and self.batches.ready:
             self._phase("loader alone")
             loader_ips = self._loader_alone(loader_batches)
+        elif loader_batches:  # loading in this process: the timed steps' fetches were the loader alone
+            loader_ips = in_process_rate(windows)
         epoch_start_s = self.batches.epoch_start()
         ablation_s = sum(w.wall_s for w in compute_only + no_loader) + (perf() - t)
         return LoopStats(

@@ -43,6 +43,16 @@ def pooled(windows: list[Window]) -> float | None:
     return sum(w.images for w in windows) / sum(w.wall_s for w in windows) if windows else None
 
 
+def in_process_rate(windows: list[Window]) -> float | None:
+    """Images/s of a loader that runs in the step's own process (no workers), from the timed steps' waits in
+    next(loader): each fetch there is the loader's whole work for its batch, done while nothing else runs in
+    the process, so a loader-only window would time the same fetches again (seconds a trial, on a slow
+    loader). None where no step interval saw a fetch."""
+    steps = [(w.images_per_step, s.data) for w in windows for s in w.steps]
+    waited = sum(data for _, data in steps)
+    return sum(images for images, _ in steps) / waited if waited > 0 else None
+
+
 @dataclass(frozen=True)
 class Repeats:
     """How many timed windows: at least `least`, then more until their spread is at most `threshold`, never

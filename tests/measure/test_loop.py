@@ -217,9 +217,9 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
         loader_batches=6,
         timeline=clock.timeline(),
     )
-    # Warm-up, the timed windows, the loader window and the epoch boundary's first batch fetch; the ablation
-    # windows never do.
-    assert fetched[0] == (1 + 2 * 4) * 2 * 2 + 6 * 2 + 2
+    # Warm-up, the timed windows and the epoch boundary's first batch fetch; the ablation windows never do, and
+    # a loader without workers gets no window of its own: the timed steps' fetches were it.
+    assert fetched[0] == (1 + 2 * 4) * 2 * 2 + 2
     assert stats.epoch_start_s == pytest.approx(0.010)  # a new epoch's first batch: 2 samples x 5 ms
     timed = stats.images_per_s
     assert timed == pytest.approx(2 * 2 / 0.040)  # a step: two micro-batches of 10 ms fetch + 10 ms compute
@@ -231,7 +231,7 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
     assert pooled(stats.no_loader) == pytest.approx(pooled(stats.compute_only))
     assert stats.copies_alone is not None and stats.copies_alone.images == 2 * 2 * 2
     assert stats.compute_half is None  # the half-batch pair: a device with a timeline of its own only
-    assert stats.loader_images_per_s == pytest.approx(200)  # 2 samples per 10 ms
+    assert stats.loader_images_per_s == pytest.approx(200)  # 2 samples per 10 ms, read off the timed fetches
     assert stats.ablation_s > 0
 
 
@@ -268,7 +268,7 @@ def test_the_loop_tells_its_phases_in_order_outside_the_windows():
         2,
         on_phase=phases.append,
     )
-    loop_.run(1, 2, repeats=3, ablation_steps=2, loader_batches=2)
+    loop_.run(1, 2, repeats=3, ablation_steps=2, loader_batches=2, loader_buffered=1)
     assert phases == ["warm-up", "window 1/3", "window 2/3", "window 3/3", "ablation windows", "loader alone"]
 
 
