@@ -9,6 +9,7 @@
   ``dinov2``: DINOv2's step); ``user_step``: a team's own step,
   imported from the spec's entry; ``entry_check``: validate's child that builds it;
   ``runtime``: the spec's process-wide settings applied and read back.
+- ``loading``: the trial's input (dataset, device-side preparation, DataLoader) from its spec.
 - ``loop``: the timed step loop; ``batches`` the loader as the loop sees it; ``ahead`` the next batch copied
   ahead; ``timeline`` the device's own clock; ``windows`` what the loop measures as plain records.
 - ``step_metrics``: those records as the trial's metrics; ``bound``: what holds the step back, and why.

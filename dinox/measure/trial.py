@@ -28,15 +28,14 @@ from typing import Any  # noqa: E402
 
 import timm  # noqa: E402, F401  (imported here so start-up time, not setup time, carries its ~1 s)
 import torch  # noqa: E402
-from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 from dinox import record as rec  # noqa: E402
 from dinox.contract import COST_FILE, GIB, PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, TrialResult  # noqa: E402
-from dinox.data import build_dataset  # noqa: E402
 from dinox.data.device_prep import DevicePrep  # noqa: E402
-from dinox.data.views import view_plan  # noqa: E402
+from dinox.data.views import ViewPlan, view_plan  # noqa: E402
 from dinox.isolate import lifeline, ranks  # noqa: E402
-from dinox.measure import device, models, objectives, profile, routine, runtime  # noqa: E402
+from dinox.measure import device, loading, models, objectives, profile, routine, runtime  # noqa: E402
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.bound import rounds_decided  # noqa: E402
 from dinox.measure.result import describe_exception, is_oom  # noqa: E402
@@ -71,7 +70,7 @@ class TrialRun:
     autocast_dtype: torch.dtype | None
     scaler: Any  # torch.amp.GradScaler for fp16-mixed, else None
     num_classes: int
-    plan: Any  # dinox.data.views.ViewPlan
+    plan: ViewPlan
     # _setup_loader
     prep: DevicePrep | None
     pin: bool
@@ -249,53 +248,11 @@ class TrialRun:
         return (m.ablation_steps or m.bench_steps) if m.ablation else 0
 
     def _setup_loader(self) -> None:
-        spec, lo = self.spec, self.spec.loader
         t = time.time()
-        pipeline = build_dataset(
-            spec, models.in_chans(spec.model), max(self.num_classes, 1), self._samples_needed(), self.plan
-        )
-        dataset = pipeline.dataset
-        if pipeline.repeats > 1:
-            self.tags[rec.DATA_REPEATS] = str(pipeline.repeats)
-            self.metrics[rec.DATA_SAMPLES] = float(pipeline.samples or 0)
-        if getattr(dataset, "urls", None):
-            from dinox.data.files import shard_layout
-
-            self.tags[rec.SHARD_LAYOUT] = shard_layout(dataset.urls[0]) or "unknown"
-        channels = models.in_chans(spec.model)
-        self.prep = (
-            DevicePrep(spec.data, self.dev, spec.model.img_size, self.num_classes, channels)
-            if pipeline.images
-            else None
-        )
-        self.pin = lo.pin_memory and self.dev.type == "cuda"
-        self.tags[rec.PIN_MEMORY_APPLIED] = str(self.pin)
-        # Asynchronous copies only from pinned memory (otherwise they are synchronous anyway), unless asked.
-        self.non_blocking = self.pin if lo.non_blocking is None else lo.non_blocking
-        iterable = isinstance(dataset, IterableDataset)  # webdataset shuffles in its own buffer
-        seed = getattr(spec.data, "seed", 0)
-        sampler = None
-        if self.distributed is not None and not iterable:
-            from torch.utils.data.distributed import DistributedSampler
-
-            # Each rank its own shard of the data (webdataset splits its shards by rank itself).
-            sampler = DistributedSampler(
-                dataset, num_replicas=self.world, rank=self.distributed[0], shuffle=True, seed=seed, drop_last=True
-            )
-        self.loader = DataLoader(
-            dataset,
-            batch_size=spec.size,
-            shuffle=not iterable and sampler is None,
-            sampler=sampler,
-            generator=None if iterable or sampler is not None else torch.Generator().manual_seed(seed),
-            num_workers=lo.num_workers,
-            pin_memory=self.pin,
-            prefetch_factor=lo.prefetch_factor,
-            persistent_workers=lo.persistent_workers,
-            collate_fn=pipeline.collate_fn,
-            drop_last=True,  # every step sees the same shapes: no recompilation, no ragged last batch
-            worker_init_fn=lifeline.worker_init,  # a worker dies with its trial, even a hung one
-        )
+        feed = loading.build(self.spec, self.dev, self.num_classes, self.plan, self._samples_needed(), self.distributed)
+        self.prep, self.pin, self.non_blocking, self.loader = feed.prep, feed.pin, feed.non_blocking, feed.loader
+        self.metrics.update(feed.metrics)
+        self.tags.update(feed.tags)
         self.metrics[rec.DATA_SETUP_S] = time.time() - t  # workers start lazily, inside the first warm-up step
 
     def _setup_model(self) -> None:
