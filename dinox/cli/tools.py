@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import click
 
 from dinox.cli.common import TRACKING_URI, BadInput
 from dinox.errors import EXIT_BAD_INPUT
+from dinox.isolate import lifeline
 from dinox.store.backend import shown_uri
 
 
@@ -194,7 +198,8 @@ def ui(tracking_uri: str | None, host: str, port: int, experiment: str | None) -
     click.echo(f"  {page[0]}: {base}/{page[1]}" if page[1] else f"  {page[0]}")
     # One user's UI: one worker starts in a fraction of the time of MLflow's default four, and the job
     # runner MLflow 3 starts beside it (for its GenAI features) has nothing to do for dinox's runs.
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    env = dict(os.environ)
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     command = [
         sys.executable,
         "-m",
@@ -209,7 +214,63 @@ def ui(tracking_uri: str | None, host: str, port: int, experiment: str | None) -
         "--workers",
         "1",
     ]
-    os.execv(sys.executable, command)
+    sys.exit(_serve(command, env))
+
+
+def _serve(command: list[str], env: dict[str, str]) -> int:
+    """Run `mlflow ui` in a session of its own until it exits, or until Ctrl-C or SIGTERM, which stop its whole
+    process group: the server's exit code, 0 when stopped.
+
+    Not exec'd into: `mlflow ui` starts the uvicorn server as a child and forwards signals to it only once
+    its handler is installed, seconds of imports later. A Ctrl-C before that printed a traceback from
+    MLflow's imports, and one that fell between its starting the server and installing the handler (wider on
+    a loaded box, where the README's test met it) killed `mlflow ui` and left the server running, orphaned,
+    holding the port. Here the terminal's Ctrl-C reaches dinox alone, which ends the group (SIGTERM, then
+    SIGKILL for whatever is left). The server's leader gets SIGTERM if dinox itself is killed."""
+    from dinox.isolate.process_tree import kill_group
+
+    stops = {signal.SIGINT, signal.SIGTERM}
+    said: list[str] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        if not said:  # the first one stops the server; a second Ctrl-C finds it stopping
+            said.append(signal.Signals(signum).name)
+            raise _Stopped
+
+    old = {s: signal.signal(s, stop) for s in stops}
+    proc = None
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # held until the child is known, then taken
+        try:
+            proc = subprocess.Popen(
+                command,
+                env=env,
+                start_new_session=True,
+                preexec_fn=functools.partial(_server_child, stops),  # noqa: PLW1509 - one thread here
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        code = proc.wait()
+    except _Stopped:
+        if proc is not None:
+            kill_group(proc)
+        click.echo(f"dinox: the UI stopped ({said[0]})", err=True)
+        return 0
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return code if code >= 0 else 128 - code  # a death by signal, as a shell reports it
+
+
+class _Stopped(Exception):
+    """Ctrl-C or SIGTERM reached `dinox ui`."""
+
+
+def _server_child(held: set[signal.Signals]) -> None:
+    """In the server's process before it execs: the signals this process held, unheld (a mask outlives exec),
+    and SIGTERM (a graceful stop) when this process dies."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+    lifeline.die_with_parent(signum=signal.SIGTERM)
 
 
 # MLflow 3's experiment page opens in its GenAI view (traces) unless the address asks for the training one.

@@ -19,17 +19,17 @@ PARENT_ENV = "DINOX_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(expected_parent: int | None = None) -> bool:
-    """SIGKILL this process when its parent dies. If the parent is already gone (it died before the request
-    took effect, or is not `expected_parent`), exit at once. Returns whether the kernel supports it (Linux).
-    The kernel watches the parent *thread* that forked this process: parents start children from their
-    main thread."""
+def die_with_parent(expected_parent: int | None = None, signum: int = signal.SIGKILL) -> bool:
+    """SIGKILL (or `signum`) this process when its parent dies. If the parent is already gone (it died before
+    the request took effect, or is not `expected_parent`), exit at once. Returns whether the kernel supports
+    it (Linux). The kernel watches the parent *thread* that forked this process: parents start children from
+    their main thread."""
     if not sys.platform.startswith("linux"):
         return False
     parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError):
         return False

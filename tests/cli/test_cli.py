@@ -305,8 +305,89 @@ def test_ui_listens_on_loopback_only_and_prints_the_newest_sweep_in_the_training
         assert listening, "the UI never listened"
         assert all(addr.ip == "127.0.0.1" and addr.port == port for addr in listening), listening
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        os.killpg(proc.pid, signal.SIGINT)  # the server runs in a session of its own: dinox ends it
+        proc.wait(timeout=60)
+
+
+def _listening(pid: int, port: int) -> bool:
+    import psutil
+
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return False
+    for p in tree:
+        try:
+            if any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in p.net_connections("inet")):
+                return True
+        except psutil.Error:  # a short-lived helper process of the server exited meanwhile
+            pass
+    return False
+
+
+def _serving(port: int) -> list[int]:
+    """Processes whose command line names the port: the UI's server, wherever it was left."""
+    import psutil
+
+    return [q.pid for q in psutil.process_iter(["cmdline"]) if f"--port {port}" in " ".join(q.info["cmdline"] or [])]
+
+
+@pytest.mark.parametrize("moment", ["at_once", "importing", "listening", "sigkill"])
+def test_ui_stopped_at_any_moment_leaves_no_server_behind(tmp_path, moment):
+    """`dinox ui` stopped as a user stops it: Ctrl-C (SIGINT to the terminal's foreground group) the moment it
+    has printed its address, a second later while MLflow still imports, or once it listens; or SIGKILLed.
+    Once exec'd into `mlflow ui`, a Ctrl-C during its imports printed their traceback, and one between its
+    starting the uvicorn server and installing its signal forwarding left the server orphaned on the port
+    (the README's test met it on a loaded box). Now: one line, no traceback, nothing left on the port."""
+    import signal
+    import socket
+    import time
+
+    MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").create_experiment("any")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith(f"MLflow UI on http://127.0.0.1:{port}")  # type: ignore[union-attr]
+        proc.stdout.readline()  # type: ignore[union-attr]
+        if moment == "importing":
+            time.sleep(1.0)
+        elif moment in ("listening", "sigkill"):
+            deadline = time.time() + 90
+            while not _listening(proc.pid, port) and time.time() < deadline:
+                time.sleep(0.2)
+            assert _listening(proc.pid, port), "the UI never listened"
+        if moment == "sigkill":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.time() + 30  # a killed dinox's server gets SIGTERM from the kernel and stops on its own
+    while _serving(port) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _serving(port), f"left on port {port}: {_serving(port)}"
+    if moment == "sigkill":
+        assert proc.returncode == -signal.SIGKILL
+        return
+    assert "Traceback" not in err, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last in ("dinox: the UI stopped (SIGINT)", "dinox: interrupted by SIGINT; nothing was recorded"), err
+    assert proc.returncode == (0 if last.startswith("dinox: the UI stopped") else 130), err
+    if moment != "at_once":
+        assert last == "dinox: the UI stopped (SIGINT)", err
 
 
 @pytest.mark.skipif(not without_torch("cuda"), reason="this machine has a GPU driver")
