@@ -187,9 +187,13 @@ def ui(tracking_uri: str | None, host: str, port: int, experiment: str | None) -
         why = problem if scheme in ("sqlite", "postgresql", "postgres", "mysql", "mssql") else "not a database store"
         raise BadInput(f"tracking store {shown_uri(uri)}: {why} (sqlite:///mlflow.db, postgresql://HOST/DB)")
     try:
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError) as e:
         raise BadInput(f"--host {host}: not an address to listen on ({e})") from None
+    if taken := _cannot_listen(address):
+        # Else the address printed below would be another server's (another store's UI), and the UI's own
+        # failure one line in MLflow's log, after an exit 0.
+        raise BadInput(f"--port {port}: cannot listen on {host}:{port} ({taken}); choose another --port")
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: the UI listens on {host}, reachable by others, with no authentication", err=True)
     base = f"http://{_url_host(host)}:{port}"
@@ -218,8 +222,8 @@ def ui(tracking_uri: str | None, host: str, port: int, experiment: str | None) -
 
 
 def _serve(command: list[str], env: dict[str, str]) -> int:
-    """Run `mlflow ui` in a session of its own until it exits, or until Ctrl-C or SIGTERM, which stop its whole
-    process group: the server's exit code, 0 when stopped.
+    """Run `mlflow ui` in a session of its own until Ctrl-C or SIGTERM, which stop its whole process group (0),
+    or until it ends on its own, which is a failure (its exit code, at least 1).
 
     Not exec'd into: `mlflow ui` starts the uvicorn server as a child and forwards signals to it only once
     its handler is installed, seconds of imports later. A Ctrl-C before that printed a traceback from
@@ -251,6 +255,9 @@ def _serve(command: list[str], env: dict[str, str]) -> int:
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
         code = proc.wait()
+        # A UI runs until it is stopped: one that ends on its own failed, whatever `mlflow ui` returns (it
+        # returns 0 when its server could not bind).
+        click.echo(f"error: the UI's server ended on its own (exit {code}); its output is above", err=True)
     except _Stopped:
         if proc is not None:
             kill_group(proc)
@@ -259,7 +266,20 @@ def _serve(command: list[str], env: dict[str, str]) -> int:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    return code if code >= 0 else 128 - code  # a death by signal, as a shell reports it
+    return code if code > 0 else 128 - code if code < 0 else 1  # a death by signal, as a shell reports it
+
+
+def _cannot_listen(address: tuple) -> str | None:
+    """Why the server could not listen at a getaddrinfo address (in use, a privileged port), or None. As uvicorn
+    binds it: SO_REUSEADDR, which a listening socket still refuses."""
+    family, kind, proto, _name, sockaddr = address
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(sockaddr)
+        except OSError as e:
+            return e.strerror or str(e)
+    return None
 
 
 class _Stopped(Exception):

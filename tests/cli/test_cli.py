@@ -639,3 +639,39 @@ def test_a_python_without_dinox_s_dependencies_is_one_line_and_says_so_in_mlflow
         assert note.startswith("**dinox refused to start: nothing was measured**") and "no module 'timm'" in note
     else:  # without click nothing of dinox's command line ran: the line is all there is
         assert note == ""
+
+
+def test_ui_on_a_port_in_use_is_refused_and_a_server_that_ends_on_its_own_is_a_failure(tmp_path):
+    """Another server on the port: once, `dinox ui` printed the address (another server's page) and exited 0
+    after uvicorn's bind error in MLflow's log. Now: refused before anything is printed; and where the port is
+    taken after that check (here: by the test, while MLflow imports), the server's end is an error, exit 1."""
+    import socket
+
+    MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").create_experiment("any")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = run_dinox(["ui", "--port", str(port)], cwd=tmp_path, env=env, inherit=False)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert refused.stderr == (
+        f"error: --port {port}: cannot listen on 127.0.0.1:{port} (Address already in use); choose another --port\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    with socket.socket() as late:
+        late.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        assert proc.stdout.readline().startswith("MLflow UI on")  # type: ignore[union-attr]
+        late.bind(("127.0.0.1", port))  # MLflow's imports take seconds: uvicorn comes to bind after this
+        late.listen()
+        _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert err.strip().splitlines()[-1] == "error: the UI's server ended on its own (exit 0); its output is above"
