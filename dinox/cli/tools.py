@@ -175,7 +175,8 @@ def sync(sweep_dirs: tuple[str, ...], workdir: str, tracking_uri: str | None, ne
 def ui(tracking_uri: str | None, host: str, port: int, experiment: str | None) -> None:
     """Open the MLflow UI on the sweeps' store (`mlflow ui`), listening on 127.0.0.1 unless told otherwise, and
     print the address of the sweep's experiment in MLflow's training view (MLflow 3 opens its GenAI view
-    otherwise)."""
+    otherwise). Exit code 0 when stopped (Ctrl-C), 2 for bad input (a port it cannot listen on), 1 when the
+    server ends on its own."""
     from dinox.store.backend import resolve_tracking_uri, store_problem
 
     uri = resolve_tracking_uri(tracking_uri)
