@@ -3,7 +3,11 @@ option), the trials from the store, the decision, the report files, the verdict 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import sys
+import tempfile
 import traceback
 import typing
 from pathlib import Path
@@ -12,7 +16,7 @@ from typing import Any
 import click
 
 from dinox.cli.common import TRACKING_URI, BadInput, load_trials
-from dinox.errors import DinoxError
+from dinox.errors import DinoxError, interrupted
 from dinox.plan.shrink import shrunk_name
 from dinox.store.backend import shown_uri
 from dinox.writes import write_whole
@@ -151,7 +155,9 @@ def decide(
         )
     except DinoxError:
         raise
-    except Exception:  # noqa: BLE001 - exit 1 is NO-GO, which a crash must never read as
+    except Exception as e:  # noqa: BLE001 - exit 1 is NO-GO, which a crash must never read as
+        if interrupted(e):
+            raise KeyboardInterrupt from None
         traceback.print_exc()
         raise BadInput("dinox decide failed (the traceback above): no decision was made") from None
     from dinox.report.decision_json import exit_code
@@ -276,22 +282,36 @@ def run_decision(
 
 
 def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> list[Path]:
-    """report.md, report.html, decision.json and the plots, in that order, written to `out`, each file whole
-    or not at all (written beside its name, then renamed). Raises BadInput naming --out when it cannot be
+    """report.md, report.html, decision.json and the plots, in that order, written to `out` as one set: made
+    in a folder of their own inside it, then renamed into place, so a Ctrl-C or a failure while they are made
+    (seconds of plotting) leaves the previous decision's files as they were, never this one's plots beside
+    that one's decision.json (and no new `out` at all). Raises BadInput naming --out when it cannot be
     written (/dev/null, /proc, a read-only mount, a full disk)."""
     from dinox.report import decision_json
     from dinox.report import text as report
     from dinox.report.html import render_html
     from dinox.report.plots import write_plots
 
+    made = not out.exists()
+    staging = None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        plots = write_plots(decision, records, out)
+        staging = Path(tempfile.mkdtemp(prefix=".decide-", dir=out))  # a name no one planted a link at
+        plots = write_plots(decision, records, staging)
         markdown = report.render_markdown(decision, [p.name for p in plots])
-        paths = [out / "report.md", out / "report.html", out / "decision.json"]
-        texts = [markdown, render_html(markdown, decision.verdict, out), decision_json.dumps(decision)]
-        for path, text in zip(paths, texts, strict=True):
-            write_whole(path, text)
+        names = ["report.md", "report.html", "decision.json"]
+        texts = [markdown, render_html(markdown, decision.verdict, staging), decision_json.dumps(decision)]
+        for name, text in zip(names, texts, strict=True):
+            write_whole(staging / name, text)
+        files = [*names, *(p.name for p in plots)]
+        for name in files:
+            os.replace(staging / name, out / name)
     except OSError as e:
         raise BadInput(f"--out {out}: cannot write the report there ({e.strerror or e})") from None
-    return [*paths, *plots]
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if made:
+            with contextlib.suppress(OSError):  # left only where nothing reached it
+                out.rmdir()
+    return [out / name for name in files]

@@ -26,7 +26,7 @@ from dinox.cli.common import (
     refuse_control_characters,
     show_error,
 )
-from dinox.errors import DEPENDENCIES, EXIT_BAD_INPUT, DinoxError, MissingDependency
+from dinox.errors import DEPENDENCIES, EXIT_BAD_INPUT, DinoxError, MissingDependency, interrupted
 
 if TYPE_CHECKING:  # the commands import these when they run: `dinox --help` stays quick
     from dinox.isolate.forkserver import ForkServer
@@ -400,6 +400,11 @@ def entry() -> None:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
         if isinstance(e.code, str):
             click.echo(e.code, err=True)
+    except Exception as e:
+        if not interrupted(e):  # a library's error made of a Ctrl-C is the Ctrl-C; anything else is a bug
+            raise
+        click.echo("dinox: interrupted by SIGINT; nothing was recorded", err=True)
+        code = 130
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -507,3 +507,38 @@ def test_decision_json_validates_against_the_shipped_schema(sqlite_store, experi
     broken = {k: v for k, v in data.items() if k != "recommended"}
     with pytest.raises(jsonschema.ValidationError, match="'recommended' is a required property"):
         jsonschema.validate(broken, schema)
+
+
+def test_a_ctrl_c_while_the_report_is_written_leaves_the_previous_decision_whole(sqlite_store, tmp_path):
+    """`dinox decide` stopped by Ctrl-C while it writes its files (seconds of plotting): the decision before it
+    stays as it was, never this one's plots beside that one's decision.json; a first decide leaves no --out.
+    The Ctrl-C comes the moment its files are being made (their folder appears), through the command."""
+    import signal
+    import time
+
+    work, uri, _ = sqlite_store
+    out = tmp_path / "decision"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+    def interrupted(args: list[str]) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "dinox", "decide", "--tracking-uri", uri, *args, "--out", str(out)]
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not list(out.glob(".decide-*")):
+            time.sleep(0.005)
+        assert proc.poll() is None, "decide ended before its files were being written"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        return subprocess.CompletedProcess(command, proc.returncode, stdout.decode(), stderr.decode())
+
+    first = interrupted(["--experiment", "study", *BUDGET, "--no-log"])
+    assert first.returncode == 130 and "Traceback" not in first.stderr, first.stderr
+    assert not out.exists()
+    go = decide(work, uri, "--experiment", "study", *BUDGET, "--no-log", "--out", str(out))
+    assert go.returncode == 0, go.stdout + go.stderr
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert json.loads(before["decision.json"])["verdict"] == "GO"
+    again = interrupted(["--experiment", "study", "--days", "10", "--target-images", "24452700", "--no-log"])
+    assert again.returncode == 130 and "Traceback" not in again.stderr, again.stderr
+    assert again.stderr.strip().splitlines()[-1].startswith("dinox: interrupted by SIGINT"), again.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing of the NO-GO, nothing left over
