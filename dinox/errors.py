@@ -23,19 +23,22 @@ class WorkdirError(DinoxError, OSError):
     trials, which write theirs there, cannot run."""
 
 
-def interrupted(exc: BaseException) -> bool:
-    """Whether `exc` is a Ctrl-C, or was caused by one: a library may turn it into an error of its own (a C
-    extension whose module init met the KeyboardInterrupt fails to import: "ImportError: initialization
-    failed", matplotlib's Agg backend when decide plots). Such an error is an interrupt, not a crash."""
+def interrupted(
+    exc: BaseException, kinds: tuple[type[BaseException], ...] = (KeyboardInterrupt,)
+) -> BaseException | None:
+    """The interrupt (a Ctrl-C; or any of `kinds`) that `exc` is or was caused by, else None: a library may turn
+    it into an error of its own (a C extension whose module init met the KeyboardInterrupt fails to import:
+    "ImportError: initialization failed", matplotlib's Agg backend when decide plots). Such an error is an
+    interrupt, not a crash."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
+        if isinstance(current, kinds):
+            return current
         seen.add(id(current))
         # As Python prints the chain: the cause, else the context unless `raise ... from None` suppressed it.
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
-    return False
+    return None
 
 
 # The top-level modules of dinox's dependencies (pyproject's), by import name.

@@ -32,11 +32,14 @@ def test_an_error_made_of_a_ctrl_c_is_an_interrupt_and_others_are_not():
         except ValueError as e:
             raise RuntimeError("outer") from e
 
-    assert interrupted(KeyboardInterrupt())
-    assert interrupted(_raised(init_failed))
-    assert not interrupted(_raised(during_handling))  # `from None`: the code said it is not the Ctrl-C's
-    assert not interrupted(_raised(plain))
+    ctrl_c = KeyboardInterrupt()
+    assert interrupted(ctrl_c) is ctrl_c
+    failed = _raised(init_failed)
+    assert interrupted(failed) is failed.__cause__
+    assert interrupted(_raised(during_handling)) is None  # `from None`: the code said it is not the Ctrl-C's
+    assert interrupted(_raised(plain)) is None
+    assert interrupted(_raised(plain), (ValueError,)) is not None  # any kind asked for
     looped = RuntimeError("a")
     looped.__context__ = RuntimeError("b")
     looped.__context__.__context__ = looped
-    assert not interrupted(looped)  # a cycle of contexts ends
+    assert interrupted(looped) is None  # a cycle of contexts ends

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dinox.errors import interrupted
 from dinox.store.backend import shown_uri
 from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
+from dinox.sweep.interrupts import Interrupted
 from dinox.sweep.outputs import SweepReport
 
 # MLflow's answers that refuse what was written (a param name it does not take, a value too long): the store
@@ -29,6 +31,8 @@ class BestEffortStore:
         try:
             value = fn(*args)
         except Exception as e:  # noqa: BLE001 - any failure of the store: the result is in the journal
+            if stop := interrupted(e, (KeyboardInterrupt, Interrupted)):  # a Ctrl-C a library wrapped: still one
+                raise stop from None
             self.report.store_failures += 1
             if getattr(e, "error_code", "") in REFUSALS:  # the store is up and said no: not an outage
                 self.echo(
