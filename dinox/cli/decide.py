@@ -6,10 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -294,24 +297,48 @@ def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> 
 
     made = not out.exists()
     staging = None
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".decide-", dir=out))  # a name no one planted a link at
-        plots = write_plots(decision, records, staging)
-        markdown = report.render_markdown(decision, [p.name for p in plots])
-        names = ["report.md", "report.html", "decision.json"]
-        texts = [markdown, render_html(markdown, decision.verdict, staging), decision_json.dumps(decision)]
-        for name, text in zip(names, texts, strict=True):
-            write_whole(staging / name, text)
-        files = [*names, *(p.name for p in plots)]
-        for name in files:
-            os.replace(staging / name, out / name)
-    except OSError as e:
-        raise BadInput(f"--out {out}: cannot write the report there ({e.strerror or e})") from None
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        if made:
-            with contextlib.suppress(OSError):  # left only where nothing reached it
-                out.rmdir()
+    with _sigint_noted() as noted:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".decide-", dir=out))  # a name no one planted a link at
+            plots = write_plots(decision, records, staging)
+            markdown = report.render_markdown(decision, [p.name for p in plots])
+            names = ["report.md", "report.html", "decision.json"]
+            texts = [markdown, render_html(markdown, decision.verdict, staging), decision_json.dumps(decision)]
+            for name, text in zip(names, texts, strict=True):
+                write_whole(staging / name, text)
+            files = [*names, *(p.name for p in plots)]
+            if noted:  # a C library met the Ctrl-C, cleared it and went on: it was still the user's
+                raise KeyboardInterrupt
+            for name in files:
+                os.replace(staging / name, out / name)
+        except OSError as e:
+            raise BadInput(f"--out {out}: cannot write the report there ({e.strerror or e})") from None
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            if made:
+                with contextlib.suppress(OSError):  # left only where nothing reached it
+                    out.rmdir()
     return [out / name for name in files]
+
+
+@contextlib.contextmanager
+def _sigint_noted() -> Iterator[list[int]]:
+    """Ctrl-C raises KeyboardInterrupt as usual and is also noted in the list yielded: a C library that calls
+    back into Python (matplotlib's, while decide plots) can clear the exception and go on, and the note
+    outlives that. Only in the main thread, where Python runs signal handlers."""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, old)
