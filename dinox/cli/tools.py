@@ -228,10 +228,11 @@ def _serve(command: list[str], env: dict[str, str]) -> int:
 
     Not exec'd into: `mlflow ui` starts the uvicorn server as a child and forwards signals to it only once
     its handler is installed, seconds of imports later. A Ctrl-C before that printed a traceback from
-    MLflow's imports, and one that fell between its starting the server and installing the handler (wider on
-    a loaded box, where the README's test met it) killed `mlflow ui` and left the server running, orphaned,
-    holding the port. Here the terminal's Ctrl-C reaches dinox alone, which ends the group (SIGTERM, then
-    SIGKILL for whatever is left). The server's leader gets SIGTERM if dinox itself is killed."""
+    MLflow's imports; one between its starting the server and installing the handler killed `mlflow ui` and
+    left the server running, orphaned, holding the port, as a SIGKILL of it always did (the README's test,
+    beside a loaded suite, once waited 60 s for a UI a Ctrl-C had not ended). Here the terminal's Ctrl-C
+    reaches dinox alone, which ends the group (SIGTERM, then SIGKILL for whatever is left). The server's
+    leader gets SIGTERM if dinox itself is killed."""
     from dinox.isolate.process_tree import kill_group
 
     stops = {signal.SIGINT, signal.SIGTERM}
