@@ -256,7 +256,6 @@ def test_ui_listens_on_loopback_only_and_prints_the_newest_sweep_in_the_training
     import signal
     import socket
     import subprocess
-    import sys
     import time
 
     import psutil
@@ -274,15 +273,7 @@ def test_ui_listens_on_loopback_only_and_prints_the_newest_sweep_in_the_training
     missing = run_dinox(["ui", "--port", str(port), "--experiment", "nope"], cwd=tmp_path, env=env, inherit=False)
     assert missing.returncode == 2 and "--experiment nope: not in sqlite:///" in missing.stderr, missing.stderr
     assert "(it has: Default, newer, older)" in missing.stderr
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _start_ui(tmp_path, port, env, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout.readline().startswith(f"MLflow UI on http://127.0.0.1:{port} for sqlite:///")
         newer = client.get_experiment_by_name("newer").experiment_id
@@ -307,6 +298,23 @@ def test_ui_listens_on_loopback_only_and_prints_the_newest_sweep_in_the_training
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # the server runs in a session of its own: dinox ends it
         proc.wait(timeout=60)
+
+
+def _start_ui(tmp_path, port: int, env: dict[str, str], stderr: int = subprocess.PIPE) -> subprocess.Popen:
+    """`dinox ui --port PORT`, as from a terminal: a session of its own (the test's SIGINT to its group is the
+    terminal's Ctrl-C) and SIGINT handled by default (a suite started with `&` passes it on ignored)."""
+    import signal
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - one thread
+    )
 
 
 def _listening(pid: int, port: int) -> bool:
@@ -349,15 +357,7 @@ def test_ui_stopped_at_any_moment_leaves_no_server_behind(tmp_path, moment):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _start_ui(tmp_path, port, env)
     try:
         assert proc.stdout.readline().startswith(f"MLflow UI on http://127.0.0.1:{port}")  # type: ignore[union-attr]
         proc.stdout.readline()  # type: ignore[union-attr]
@@ -659,15 +659,7 @@ def test_ui_on_a_port_in_use_is_refused_and_a_server_that_ends_on_its_own_is_a_f
     assert refused.stderr == (
         f"error: --port {port}: cannot listen on 127.0.0.1:{port} (Address already in use); choose another --port\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dinox", "ui", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _start_ui(tmp_path, port, env)
     with socket.socket() as late:
         late.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         assert proc.stdout.readline().startswith("MLflow UI on")  # type: ignore[union-attr]
