@@ -94,7 +94,16 @@ def test_the_readme_first_block_runs_the_quickstart_opens_the_ui_and_decides(tmp
                     words += ["--port", str(s.getsockname()[1])]
             pipe = subprocess.PIPE
             ui = subprocess.Popen(
-                words, cwd=tmp_path, env=env, stdout=pipe, stderr=pipe, text=True, start_new_session=True
+                words,
+                cwd=tmp_path,
+                env=env,
+                stdout=pipe,
+                stderr=pipe,
+                text=True,
+                start_new_session=True,
+                # As from a terminal: a suite started with `&` passes SIGINT on ignored, and then the Ctrl-C
+                # below, sent before dinox installs its own handler, would be lost.
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - one thread
             )
             try:
                 said = ui.stdout.readline() + ui.stdout.readline()  # type: ignore[union-attr]
