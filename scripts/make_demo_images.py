@@ -27,7 +27,7 @@ def image(rng: np.random.Generator, width: int, height: int) -> Image.Image:
 
 
 def write_tree(
-    root: str | Path, classes: int = 4, per_class: int = 50, size: tuple[int, int] = (500, 375), seed: int = 0
+    root: str | Path, classes: int = 4, per_class: int = 100, size: tuple[int, int] = (500, 375), seed: int = 0
 ) -> list[Path]:
     rng = np.random.default_rng(seed)
     paths = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,74 @@ def test_the_readme_first_block_runs_the_quickstart_opens_the_ui_and_decides(tmp
             assert verdict == {0: "GO", 1: "NO-GO", 3: "UNSETTLED"}[proc.returncode], proc.stdout
             for name in ("report.md", "report.html", "decision.json", "days_vs_budget.png"):
                 assert (tmp_path / "decision" / name).is_file(), name
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="on a GPU box the block runs the whole study")
+def test_the_three_host_block_runs_against_a_postgresql_server_to_the_device_line(tmp_path, postgres):
+    """docs/clusters.md's setup for 3 hosts, line by line, with what a team fills in made local: its database
+    (`db-host`) a PostgreSQL on loopback, its artifact bucket a folder, its server's host and port loopback and a
+    free one. The server starts from the block's own line; each host's shard reaches the device line (the study
+    is CUDA's) after its data passed every check, opening nothing; decide then reads the server and finds no trial."""
+    import time
+    import urllib.request
+
+    from tests.services import free_port
+    from tests.test_docs_commands import documented_blocks
+
+    (block,) = [b for b in documented_blocks() if b.file == "docs/clusters.md" and b.key.startswith("mlflow server")]
+    serve, export, run, decide = block.commands
+    server_args = shlex.split(serve)[2:]
+    assert server_args[:2] == ["--backend-store-uri", "postgresql://mlflow:PASSWORD@db-host:5432/mlflow"], serve
+    port = free_port()
+    site = {
+        "postgresql://mlflow:PASSWORD@db-host:5432/mlflow": postgres.database("three_hosts"),
+        "s3://team-bucket/mlflow": str(tmp_path / "bucket"),
+        "0.0.0.0": "127.0.0.1",
+        "5000": str(port),
+    }
+    server_args = [site.get(w, w) for w in server_args]
+    for name in ("specs", "scripts"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    py = sys.executable
+    subprocess.run([py, "scripts/make_demo_ct.py", "data/demo_dicom"], cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run(
+        [py, "-m", "dinox", "preprocess", "--dicom-root", "data/demo_dicom", "--out-root", "data/processed"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    server = subprocess.Popen(
+        [str(Path(py).parent / "mlflow"), "server", *server_args],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "server.log", "wb"),
+        start_new_session=True,
+        env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),  # its job runner: no use to dinox
+    )
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                assert time.time() < deadline and server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+                time.sleep(0.5)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        env["PATH"] = f"{Path(py).parent}{os.pathsep}{env['PATH']}"
+        assert export == "export MLFLOW_TRACKING_URI=http://mlflow-host:5000", export
+        env["MLFLOW_TRACKING_URI"] = f"http://127.0.0.1:{port}"
+        for host in (1, 2, 3):
+            proc = subprocess.run(
+                shlex.split(run.replace("$i", str(host))), cwd=tmp_path, env=env, capture_output=True, text=True
+            )
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 2 and "hardware.device: cuda is not on this machine" in out, out[-3000:]
+            assert "no batch" not in out and "Traceback" not in out, out[-3000:]
+        proc = subprocess.run(shlex.split(decide), cwd=tmp_path, env=env, capture_output=True, text=True)
+        # The refused shards left nothing behind: the server holds no experiment of the study.
+        said = f"error: experiment 'vit_large_sweep' not found in http://127.0.0.1:{port}: "
+        assert proc.returncode == 2 and proc.stderr.startswith(said), proc.stdout + proc.stderr
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)

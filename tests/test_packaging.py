@@ -237,64 +237,12 @@ def test_mlflow_run_makes_its_own_run_the_sweep_parent(tmp_path):
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def _dinox_commands(text: str) -> list[list[str]]:
-    """Every `dinox ...` command line in the text's code blocks (continuations joined, comments cut)."""
-    import shlex
-
-    blocks, inside, lang = [], False, ""
-    for line in text.splitlines():
-        if line.startswith("```"):
-            inside, lang = not inside, line[3:].strip()
-            if inside:
-                blocks.append([lang, []])
-        elif inside:
-            blocks[-1][1].append(line)
-    found = []
-    for lang, lines in blocks:
-        if lang not in ("bash", "sh", "console", ""):
-            continue
-        for line in "\n".join(lines).replace("\\\n", " ").splitlines():
-            line = re.sub(r"<[^<>]*>", "PLACEHOLDER", line.removeprefix("$ "))  # <sweep parent run id>
-            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-            lexer.whitespace_split, lexer.commenters = True, "#"
-            words: list[str] = []
-            for token in [*lexer, ";"]:
-                if token in ("&&", "||", "|", ";", "&"):
-                    if words[:1] == ["dinox"]:
-                        found.append(words[1:])
-                    words = []
-                else:
-                    words.append(token)
-    return found
-
-
 def test_readme_is_short_and_points_to_every_doc():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
     assert readme.index("dinox decide --spec specs/quickstart.yaml") < 1500, "decide in the first screen"
     for doc in sorted((ROOT / "docs").glob("*.md")):
         assert f"(docs/{doc.name})" in readme, doc.name
-
-
-def test_every_dinox_command_in_the_docs_parses():
-    """Each `dinox ...` line in README.md and docs/ names a real command and real options (click parses it
-    without running it), so the docs cannot drift from the command line."""
-    import click
-
-    from dinox.cli.main import main
-
-    commands = [c for doc in DOCS for c in _dinox_commands(doc.read_text())]
-    assert len(commands) >= 12, commands
-    for words in commands:
-        if not words or words[0] not in main.commands:
-            raise AssertionError(f"not a dinox command: dinox {' '.join(words)}")
-        command = main.commands[words[0]]
-        try:
-            command.make_context(words[0], words[1:], resilient_parsing=False)
-        except click.exceptions.Exit:
-            pass
-        except click.UsageError as e:
-            raise AssertionError(f"dinox {' '.join(words)}: {e}") from None
 
 
 def test_architecture_names_every_subpackage():

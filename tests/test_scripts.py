@@ -42,6 +42,21 @@ def test_bench_sweep_prints_each_sides_wall_and_windows(tmp_path):
     # (--fixed-cost, the same script's bare-imports round, is left to its users: 8 s of the suite for a print.)
 
 
+def test_bench_loader_writes_the_demo_tree_and_prints_a_row_per_decoder_and_augment(tmp_path):
+    """docs/data.md's loader benchmark, small: the demo JPEGs it writes where none are, each configuration a row."""
+    args = ["--root", str(tmp_path / "demo"), "--size", "32", "--workers", "0", "1", "--batch", "4"]
+    out = run_script("bench_loader.py", *args, "--batches", "2", "--rounds", "1", cwd=tmp_path)
+    assert out.startswith("400 demo images, 32 px, batch 4; images/s (median of 1 rounds)"), out
+    rows = re.findall(r"^(pil|torchvision) +(yes|no) +(\d+\.\d) +(\d+\.\d)$", out, re.M)
+    assert sorted((d, a) for d, a, *_ in rows) == [
+        ("pil", "no"),
+        ("pil", "yes"),
+        ("torchvision", "no"),
+        ("torchvision", "yes"),
+    ]
+    assert all(float(r) > 0 for *_, r0, r1 in rows for r in (r0, r1)), out
+
+
 def test_bench_fidelity_prints_its_figures(tmp_path):
     out = run_script(
         "bench_fidelity.py",
