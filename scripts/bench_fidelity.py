@@ -281,15 +281,21 @@ def main() -> None:
 
     SERVER = ForkServer()
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(a.rounds):  # alternate, so all sides see the same drift of a shared machine
-            for on in (False, True) if a.system_metrics else (False,):
+        for i in range(a.rounds):
+            # Rounds alternate, and so does which side goes first in a round: a side always run second would
+            # meet whatever the first leaves behind (a warm page cache, a busier box) every time.
+            sides = [*(["dinox", "sampled"] if a.system_metrics else ["dinox"]), "hand"]
+            for side in sides if i % 2 == 0 else sides[::-1]:
+                if side == "hand":
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--hand-loop", *args], capture_output=True, text=True, check=True
+                    )
+                    hand.append(json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"])
+                    continue
+                on = side == "sampled"
                 ips, parent_cpu = dinox_trial(a, Path(tmp), i, sampled=on)
                 (sampled if on else dinox).append(ips)
                 cpu[on].append(parent_cpu)
-            out = subprocess.run(
-                [sys.executable, __file__, "--hand-loop", *args], capture_output=True, text=True, check=True
-            )
-            hand.append(json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"])
     SERVER.close()
     loading = f", samples {a.delay_ms:g} ms, prefetch {a.prefetch}" if a.delay_ms else ""
     print(
@@ -300,6 +306,7 @@ def main() -> None:
     )
     print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
     print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
+    print(f"round ratios        {' '.join(f'{d / h:.3f}' for d, h in zip(dinox, hand, strict=True))}")
     target = "between 0.98 and 1.02" if a.loader_bound or a.user_entry else ">= 0.98"
     print(
         f"fidelity_ratio {statistics.median(dinox) / statistics.median(hand):.3f}  (dinox / hand loop; target {target})"

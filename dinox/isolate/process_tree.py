@@ -20,10 +20,12 @@ class TreeMemory:
     """Peak memory of a process and its descendants, as the sum of PSS (proportional set size).
 
     PSS counts a page shared by the trial and its forked loader workers once in total rather than once
-    per process, which summed RSS would do. Reading it costs ~10 ms per process here, and a sampler that
-    takes CPU from a trial that uses every core slows it (at 5% of a core: 4% fewer images/s of ResNet-18
-    on 2 cores, scripts/bench_fidelity.py), so the interval adapts to keep it under ~1% of one core. The
-    trial process's own peak comes exactly from its getrusage; sampling adds its loader workers.
+    per process, which summed RSS would do. Reading it costs 10-20 ms per torch process here (the kernel walks
+    its page tables for smaps_rollup), and a sampler that takes CPU from a trial that uses every core slows
+    it (at 5% of a core: 4% fewer images/s of ResNet-18 on 2 cores, scripts/bench_fidelity.py), so the
+    interval adapts to keep it under ~1% of one core. The trial process's own peak comes exactly from its
+    getrusage; sampling adds its loader workers, and a trial without any (num_workers 0) is not read at all:
+    its own peak is all there is (runner takes the larger of the two).
     """
 
     def __init__(self, pid: int):
@@ -41,6 +43,9 @@ class TreeMemory:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
+            return
+        if len(procs) == 1:  # the trial alone: its getrusage peak is exact, and free
+            self._next = now + self._interval
             return
         for proc in procs:
             total += _pss_bytes(proc)
