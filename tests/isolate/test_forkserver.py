@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
+import psutil
 import pytest
 
 from dinox.isolate import runner
@@ -43,12 +45,21 @@ def test_a_dying_or_hung_forked_trial_does_not_harm_the_next(server, write_spec,
             0, 1, {}, s.model_copy(update={"measure": s.measure.model_copy(update={"timeout_s": 3.0})}), "x"
         )
     sig = signal.SIGABRT if fault == "abort" else signal.SIGSTOP
+    zygote, woke = psutil.Process(server.proc.pid), []
 
     def on_spawn(pid: int) -> None:
         threading.Timer(0.2, os.kill, args=(pid, sig)).start()
+        if fault == "hang":  # while the stopped child lives on, the zygote's wakeups (each a switch) in a second
+            time.sleep(1.0)
+            woke.append(zygote.num_ctx_switches().voluntary)
+            time.sleep(1.0)
+            woke.append(zygote.num_ctx_switches().voluntary)
 
     r = runner.run_trial(trial, tmp_path / "bad", on_spawn, server=server).result
     assert r.status == ("crashed" if fault == "abort" else "timeout"), r.error
+    if fault == "hang":
+        # Asleep on the child's pidfd, not polling every 20 ms (50 wakeups a second, beside the trial it serves).
+        assert len(woke) == 2 and woke[1] - woke[0] < 5, woke
     if fault == "abort":
         assert "child killed by SIGABRT" in r.error and "Fatal Python error: Aborted" in r.error
     assert server.proc.poll() is None  # the server lives on

@@ -1,0 +1,36 @@
+"""The parent's watch on a trial's process tree: what it reads of its memory, and what it leaves alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from dinox.isolate.process_tree import TreeMemory, kill_group
+
+
+def _started(code: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+    return proc
+
+
+def test_a_lone_trial_process_is_not_read_and_one_with_workers_is_summed():
+    """A trial without loader workers: its own getrusage peak is exact, so the parent spends nothing reading its
+    PSS (10-20 ms of kernel time a read, taken from the trial's cores); with a worker, the tree is summed."""
+    lone = _started("import time; print('up', flush=True); time.sleep(60)")
+    with_worker = _started(
+        "import subprocess, sys, time\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(0.5); print('up', flush=True); time.sleep(60)"
+    )
+    try:
+        alone, tree = TreeMemory(lone.pid), TreeMemory(with_worker.pid)
+        for memory in (alone, tree):
+            memory.maybe_sample(time.time(), force=True)
+        assert alone.peak_bytes == 0
+        assert tree.peak_bytes > 2 * 1024 * 1024  # two interpreters' private pages at least
+    finally:
+        for proc in (lone, with_worker):
+            kill_group(proc)
+            proc.wait()
