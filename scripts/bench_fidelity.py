@@ -12,6 +12,8 @@ images/s of each and the ratio of their medians (target: at or above 0.98).
     python scripts/bench_fidelity.py --user-entry           # a team's own step (objective kind python): the same
                                                             # module, measured by dinox and driven by a plain
                                                             # loop (target: between 0.98 and 1.02)
+    python scripts/bench_fidelity.py --user-entry --in-process   # both steps in one process, window for window:
+                                                            # the steps' own difference, without two processes'
     python scripts/bench_fidelity.py --loader-bound         # a loader-bound trial: 2 workers x prefetch 4 of
                                                             # samples that take 10 ms, a compiled 2-layer ViT
                                                             # whose first step (compilation) is long
@@ -112,8 +114,8 @@ def spec_text(a: argparse.Namespace) -> str:
     return text
 
 
-def hand_loop(a: argparse.Namespace) -> float:
-    """The loop a careful user writes by hand: nothing but the steps, timed at the edges."""
+def hand_step(a: argparse.Namespace, samples: int):
+    """The step a careful user writes by hand, built over a loader of `samples` images: (step, synchronise)."""
     import timm
     import torch
     from torch.utils.data import DataLoader
@@ -150,8 +152,7 @@ def hand_loop(a: argparse.Namespace) -> float:
     )
     dtype = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}.get(a.precision)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
-    n = (a.warmup + a.hand_settle + a.hand_steps) * a.accum * a.batch
-    data = SyntheticImages(n, 3, ViewPlan(full_size=a.img), 100, 0, a.delay_ms / 1000.0)
+    data = SyntheticImages(samples, 3, ViewPlan(full_size=a.img), 100, 0, a.delay_ms / 1000.0)
     loader = DataLoader(
         data,
         batch_size=a.batch,
@@ -182,7 +183,12 @@ def hand_loop(a: argparse.Namespace) -> float:
             opt.step()
         opt.zero_grad(set_to_none=True)
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return step, (torch.cuda.synchronize if device.type == "cuda" else (lambda: None))
+
+
+def hand_loop(a: argparse.Namespace) -> float:
+    """The hand-written step in a process of its own: warmed up, then timed at the edges."""
+    step, sync = hand_step(a, (a.warmup + a.hand_settle + a.hand_steps) * a.accum * a.batch)
     for _ in range(a.warmup + a.hand_settle):
         step()
     sync()
@@ -191,6 +197,52 @@ def hand_loop(a: argparse.Namespace) -> float:
         step()
     sync()
     return a.hand_steps * a.accum * a.batch / (time.perf_counter() - t)
+
+
+def in_process(a: argparse.Namespace, tmp: Path) -> None:
+    """dinox's step (the trial's own objects, timed by its loop) and the hand-written one in this one process,
+    window for window, alternating which goes first: what differs between two processes (their placement on
+    the cores, a neighbour's burst) is gone, and what is left is the steps' own difference."""
+    from dinox.measure.trial import TrialRun
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+
+    path = tmp / "spec.yaml"
+    path.write_text(spec_text(a))
+    (trial,) = grid.expand(spec_file.load(path))
+    run = TrialRun(trial.spec, {}, {}, {})
+    run.setup()
+    loop = run.make_loop()
+    windows = 4 * a.rounds
+    step, sync = hand_step(a, (a.warmup + windows * (a.steps + 1)) * a.accum * a.batch)
+    for _ in range(a.warmup):
+        step()
+    dinox, hand = [], []
+    for i in range(windows):
+        for side in ("dinox", "hand") if i % 2 == 0 else ("hand", "dinox"):
+            if side == "dinox":  # a trial's warm-up and one timed window, as `measure.repeats: 1` runs them
+                dinox.append(loop.run(1 if i else a.warmup, a.steps).windows[0].images_per_s)
+                continue
+            step()  # one untimed step, as dinox's window starts at a step's end
+            sync()
+            t = time.perf_counter()
+            for _ in range(a.steps):
+                step()
+            sync()
+            hand.append(a.steps * a.accum * a.batch / (time.perf_counter() - t))
+    ratios = [d / h for d, h in zip(dinox, hand, strict=True)]
+    print(
+        f"{'a team module building ' if a.user_entry else ''}{a.model} at {a.img} px, batch {a.batch} x {a.accum}, "
+        f"{a.precision}, {a.workers} workers, in one process: {windows} windows of {a.steps} steps a side"
+    )
+    print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
+    print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
+    print(f"window ratios       {' '.join(f'{r:.3f}' for r in ratios)}")
+    wins = sum(r > 1 for r in ratios)
+    print(
+        f"fidelity_ratio {statistics.median(ratios):.3f}  (median of the paired windows' dinox / hand loop; dinox "
+        f"ahead in {wins} of {windows}; target between 0.98 and 1.02)"
+    )
 
 
 SERVER = None  # dinox's fork server, as `dinox run` uses it: each trial a fresh process, without the imports
@@ -247,6 +299,7 @@ def main() -> None:
     p.add_argument("--hand-settle", type=int, default=0, help="untimed hand-loop steps after its warm-up")
     p.add_argument("--kwargs", type=json.loads, default={}, help="timm.create_model keyword arguments, as JSON")
     p.add_argument("--user-entry", action="store_true", help="a team's own step module on both sides")
+    p.add_argument("--in-process", action="store_true", help="both steps in this one process, window for window")
     p.add_argument("--module-dir", default="", help=argparse.SUPPRESS)  # where --user-entry's module is
     p.add_argument("--hand-loop", action="store_true", help=argparse.SUPPRESS)  # the child's side
     a = p.parse_args()
@@ -271,7 +324,11 @@ def main() -> None:
     if a.user_entry:
         a.module_dir = module_dir
         Path(module_dir, "benchstep.py").write_text(USER_MODULE)
-    skip = ("rounds", "hand_loop", "system_metrics", "loader_bound", "compile", "kwargs", "user_entry")
+    if a.in_process:
+        with tempfile.TemporaryDirectory() as tmp:
+            in_process(a, Path(tmp))
+        return
+    skip = ("rounds", "hand_loop", "system_metrics", "loader_bound", "compile", "kwargs", "user_entry", "in_process")
     args = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in skip]
     args += ["--kwargs", json.dumps(a.kwargs)] + (["--compile"] if a.compile else [])
     args += ["--user-entry"] if a.user_entry else []

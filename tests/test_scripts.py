@@ -84,6 +84,11 @@ def test_bench_fidelity_user_entry_and_bench_dinov2_print_their_ratios(tmp_path)
     out = run_script("bench_fidelity.py", "--user-entry", "--img", "32", *small, cwd=tmp_path)
     assert out.startswith("a team module building resnet18 at 32 px"), out
     assert re.search(r"^fidelity_ratio \d+\.\d{3}  \(dinox / hand loop; target between 0.98 and 1.02\)$", out, re.M)
+    assert re.search(r"^round ratios +\d+\.\d{3}$", out, re.M), out
+    # The same two steps in one process, window for window (4 windows a side for a round).
+    out = run_script("bench_fidelity.py", "--user-entry", "--in-process", "--img", "32", *small, cwd=tmp_path)
+    assert re.search(r"^window ratios +(\d+\.\d{3} ){3}\d+\.\d{3}$", out, re.M), out
+    assert re.search(r"^fidelity_ratio \d+\.\d{3}  \(median of the paired windows' .* in \d of 4;", out, re.M), out
     out = run_script(
         "bench_dinov2.py", "--img", "32", "--depth", "1", "--locals", "2", "--local-px", "16", *small, cwd=tmp_path
     )
