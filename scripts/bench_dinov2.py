@@ -5,6 +5,7 @@ ratio of their medians (target: between 0.98 and 1.02).
 
     python scripts/bench_dinov2.py                 # ViT-Tiny depth 4 at 64 px, 2 global + 4 local crops of 32 px
     python scripts/bench_dinov2.py --rounds 5 --steps 30 --batch 32
+    python scripts/bench_dinov2.py --in-process    # both steps in one process, window for window (4 a round)
 
 The hand loop is written from DINOv2's own code (facebookresearch/dinov2: ``data/masking.py``'s MaskingGenerator,
 ``data/collate.py``'s mask draw, ``train/ssl_meta_arch.py``'s forward_backward with its shared-head buffer,
@@ -99,7 +100,8 @@ def collate_masks(n: int, side: int, generator: MaskingGenerator) -> dict:
     return {"masks": collated, "indices": indices, "weight": weight, "upperbound": upperbound}
 
 
-def hand_loop(a: argparse.Namespace) -> float:
+def hand_step(a: argparse.Namespace, samples: int):
+    """DINOv2's step, written from its code, over a loader of `samples` synthetic multi-crop samples."""
     import timm
     import torch
     import torch.nn.functional as F
@@ -209,9 +211,8 @@ def hand_loop(a: argparse.Namespace) -> float:
     plan = ViewPlan(
         full_size=None, global_count=2, global_size=a.img, local_count=a.locals_, local_size=a.local_px
     )  # fmt: skip
-    n = (a.warmup + a.steps) * a.batch
     loader = DataLoader(
-        SyntheticImages(n, 3, plan, 1, 0), batch_size=a.batch, shuffle=True, drop_last=True,
+        SyntheticImages(samples, 3, plan, 1, 0), batch_size=a.batch, shuffle=True, drop_last=True,
         generator=torch.Generator().manual_seed(0),
     )  # fmt: skip
     it = iter(loader)
@@ -263,12 +264,60 @@ def hand_loop(a: argparse.Namespace) -> float:
             torch._foreach_mul_(tp, TEACHER_MOMENTUM)
             torch._foreach_add_(tp, sp, alpha=1 - TEACHER_MOMENTUM)
 
+    return step
+
+
+def hand_loop(a: argparse.Namespace) -> float:
+    step = hand_step(a, (a.warmup + a.steps) * a.batch)
     for _ in range(a.warmup):
         step()
     t = time.perf_counter()
     for _ in range(a.steps):
         step()
     return a.steps * a.batch / (time.perf_counter() - t)
+
+
+def in_process(a: argparse.Namespace, tmp: Path) -> None:
+    """dinox's DINOv2 trial objects, timed by its loop, and the hand step in this one process, window for window,
+    alternating which goes first: the steps' own difference, without two processes' placement and noise."""
+    from dinox.measure.trial import TrialRun
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+
+    path = tmp / "spec.yaml"
+    path.write_text(SPEC.format(**vars(a)))
+    (trial,) = grid.expand(spec_file.load(path))
+    run = TrialRun(trial.spec, {}, {}, {})
+    run.setup()
+    loop = run.make_loop()
+    windows = 4 * a.rounds
+    step = hand_step(a, (a.warmup + windows * (a.steps + 1)) * a.batch)
+    for _ in range(a.warmup):
+        step()
+    dinox, hand = [], []
+    for i in range(windows):
+        for side in ("dinox", "hand") if i % 2 == 0 else ("hand", "dinox"):
+            if side == "dinox":  # a trial's warm-up and one timed window, as `measure.repeats: 1` runs them
+                dinox.append(loop.run(1 if i else a.warmup, a.steps).windows[0].images_per_s)
+                continue
+            step()  # one untimed step: dinox's window starts at a step's end
+            t = time.perf_counter()
+            for _ in range(a.steps):
+                step()
+            hand.append(a.steps * a.batch / (time.perf_counter() - t))
+    ratios = [d / h for d, h in zip(dinox, hand, strict=True)]
+    print(
+        f"DINOv2 step: ViT-Tiny/16 depth {a.depth} at {a.img} px, 2 global + {a.locals_} local crops of "
+        f"{a.local_px} px, {a.out_dim} prototypes, batch {a.batch}, fp32, in one process: {windows} windows of "
+        f"{a.steps} steps a side"
+    )
+    print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
+    print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
+    print(f"window ratios       {' '.join(f'{r:.3f}' for r in ratios)}")
+    print(
+        f"fidelity_ratio {statistics.median(ratios):.3f}  (median of the paired windows' dinox / hand loop; dinox "
+        f"ahead in {sum(r > 1 for r in ratios)} of {windows}; target between 0.98 and 1.02)"
+    )
 
 
 def dinox_trial(a: argparse.Namespace, tmp: Path, i: int, server) -> float:
@@ -298,12 +347,21 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--in-process", action="store_true", help="both steps in this one process, window for window")
     p.add_argument("--hand-loop", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.hand_loop:
         print(json.dumps({"images_per_s": hand_loop(a)}))
         return
-    args = [f"--{k.replace('_', '-').rstrip('-')}={v}" for k, v in vars(a).items() if k not in ("rounds", "hand_loop")]
+    if a.in_process:
+        with tempfile.TemporaryDirectory() as tmp:
+            in_process(a, Path(tmp))
+        return
+    args = [
+        f"--{k.replace('_', '-').rstrip('-')}={v}"
+        for k, v in vars(a).items()
+        if k not in ("rounds", "hand_loop", "in_process")
+    ]
     from dinox.isolate.forkserver import ForkServer
 
     server = ForkServer()
