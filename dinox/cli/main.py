@@ -320,8 +320,12 @@ def _sweep(
         click.echo(f"dinox: {why} before the sweep opened; nothing was recorded", err=True)
         sys.exit(130)
     if report.parent_run_id:  # else nothing was left to measure, and the sweep said so
-        for line, to_stderr in report.summary(uri):
-            click.echo(line, err=to_stderr)
+        try:
+            for line, to_stderr in report.summary(uri):
+                click.echo(line, err=to_stderr)
+        except KeyboardInterrupt:  # the sweep is recorded and closed: only its summary is cut short
+            click.echo("dinox: interrupted by SIGINT after the sweep was recorded and closed", err=True)
+            sys.exit(130)
 
 
 def _profiled(trials: list[Trial], names: tuple[str, ...]) -> tuple[list[Trial], frozenset[str]]:

@@ -16,7 +16,7 @@ from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder, result_summary
 from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights
-from dinox.sweep.interrupts import signals_ignored
+from dinox.sweep.interrupts import ClosingInterrupted, Interrupted, signals_ignored, signals_raise
 from dinox.sweep.outputs import SweepReport
 
 
@@ -35,25 +35,34 @@ class Sweep(Protocol):
 
 
 def finish(sweep: Sweep) -> None:
-    """The sweep ran to its end: the journal says so, the parent run gets the CSV, spec, plot, note and summary."""
+    """The sweep ran to its end: the journal says so, the parent run gets the CSV, spec, plot, note and summary.
+    A signal meanwhile costs only the plot: the parent is closed FINISHED whatever comes (a Ctrl-C must not leave
+    it RUNNING), then ClosingInterrupted says so."""
     journal = sweep.journal
     assert journal is not None, "a sweep finishes only after its workdir is there"
-    _quietly(lambda: journal.sweep_end("FINISHED"))
+    with signals_ignored():
+        _quietly(lambda: journal.sweep_end("FINISHED"))
     d = sweep.report.sweep_dir
     artifacts = [sweep.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
+    plot, stopped = None, ""
     try:
-        plot = descriptions.throughput_plot(sweep.report.rows, d / "throughput_vs_batch.png")
+        with signals_raise():
+            plot = descriptions.throughput_plot(sweep.report.rows, d / "throughput_vs_batch.png")
+    except (KeyboardInterrupt, Interrupted) as e:
+        stopped = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
     except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record
-        plot = None
         sweep.echo(f"warning: no throughput plot for the parent run ({one_line(str(e), 200)})")
-    rows, summary = sweep.report.rows, result_summary(sweep.report.results)
-    note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed))
-    extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
-    if sweep.store.call(
-        sweep.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra
-    )[0]:
-        journal.sweep_closed()
-    sweep.report.wall_s = time.time() - sweep.t0
+    with signals_ignored():
+        rows, summary = sweep.report.rows, result_summary(sweep.report.results)
+        note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed))
+        extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
+        if sweep.store.call(
+            sweep.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra
+        )[0]:
+            journal.sweep_closed()
+        sweep.report.wall_s = time.time() - sweep.t0
+    if stopped:
+        raise ClosingInterrupted(stopped, sweep.recorder.adopted)
 
 
 def abort(sweep: Sweep, status: str, reason: str) -> int:

@@ -36,6 +36,21 @@ class SweepStopped(Interrupted):
         return f"{self.signame}; {what} marked KILLED"
 
 
+class ClosingInterrupted(SweepStopped):
+    """A signal while a sweep that had measured every trial was closing: every trial is recorded, and the sweep's
+    run was closed FINISHED without what was left to make (its plot)."""
+
+    def __init__(self, why: str, adopted: bool = False):
+        super().__init__(why, 0, adopted)
+
+    def __str__(self) -> str:
+        if self.adopted:
+            closed = "without its plot; the sweep's run is mlflow run's own, which marks it FAILED as dinox exits 130"
+        else:
+            closed = "its run closed FINISHED without its plot"
+        return f"{self.signame} while the sweep was closing: every trial is recorded, {closed}"
+
+
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
     """SIGTERM (and SIGINT) raise Interrupted in the main thread, so cleanup runs as for Ctrl-C."""

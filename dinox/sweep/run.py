@@ -40,7 +40,7 @@ from dinox.sweep import end
 from dinox.sweep.batch_search import BatchSearch, killed_for_memory, probe_spec
 from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights, InFlight
-from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_raise
+from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_ignored, signals_raise
 from dinox.sweep.lanes import Lane, Lanes, Stopping, side_by_side
 from dinox.sweep.outputs import SweepReport, describe, ladder_lines, row, write_csv, write_sweep_files
 from dinox.sweep.progress import Progress
@@ -83,7 +83,8 @@ def run_sweep(
         return Sweep(doc, trials, recorder, workdir, echo, on_spawn, options, server).run()
     finally:
         if server is not None:
-            server.close()
+            with signals_ignored():  # a Ctrl-C here would land after the sweep closed, and say otherwise
+                server.close()
 
 
 class Sweep:
@@ -128,7 +129,8 @@ class Sweep:
         try:
             return self._run()
         finally:
-            self.progress.close()
+            with signals_ignored():
+                self.progress.close()
 
     def _run(self) -> SweepReport:
         self._setup_store()  # a store down at the start: TrackingError, nothing has run

@@ -274,3 +274,40 @@ def test_a_store_that_cannot_hold_a_sweep_is_refused_in_one_line_before_a_trial_
     assert result.exit_code == 2, result.output
     assert expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert "Traceback" not in result.output and not (tmp_path / ".dinox" / "sweeps").exists()
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.3])
+def test_a_ctrl_c_as_the_sweep_closes_leaves_its_runs_finished_and_says_what_was_recorded(tmp_path, after_s):
+    """Ctrl-C the moment the last trial's line is out (the parent's plot, its close, the fork server's end, the
+    summary): every run ends FINISHED, and dinox never says that nothing was recorded (it once did, exit 130,
+    the parent left RUNNING)."""
+    import signal
+
+    (tmp_path / "s.yaml").write_text(TINY.format(name="closing") + "sweep:\n  grid:\n    batch.size: [2, 4]\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("MLFLOW_RUN_ID", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dinox", "run", "s.yaml", "--tracking-uri", uri, "--no-system-metrics"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - as from a terminal
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("[2/2]"):
+            time.sleep(after_s)
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130), err
+    assert "nothing was recorded" not in err and "Traceback" not in err, err
+    if proc.returncode == 130:
+        assert err.startswith(
+            "dinox: interrupted by SIGINT while the sweep was closing: every trial is recorded, its run closed FINISHED"
+        ) or err.startswith("dinox: interrupted by SIGINT after the sweep was recorded and closed"), err
+    runs = runs_of(uri, "closing")
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3, [(r.info.run_name, r.info.status) for r in runs]
