@@ -26,12 +26,10 @@ from dinox.errors import WorkdirError
 from dinox.isolate import contention, runner
 from dinox.isolate.forkserver import ForkServer
 from dinox.isolate.slots import DevicesError, Request
-from dinox.plan import footprint
 from dinox.plan.footprint import Estimates
 from dinox.plan.grid import Trial, trial_id
 from dinox.plan.machine import DeviceMissing, missing_message
 from dinox.spec.file import SpecDocument
-from dinox.store import descriptions
 from dinox.store.backend import configure_client, shown_uri
 from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
@@ -42,9 +40,10 @@ from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights, InFlight
 from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_ignored, signals_raise
 from dinox.sweep.lanes import Lane, Lanes, Stopping, side_by_side
-from dinox.sweep.outputs import SweepReport, describe, ladder_lines, row, write_csv, write_sweep_files
+from dinox.sweep.outputs import SweepReport, describe, ladder_lines, write_sweep_files
 from dinox.sweep.progress import Progress
 from dinox.sweep.prune import Pruner
+from dinox.sweep.recording import TrialBook
 from dinox.writes import write_whole
 
 
@@ -122,6 +121,7 @@ class Sweep:
         self.store = BestEffortStore(recorder, None, self.echo, self.report)
         self.csv_path = Path()
         self.pruner = Pruner()
+        self.book: TrialBook | None = None  # where each trial is recorded, once the workdir is there
 
     # --- the whole sweep ----------------------------------------------------------------------------
 
@@ -224,6 +224,9 @@ class Sweep:
         self.store = BestEffortStore(self.recorder, journal, self.echo, self.report)
         self.store.call(self.recorder.tag_sweep_dir, sweep_dir)
         self.csv_path = sweep_dir / "results.csv"
+        self.book = TrialBook(
+            self.recorder, journal, self.store, self.report, self.csv_path, self.pruner, self.estimates
+        )
         n, exp, uri = len(self.trials), self.recorder.experiment_id, shown_uri(self.recorder.uri)
         self.echo(
             f"dinox: {n} trial{'s' if n != 1 else ''} of {self.name!r} -> {uri} (experiment {exp}, "
@@ -315,14 +318,14 @@ class Sweep:
             if size is not None and failure is None:
                 trial = replace(trial, spec=trial.spec.with_batch(size))
         flight = self.flights.open(trial)  # after any batch search: probes are their own
-        self._open_run(flight)
+        self.book.open(flight)
         if flight.run_id is not None and self.options.system_metrics:
             flight.monitor = self.recorder.watch(flight.run_id, lane.gpus_of(trial, self.estimates.machine))
         result, log_path, measured = self._measure(trial, search, failure, lane, flight)
         flight.stop_monitor()
         if search is not None:
             search.annotate(result)
-        self._record(flight, result, log_path)
+        self.book.record(flight, result, log_path)
         self.flights.done(flight)
         if measured:
             self.report.trial_loop_s.append(time.time() - flight.started)
@@ -339,14 +342,6 @@ class Sweep:
             f"{f' (unsettled: {why})' if unsettled else ''} in run {prior.run_id}; "
             f"{again} measures it again"
         )
-
-    def _open_run(self, flight: InFlight, role: str = "trial") -> None:
-        """The trial's run, opened once: its id goes to the journal at once, so a store failure later never
-        leads to a second run for the same result."""
-        _ok, flight.run_id = self.store.call(self.recorder.open_trial, flight.trial, flight.result_id, role)
-        if flight.run_id is not None:
-            self.journal.opened(flight.result_id, flight.run_id)
-            self.store.call(self.recorder.log_params, flight.run_id, flight.trial)
 
     def _measure(
         self, trial: Trial, search: BatchSearch | None, failure: TrialResult | None, lane: Lane, flight: InFlight
@@ -382,42 +377,6 @@ class Sweep:
     def _trial_dir(self, trial: Trial, suffix: str = "") -> Path:
         return self.report.sweep_dir / "trials" / f"{trial.index:03d}-{trial.trial_id}{suffix}"
 
-    def _record(self, flight: InFlight, result: TrialResult, log_path: Path | None) -> None:
-        """Journal first, then MLflow (confirmed by reading it back), then the CSV."""
-        trial = flight.trial
-        footprint.annotate(result, None if trial.spec.batch.auto else self.estimates.memory(trial.spec))
-        try:
-            self.journal.result(flight.result_id, trial, result, flight.run_id, str(log_path or ""))
-        except WorkdirError:
-            # Nowhere to keep it locally. A result the child wrote still goes to the store; a crash or a
-            # timeout the parent inferred may be the full disk's doing, so that run is KILLED instead.
-            if result.status not in ("crashed", "timeout"):
-                self._log(flight, result, log_path, journal=False)
-            raise
-        result.tags[descriptions.NOTE_TAG] = descriptions.trial_note(
-            trial.label, result.status, result.bound, result.metrics, result.error, result.tags, flight.run_id or ""
-        )
-        self._log(flight, result, log_path, journal=True)
-        self.report.rows.append(row(trial, flight.run_id or "", result))
-        self.report.results.append(result)
-        try:
-            write_csv(self.csv_path, self.report.rows)
-        except OSError as e:
-            raise WorkdirError(e.errno, f"cannot write {self.csv_path}: {e.strerror or e}") from e
-        if not trial.spec.batch.auto:
-            self.pruner.observe(trial.spec.flat_params(), trial.spec.size, result.status, flight.run_id or "")
-
-    def _log(self, flight: InFlight, result: TrialResult, log_path: Path | None, journal: bool) -> None:
-        if flight.run_id is None:  # opening failed: the store may hold the run anyway; never open a second
-            _ok, flight.run_id = self.store.call(self.recorder.run_for, flight.trial, flight.result_id, None)
-        if flight.run_id is None:
-            return
-        logged, _ = self.store.call(self.recorder.close_trial, flight.run_id, flight.trial, result, log_path)
-        if logged:
-            flight.closed = True
-            if journal:
-                self.journal.logged(flight.result_id, flight.run_id)
-
     # --- batch.size auto --------------------------------------------------------------------------------
 
     def _search_batch(self, trial: Trial, lane: Lane) -> tuple[BatchSearch, TrialResult | None]:
@@ -431,7 +390,7 @@ class Sweep:
                 trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec), trial.locations
             )
             flight = self.flights.open(probe)
-            self._open_run(flight, "probe")
+            self.book.open(flight, "probe")
             outcome = self.flights.run_child(self._trial_dir(trial, f"-probe{size}"), lane, flight, None, probe=True)
             r = outcome.result
             if flight.run_id is not None:
