@@ -34,20 +34,21 @@ class Sweep(Protocol):
     echo: Callable[[str], None]
 
 
-def finish(sweep: Sweep) -> None:
+def finish(sweep: Sweep, stopped: str = "") -> None:
     """The sweep ran to its end: the journal says so, the parent run gets the CSV, spec, plot, note and summary.
-    A signal meanwhile costs only the plot: the parent is closed FINISHED whatever comes (a Ctrl-C must not leave
-    it RUNNING), then ClosingInterrupted says so."""
+    A signal meanwhile (or before, once every trial was recorded: `stopped` says which) costs only the plot: the
+    parent is closed FINISHED whatever comes (a Ctrl-C must not leave it RUNNING), then ClosingInterrupted says so."""
     journal = sweep.journal
     assert journal is not None, "a sweep finishes only after its workdir is there"
     with signals_ignored():
         _quietly(lambda: journal.sweep_end("FINISHED"))
     d = sweep.report.sweep_dir
     artifacts = [sweep.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
-    plot, stopped = None, ""
+    plot = None
     try:
-        with signals_raise():
-            plot = descriptions.throughput_plot(sweep.report.rows, d / "throughput_vs_batch.png")
+        if not stopped:
+            with signals_raise():
+                plot = descriptions.throughput_plot(sweep.report.rows, d / "throughput_vs_batch.png")
     except (KeyboardInterrupt, Interrupted) as e:
         stopped = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
     except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record

@@ -147,6 +147,8 @@ class Sweep:
                 self._trials()
         except (KeyboardInterrupt, Interrupted) as e:
             why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
+            if self._all_recorded():  # after the last trial's record: the sweep is closing, not stopped
+                end.finish(self, stopped=why)
             raise SweepStopped(why, end.abort(self, "KILLED", why), self.recorder.adopted) from None
         except WorkdirError as e:
             e.killed = end.abort(self, "FAILED", f"the sweep stopped: {e}")  # type: ignore[attr-defined]
@@ -166,6 +168,11 @@ class Sweep:
         self._close_orphans()
         self.recorded = [] if o.force and not o.prune else self.recorder.recorded_trials()
         self.done = {} if o.force else {r.tags[rec.TRIAL_ID]: r for r in self.recorded if self._final(r)}
+
+    def _all_recorded(self) -> bool:
+        """Every trial has its result recorded (or was recorded before) and none is in flight."""
+        done = len(self.report.rows) + len(self.report.resumed)
+        return self.journal is not None and done >= len(self.trials) and not any(True for _ in self.flights)
 
     def _final(self, record: TrialRecord) -> bool:
         """Recorded for good: ok, oom or skipped; an unsettled ok one (windows that disagreed, or too few to show
