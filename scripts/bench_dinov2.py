@@ -277,49 +277,6 @@ def hand_loop(a: argparse.Namespace) -> float:
     return a.steps * a.batch / (time.perf_counter() - t)
 
 
-def in_process(a: argparse.Namespace, tmp: Path) -> None:
-    """dinox's DINOv2 trial objects, timed by its loop, and the hand step in this one process, window for window,
-    alternating which goes first: the steps' own difference, without two processes' placement and noise."""
-    from dinox.measure.trial import TrialRun
-    from dinox.plan import grid
-    from dinox.spec import file as spec_file
-
-    path = tmp / "spec.yaml"
-    path.write_text(SPEC.format(**vars(a)))
-    (trial,) = grid.expand(spec_file.load(path))
-    run = TrialRun(trial.spec, {}, {}, {})
-    run.setup()
-    loop = run.make_loop()
-    windows = 4 * a.rounds
-    step = hand_step(a, (a.warmup + windows * (a.steps + 1)) * a.batch)
-    for _ in range(a.warmup):
-        step()
-    dinox, hand = [], []
-    for i in range(windows):
-        for side in ("dinox", "hand") if i % 2 == 0 else ("hand", "dinox"):
-            if side == "dinox":  # a trial's warm-up and one timed window, as `measure.repeats: 1` runs them
-                dinox.append(loop.run(1 if i else a.warmup, a.steps).windows[0].images_per_s)
-                continue
-            step()  # one untimed step: dinox's window starts at a step's end
-            t = time.perf_counter()
-            for _ in range(a.steps):
-                step()
-            hand.append(a.steps * a.batch / (time.perf_counter() - t))
-    ratios = [d / h for d, h in zip(dinox, hand, strict=True)]
-    print(
-        f"DINOv2 step: ViT-Tiny/16 depth {a.depth} at {a.img} px, 2 global + {a.locals_} local crops of "
-        f"{a.local_px} px, {a.out_dim} prototypes, batch {a.batch}, fp32, in one process: {windows} windows of "
-        f"{a.steps} steps a side"
-    )
-    print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
-    print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
-    print(f"window ratios       {' '.join(f'{r:.3f}' for r in ratios)}")
-    print(
-        f"fidelity_ratio {statistics.median(ratios):.3f}  (median of the paired windows' dinox / hand loop; dinox "
-        f"ahead in {sum(r > 1 for r in ratios)} of {windows}; target between 0.98 and 1.02)"
-    )
-
-
 def dinox_trial(a: argparse.Namespace, tmp: Path, i: int, server) -> float:
     from dinox.isolate import runner
     from dinox.plan import grid
@@ -353,9 +310,15 @@ def main() -> None:
     if a.hand_loop:
         print(json.dumps({"images_per_s": hand_loop(a)}))
         return
-    if a.in_process:
-        with tempfile.TemporaryDirectory() as tmp:
-            in_process(a, Path(tmp))
+    if a.in_process:  # both steps in this process, window for window (bench_fidelity's pairing)
+        from bench_fidelity import paired_windows
+
+        step = hand_step(a, (a.warmup + 4 * a.rounds * (a.steps + 1)) * a.batch)
+        header = (
+            f"DINOv2 step: ViT-Tiny/16 depth {a.depth} at {a.img} px, 2 global + {a.locals_} local crops of "
+            f"{a.local_px} px, {a.out_dim} prototypes, batch {a.batch}, fp32"
+        )
+        paired_windows(SPEC.format(**vars(a)), step, lambda: None, a, a.batch, header)
         return
     args = [
         f"--{k.replace('_', '-').rstrip('-')}={v}"

@@ -199,22 +199,25 @@ def hand_loop(a: argparse.Namespace) -> float:
     return a.hand_steps * a.accum * a.batch / (time.perf_counter() - t)
 
 
-def in_process(a: argparse.Namespace, tmp: Path) -> None:
-    """dinox's step (the trial's own objects, timed by its loop) and the hand-written one in this one process,
-    window for window, alternating which goes first: what differs between two processes (their placement on
-    the cores, a neighbour's burst) is gone, and what is left is the steps' own difference."""
+def paired_windows(spec_text: str, step, sync, a: argparse.Namespace, images: int, header: str) -> None:
+    """dinox's trial (its own objects, timed by its loop, from `spec_text`) and the hand `step` in this one
+    process, window for window, alternating which goes first: what differs between two processes (their
+    placement on the cores, a neighbour's burst) is gone, and what is left is the steps' own difference.
+    `images`: per hand step. Prints each side's windows and the paired ratios; bench_dinov2 uses it too."""
+    import tempfile
+
     from dinox.measure.trial import TrialRun
     from dinox.plan import grid
     from dinox.spec import file as spec_file
 
-    path = tmp / "spec.yaml"
-    path.write_text(spec_text(a))
-    (trial,) = grid.expand(spec_file.load(path))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spec.yaml"
+        path.write_text(spec_text)
+        (trial,) = grid.expand(spec_file.load(path))
     run = TrialRun(trial.spec, {}, {}, {})
     run.setup()
     loop = run.make_loop()
     windows = 4 * a.rounds
-    step, sync = hand_step(a, (a.warmup + windows * (a.steps + 1)) * a.accum * a.batch)
     for _ in range(a.warmup):
         step()
     dinox, hand = [], []
@@ -229,19 +232,15 @@ def in_process(a: argparse.Namespace, tmp: Path) -> None:
             for _ in range(a.steps):
                 step()
             sync()
-            hand.append(a.steps * a.accum * a.batch / (time.perf_counter() - t))
+            hand.append(a.steps * images / (time.perf_counter() - t))
     ratios = [d / h for d, h in zip(dinox, hand, strict=True)]
-    print(
-        f"{'a team module building ' if a.user_entry else ''}{a.model} at {a.img} px, batch {a.batch} x {a.accum}, "
-        f"{a.precision}, {a.workers} workers, in one process: {windows} windows of {a.steps} steps a side"
-    )
+    print(f"{header}, in one process: {windows} windows of {a.steps} steps a side")
     print(f"dinox images/s      {' '.join(f'{v:.1f}' for v in dinox)}  median {statistics.median(dinox):.1f}")
     print(f"hand loop images/s  {' '.join(f'{v:.1f}' for v in hand)}  median {statistics.median(hand):.1f}")
     print(f"window ratios       {' '.join(f'{r:.3f}' for r in ratios)}")
-    wins = sum(r > 1 for r in ratios)
     print(
         f"fidelity_ratio {statistics.median(ratios):.3f}  (median of the paired windows' dinox / hand loop; dinox "
-        f"ahead in {wins} of {windows}; target between 0.98 and 1.02)"
+        f"ahead in {sum(r > 1 for r in ratios)} of {windows}; target between 0.98 and 1.02)"
     )
 
 
@@ -325,8 +324,12 @@ def main() -> None:
         a.module_dir = module_dir
         Path(module_dir, "benchstep.py").write_text(USER_MODULE)
     if a.in_process:
-        with tempfile.TemporaryDirectory() as tmp:
-            in_process(a, Path(tmp))
+        step, sync = hand_step(a, (a.warmup + 4 * a.rounds * (a.steps + 1)) * a.accum * a.batch)
+        header = (
+            f"{'a team module building ' if a.user_entry else ''}{a.model} at {a.img} px, batch {a.batch} x "
+            f"{a.accum}, {a.precision}, {a.workers} workers"
+        )
+        paired_windows(spec_text(a), step, sync, a, a.accum * a.batch, header)
         return
     skip = ("rounds", "hand_loop", "system_metrics", "loader_bound", "compile", "kwargs", "user_entry", "in_process")
     args = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k not in skip]

@@ -27,7 +27,7 @@ from tests.conftest import ROOT
 # Sample values for the docs' placeholders: a run id, a shell variable.
 PLACEHOLDERS = {r"<[^>]*run[^>]*id[^>]*>": "0123456789abcdef0123456789abcdef", r"<run [AB]>": "0" * 32, r"\$i\b": "1"}
 
-# Each block, by its file and first command's first words: the tests that run it, whole or in parts (and why).
+# Each block, by its file and the start of its key (Block.key): the tests that run it, whole or in parts (and why).
 BLOCKS: dict[tuple[str, str], tuple[str, list[str]]] = {
     ("README.md", "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && dinox run"): (
         "whole",
@@ -65,7 +65,7 @@ BLOCKS: dict[tuple[str, str], tuple[str, list[str]]] = {
     ("docs/data.md", "python scripts/make_demo_images.py data/demo_images"): (
         "in parts: the spec is CUDA's (fp16, 12 workers); here its cases small, on the same demo JPEGs",
         [
-            "tests/data/test_images.py::test_image_shards_read_back_the_same_samples",
+            "tests/data/test_data_sources.py::test_a_shard_folder_is_one_whole_set_or_refused",
             "tests/test_workloads.py::test_resnet50_case_runs",
             "tests/test_scripts.py::test_bench_loader_writes_the_demo_tree_and_prints_a_row_per_decoder_and_augment",
         ],

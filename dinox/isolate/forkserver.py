@@ -197,7 +197,7 @@ def _zygote(preload: list[str]) -> None:
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            pid = _fork(json.loads(line), devnull)
+            pid = _fork(json.loads(line), devnull, [fd for fd in children.values() if fd is not None])
             children[pid] = _pidfd(pid)
             out.write(json.dumps({"pid": pid}) + "\n")
 
@@ -219,8 +219,9 @@ def _reap(children: dict[int, int | None], out) -> None:
             out.write(json.dumps({"pid": pid, "exit": os.waitstatus_to_exitcode(status)}) + "\n")
 
 
-def _fork(request: dict, devnull: int) -> int:
-    """Fork the child a request asks for; its pid. The child runs its module and never returns."""
+def _fork(request: dict, devnull: int, siblings: list[int]) -> int:
+    """Fork the child a request asks for; its pid. The child runs its module and never returns; it closes its
+    siblings' pidfds (the zygote's to wait on, not its own)."""
     zygote = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -233,6 +234,8 @@ def _fork(request: dict, devnull: int) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for fd in siblings:
+            os.close(fd)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
