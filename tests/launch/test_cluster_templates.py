@@ -9,7 +9,7 @@ import subprocess
 
 import yaml
 
-from dinox.cli.main import run as run_command
+from dinox.cli.run import run as run_command
 from tests.conftest import ROOT
 
 SBATCH = ROOT / "scripts" / "slurm_sweep.sbatch"
