@@ -16,7 +16,7 @@ from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder, result_summary
 from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights
-from dinox.sweep.interrupts import ClosingInterrupted, Interrupted, signals_ignored, signals_raise
+from dinox.sweep.interrupts import ClosingInterrupted, Interrupted, signals_ignored, signals_noted, signals_raise
 from dinox.sweep.outputs import SweepReport
 
 
@@ -37,23 +37,25 @@ class Sweep(Protocol):
 def finish(sweep: Sweep, stopped: str = "") -> None:
     """The sweep ran to its end: the journal says so, the parent run gets the CSV, spec, plot, note and summary.
     A signal meanwhile (or before, once every trial was recorded: `stopped` says which) costs only the plot: the
-    parent is closed FINISHED whatever comes (a Ctrl-C must not leave it RUNNING), then ClosingInterrupted says so."""
+    journal line and the parent's close are never cut short (a Ctrl-C must not leave the parent RUNNING; one
+    that comes during them is kept for after), then ClosingInterrupted says what was done."""
     journal = sweep.journal
     assert journal is not None, "a sweep finishes only after its workdir is there"
-    with signals_ignored():
+    noted: list[str] = []
+    with signals_noted(noted):
         _quietly(lambda: journal.sweep_end("FINISHED"))
     d = sweep.report.sweep_dir
     artifacts = [sweep.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
     plot = None
     try:
-        if not stopped:
+        if not stopped and not noted:
             with signals_raise():
                 plot = descriptions.throughput_plot(sweep.report.rows, d / "throughput_vs_batch.png")
     except (KeyboardInterrupt, Interrupted) as e:
         stopped = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
     except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record
         sweep.echo(f"warning: no throughput plot for the parent run ({one_line(str(e), 200)})")
-    with signals_ignored():
+    with signals_noted(noted):
         rows, summary = sweep.report.rows, result_summary(sweep.report.results)
         note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed))
         extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
@@ -62,8 +64,9 @@ def finish(sweep: Sweep, stopped: str = "") -> None:
         )[0]:
             journal.sweep_closed()
         sweep.report.wall_s = time.time() - sweep.t0
+    stopped = stopped or (f"interrupted by {noted[0]}" if noted else "")
     if stopped:
-        raise ClosingInterrupted(stopped, sweep.recorder.adopted)
+        raise ClosingInterrupted(stopped, sweep.recorder.adopted, plotted=plot is not None)
 
 
 def abort(sweep: Sweep, status: str, reason: str) -> int:

@@ -38,16 +38,18 @@ class SweepStopped(Interrupted):
 
 class ClosingInterrupted(SweepStopped):
     """A signal while a sweep that had measured every trial was closing: every trial is recorded, and the sweep's
-    run was closed FINISHED without what was left to make (its plot)."""
+    run was closed FINISHED, without its plot where the signal came before it was made."""
 
-    def __init__(self, why: str, adopted: bool = False):
+    def __init__(self, why: str, adopted: bool = False, plotted: bool = False):
         super().__init__(why, 0, adopted)
+        self.plotted = plotted
 
     def __str__(self) -> str:
+        plot = "with its plot" if self.plotted else "without its plot"
         if self.adopted:
-            closed = "without its plot; the sweep's run is mlflow run's own, which marks it FAILED as dinox exits 130"
+            closed = f"{plot}; the sweep's run is mlflow run's own, which marks it FAILED as dinox exits 130"
         else:
-            closed = "its run closed FINISHED without its plot"
+            closed = f"its run closed FINISHED {plot}"
         return f"{self.signame} while the sweep was closing: every trial is recorded, {closed}"
 
 
@@ -57,6 +59,22 @@ def signals_raise() -> Iterator[None]:
 
     def handler(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_noted(seen: list[str]) -> Iterator[None]:
+    """SIGTERM and SIGINT noted in `seen`, not acted on, until the block is done: what must not be cut short (the
+    parent run's close) finishes, and the caller then honours the signal."""
+
+    def handler(signum: int, _frame: object) -> None:
+        seen.append(signal.Signals(signum).name)
 
     old = {s: signal.signal(s, handler) for s in _SIGNALS}
     try:
