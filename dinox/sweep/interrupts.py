@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -54,41 +54,31 @@ class ClosingInterrupted(SweepStopped):
 
 
 @contextlib.contextmanager
-def signals_raise() -> Iterator[None]:
+def _handled(handler: Callable[[int, object], None] | int) -> Iterator[None]:
+    """SIGTERM and SIGINT go to `handler` inside the block; the handlers before it come back after."""
+    old = {s: signal.signal(s, handler) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def signals_raise() -> contextlib.AbstractContextManager[None]:
     """SIGTERM (and SIGINT) raise Interrupted in the main thread, so cleanup runs as for Ctrl-C."""
 
     def handler(signum: int, _frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, handler) for s in _SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    return _handled(handler)
 
 
-@contextlib.contextmanager
-def signals_noted(seen: list[str]) -> Iterator[None]:
+def signals_noted(seen: list[str]) -> contextlib.AbstractContextManager[None]:
     """SIGTERM and SIGINT noted in `seen`, not acted on, until the block is done: what must not be cut short (the
     parent run's close) finishes, and the caller then honours the signal."""
-
-    def handler(signum: int, _frame: object) -> None:
-        seen.append(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in _SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+    return _handled(lambda signum, _frame: seen.append(signal.Signals(signum).name))
 
 
-@contextlib.contextmanager
-def signals_ignored() -> Iterator[None]:
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in _SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+def signals_ignored() -> contextlib.AbstractContextManager[None]:
+    """SIGTERM and SIGINT dropped until the block is done (a cleanup that a second Ctrl-C must not cut)."""
+    return _handled(signal.SIG_IGN)
