@@ -34,3 +34,23 @@ def test_a_lone_trial_process_is_not_read_and_one_with_workers_is_summed():
         for proc in (lone, with_worker):
             kill_group(proc)
             proc.wait()
+
+
+def test_a_child_made_by_any_thread_of_the_trial_counts_as_its_child():
+    """The lone-process check reads every thread's /proc children list: a loader worker started from another
+    thread (one still running, or one that has ended, whose children pass to a live thread) is seen."""
+    for thread_lives in (True, False):
+        proc = _started(
+            "import subprocess, sys, threading, time\n"
+            "def start(): subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])"
+            + ("; time.sleep(60)\n" if thread_lives else "\n")
+            + "threading.Thread(target=start, daemon=True).start()\n"
+            "time.sleep(0.5); print('up', flush=True); time.sleep(60)"
+        )
+        try:
+            memory = TreeMemory(proc.pid)
+            memory.maybe_sample(time.time(), force=True)
+            assert memory.peak_bytes > 2 * 1024 * 1024, f"thread_lives={thread_lives}"
+        finally:
+            kill_group(proc)
+            proc.wait()

@@ -184,3 +184,41 @@ def test_a_decompression_bomb_is_an_error_naming_the_file_with_every_decoder(wri
         assert r.status == "error", (decoder, r.status, r.error)
         assert f"cannot decode {victim}" in r.error and ("50000x50000" in r.error or "bomb" in r.error), r.error
         assert r.metrics.get("peak_mem_reserved_gb", 0) < 2  # never allocated
+
+
+class _CountingMemory(process_tree.TreeMemory):
+    looks = 0
+
+    def maybe_sample(self, now: float, force: bool = False) -> None:
+        self.looks += 1
+
+
+@pytest.mark.parametrize("forked", [False, True], ids=["spawned", "forked"])
+def test_the_watch_sleeps_until_the_child_exits_not_a_poll_interval(tmp_path, forked, monkeypatch):
+    """The parent looks at a running trial four times a second, not twenty (each look takes a core from the
+    trial), and still sees its exit at once: with a tick of 60 s, a child living half a second is seen to end
+    long before the first tick (a watch that slept its tick would take a minute)."""
+    import subprocess
+    import sys
+
+    from dinox.isolate.forkserver import ForkServer
+
+    code = "import time; time.sleep(0.5)"
+    (tmp_path / "child.py").write_text(f"def run_child(trial, result, forked):\n    {code}\n    return 0\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    server = ForkServer(preload=()) if forked else None
+    try:
+        if server is not None:
+            proc = server.spawn("t.json", "r.json", str(tmp_path / "log"), module="child")
+        else:
+            proc = subprocess.Popen([sys.executable, "-c", code])
+        memory = _CountingMemory(proc.pid)
+        phase = runner._PhaseReader(tmp_path / "phase", None)
+        started = time.time()
+        timed_out = runner._watch(proc, memory, phase, [tmp_path / "none"], started + 600, poll_s=60.0)
+        assert not timed_out and proc.poll() == 0
+        assert time.time() - started < 30, "the watch slept its tick instead of waking on the exit"
+        assert memory.looks <= 2
+    finally:
+        if server is not None:
+            server.close()
