@@ -60,6 +60,11 @@ ERROR = _tag("any", "dinox.error", "what went wrong, one line (a failed trial, o
 TRIAL_ID = _tag("trial", "dinox.trial_id", "stable hash of the params that identify the configuration")
 TRIAL_INDEX = _tag("trial", "dinox.trial_index", "the trial's place in the sweep, from 0")
 SWEEP_VALUES = _tag("trial", "dinox.sweep_values", "the values the sweep varies, as in the run's name")
+SETS = _tag(
+    "trial",
+    "dinox.sets",
+    "the `--set` overrides `dinox run` measured it with (KEY=VALUE; ...): the trial is the spec's with them",
+)
 RESULT_ID = _tag("trial", "dinox.result_id", "the result's identity, so `dinox sync` never logs it twice")
 BOUND = _tag("trial", "dinox.bound", "compute_bound, io_bound, transfer_bound, host_bound or inconclusive")
 BOUND_RULE = _tag(

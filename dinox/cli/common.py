@@ -46,7 +46,8 @@ def load_trials(
     items = overrides.parse(sets)
     try:
         doc = overrides.apply(spec_file.load(path), items)
-        trials = grid.expand(doc, max_trials, shrink=shrink)
+        given = tuple(k if v is None else f"{k}={v}" for k, v in items)
+        trials = [dataclasses.replace(t, sets=given) for t in grid.expand(doc, max_trials, shrink=shrink)]
         if shrink:
             from dinox.plan import shrink as shrinking
 

@@ -270,6 +270,7 @@ def run_decision(
     decision = decide(records, budget, policy, verified, rematches)
     decision.sources = sources
     decision.spec_file = spec_file
+    decision.sets = recorded_sets(records)
     decision.shrunk = bool(small)
     files = write_reports(decision, records, out)
     click.echo(report.render_terminal(decision))
@@ -282,6 +283,15 @@ def run_decision(
         )
         click.echo(f"logged as decision run {run_id}")
     return decision
+
+
+def recorded_sets(records: list[TrialRecord]) -> tuple[str, ...]:
+    """The `--set`s the trials were measured with, where they share them (one sweep's): the commands decide
+    prints carry them, or they would name other trials. None where the trials differ in them."""
+    from dinox import record as rec
+
+    given = {r.tags.get(rec.SETS, "") for r in records}
+    return tuple(s.strip() for s in given.pop().split(";") if s.strip()) if len(given) == 1 else ()
 
 
 def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> list[Path]:

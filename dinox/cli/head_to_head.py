@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from dinox.cli.common import TRACKING_URI, BadInput, decision_option, load_trials, read_decision
+from dinox.cli.common import SET, TRACKING_URI, BadInput, decision_option, load_trials, read_decision
 
 
 @click.command("head-to-head")
@@ -24,8 +24,15 @@ from dinox.cli.common import TRACKING_URI, BadInput, decision_option, load_trial
     help="Rounds at most (5-9; the order is looked at after rounds 5, 7, 9 and the last).",
 )
 @click.option("--workdir", default=".dinox", show_default=True, help="Where the rounds' child files go.")
+@SET
 def head_to_head(
-    spec_file: str, decision_dir: str, run_ids: tuple[str, ...], tracking_uri: str | None, max_rounds: int, workdir: str
+    spec_file: str,
+    decision_dir: str,
+    run_ids: tuple[str, ...],
+    tracking_uri: str | None,
+    max_rounds: int,
+    workdir: str,
+    sets: tuple[str, ...],
 ) -> None:
     """Measure tied leaders again, head to head, until their order is settled.
 
@@ -48,7 +55,7 @@ def head_to_head(
     if len(ids) < 2:
         raise BadInput(f"--run-id: a head-to-head needs two trial runs or more, got {len(ids)}")
     uri = resolve_tracking_uri(tracking_uri)
-    _doc, trials = load_trials(spec_file, None)
+    _doc, trials = load_trials(spec_file, None, sets=sets)
     leaders = []
     for run_id in ids:
         record = read_run(uri, run_id)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from dinox.cli.common import TRACKING_URI, BadInput, decision_option, load_trials, read_decision
+from dinox.cli.common import SET, TRACKING_URI, BadInput, decision_option, load_trials, read_decision
 
 
 @click.command()
@@ -29,6 +29,7 @@ from dinox.cli.common import TRACKING_URI, BadInput, decision_option, load_trial
     "where the slice crosses it, else about a third of the slice's images).",
 )
 @click.option("--workdir", default=".dinox", show_default=True, help="Where the training child's files go.")
+@SET
 def verify(
     spec_file: str,
     decision_dir: str,
@@ -38,6 +39,7 @@ def verify(
     epochs: float | None,
     epoch_images: int | None,
     workdir: str,
+    sets: tuple[str, ...],
 ) -> None:
     """Train a measured configuration for real and hold decide's forecast against it.
 
@@ -64,7 +66,7 @@ def verify(
     forecast = None
     if run_id is None:
         run_id, forecast = _recommended(decision_dir)
-    _doc, trials = load_trials(spec_file, None)
+    _doc, trials = load_trials(spec_file, None, sets=sets)
     record = read_run(uri, run_id)
     if record.status != "ok":
         raise BadInput(

@@ -60,6 +60,7 @@ class Decision:
     remeasure: list[str] = field(default_factory=list)  # runs `dinox run --remeasure-unsettled` measures again
     contested: list[Candidate] = field(default_factory=list)  # tied leaders `dinox head-to-head` would order
     spec_file: str = ""  # the spec the trials came from, where the command line named it
+    sets: tuple[str, ...] = ()  # the `--set`s the trials were measured with (one sweep's), for the commands
     capped: list[str] = field(default_factory=list)  # of `remeasure`, runs whose spec allows too few windows
     # The cheapest (model, device) that meets the deadline (and max_cost), where prices are known.
     cheapest: ModelVerdict | None = None
@@ -72,8 +73,10 @@ class Decision:
 
     @property
     def spec_arg(self) -> str:
-        """The spec as a shell word for the commands the report prints (SPEC where it is not known)."""
-        return shlex.quote(store_text(self.spec_file)) if self.spec_file else "SPEC"
+        """The spec as shell words for the commands the report prints (SPEC where it is not known), with the
+        `--set`s its trials were measured with: without them the same spec names other trials."""
+        spec = shlex.quote(store_text(self.spec_file)) if self.spec_file else "SPEC"
+        return " ".join([spec, *(f"--set {shlex.quote(store_text(s))}" for s in self.sets)])
 
     @property
     def settled(self) -> bool:

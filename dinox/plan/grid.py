@@ -32,6 +32,8 @@ class Trial:
     trial_id: str
     # Where each override is written in the spec file, so later checks can point at its line.
     locations: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The `--set` overrides (KEY=VALUE) the spec was loaded with: recorded, so later commands can name them.
+    sets: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

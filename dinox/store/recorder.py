@@ -226,6 +226,7 @@ class SweepRecorder:
                 rec.TRIAL_ID: trial.trial_id,
                 rec.TRIAL_INDEX: str(trial.index),
                 rec.SWEEP_VALUES: trial.label,
+                **({rec.SETS: "; ".join(trial.sets)} if trial.sets else {}),
                 # Set before the trial runs, so the run can always be found again (dinox sync).
                 rec.RESULT_ID: result_id,
                 **({rec.SHRUNK: "true"} if trial.spec.shrunk else {}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,9 +105,16 @@ def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str) -> Tria
     for t in trials:
         if t.trial_id == trial_id:
             return t
+    given = record.tags.get(rec.SETS, "")
+    asked = "; ".join(t for t in (trials[0].sets if trials else ()))
+    if given != asked:  # the same spec with other --sets names other trials
+        how = " ".join(f"--set {shlex.quote(s.strip())}" for s in given.split(";") if s.strip())
+        why = f"it was measured with {store_text(how)}: give the same here" if how else "it was measured without --set"
+    else:
+        why = "the spec changed since the trial was measured, or it is another spec"
     raise VerifyError(
         f"{store_text(spec_path)} has no trial with id {trial_id or '(none recorded)'} (run {record.run_id}, "
-        f"{record.run_name or 'unnamed'}): the spec changed since the trial was measured, or it is another spec"
+        f"{record.run_name or 'unnamed'}): {why}"
     )
 
 

@@ -432,6 +432,7 @@ def test_names_from_the_store_are_data_in_every_output(tmp_path):
         row = study.trial({"model.name": name}, 8 * (i + 1), 1, 500.0, run_id=name, bound=name)
         row["tags"]["dinox.device_name"] = HOSTILE[(i + 1) % len(HOSTILE)]
         row["tags"]["dinox.bound_evidence"] = name
+        row["tags"]["dinox.sets"] = "x=$(touch PWNED); m\n# Pwned\x1b[2J"  # printed in decide's commands
         rows.append(row)
     study.log(MlflowClient(uri), "hostile", rows)
     proc = decide(tmp_path, uri, "--experiment", "hostile", "--days", "1", "--target-images", "1000", "--out", "h")
@@ -442,6 +443,7 @@ def test_names_from_the_store_are_data_in_every_output(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
     report = (tmp_path / "h" / "report.md").read_text()
     assert "\n# Pwned" not in report and "\u202e" not in report
+    assert "--set 'x=$(touch PWNED)' --set" in report, report  # a shell word, quoted, in every command
     for table in re.findall(r"((?:^\|.*\|$\n?)+)", report, re.M):  # every row as many cells as its header
         widths = {len(re.findall(r"(?<!\\)\|", line)) for line in table.splitlines()}
         assert len(widths) == 1, table

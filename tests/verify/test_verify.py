@@ -167,3 +167,25 @@ def test_a_hostile_decision_folder_reaches_the_terminal_inert(measured):
     assert proc.returncode == 2 and "\x1b" not in proc.stderr, proc.stderr
     # Refused before verify runs, the value shown with its escape (every command's rule: tests/cli/test_hostile.py).
     assert "Invalid value for '--decision': 'no\\x1b[2Jwhere' holds the control character" in proc.stderr
+
+
+def test_a_sweep_measured_with_set_is_named_with_it_in_every_command_that_follows(tmp_path):
+    """A trial of `dinox run SPEC --set K=V` is SPEC's with the override: its id is not SPEC's own. The trial
+    records the --set, decide's commands carry it, and verify (like head-to-head) takes it; without it,
+    verify said "the spec changed since" and decide's `dinox run SPEC` would have measured other trials."""
+    (tmp_path / "spec.yaml").write_text(SPEC + "budget: {days: 1, target_images: 100}\n")
+    sweep = run_dinox(["run", "spec.yaml", "--set", "measure.bench_steps=2", "--no-system-metrics"], cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    (trial,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
+    assert trial.data.tags["dinox.sets"] == "measure.bench_steps=2" and trial.data.params["measure.bench_steps"] == "2"
+    gate = run_dinox(["decide", "--spec", "spec.yaml", "--no-log"], cwd=tmp_path)
+    assert gate.returncode in (0, 3), gate.stdout + gate.stderr
+    report_md = (tmp_path / "decision" / "report.md").read_text()
+    assert "`dinox verify spec.yaml --set measure.bench_steps=2`" in report_md, report_md
+    slice_ = ["--run-id", trial.info.run_id, "--minutes", "0.02", "--epoch-images", "16"]
+    bare = run_dinox(["verify", "spec.yaml", *slice_], cwd=tmp_path)
+    assert bare.returncode == 2 and "Traceback" not in bare.stderr, bare.stderr
+    assert "it was measured with --set measure.bench_steps=2: give the same here" in bare.stderr, bare.stderr
+    given = run_dinox(["verify", "spec.yaml", *slice_, "--set", "measure.bench_steps=2"], cwd=tmp_path)
+    assert given.returncode in (0, 1), given.stdout + given.stderr  # trained: held or off, both answers
+    assert given.stdout.startswith("dinox: verifying "), given.stdout
