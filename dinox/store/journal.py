@@ -107,6 +107,7 @@ class Journal:
                     "total": trial.total,
                     "trial_id": trial.trial_id,
                     "overrides": trial.overrides,
+                    "sets": list(trial.sets),
                     "spec": trial.spec.model_dump(mode="json"),
                 },
                 "result": json.loads(result.to_json()),
@@ -170,7 +171,9 @@ def _on_sweep(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
 
 def _on_result(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
     t = e["trial"]
-    trial = Trial(t["index"], t["total"], t["overrides"], TrialSpec.model_validate(t["spec"]), t["trial_id"])
+    spec = TrialSpec.model_validate(t["spec"])
+    sets = tuple(map(str, t.get("sets") or ()))  # absent from journals written before it was kept
+    trial = Trial(t["index"], t["total"], t["overrides"], spec, t["trial_id"], sets=sets)
     result_id = str(e["result_id"])
     state.results[result_id] = PendingResult(
         result_id, trial, TrialResult(**e["result"]), e.get("run_id"), e.get("log_path", "")

@@ -393,9 +393,8 @@ class Sweep:
         self._bound_by_host(trial, search)
         while (size := search.next_size()) is not None:
             spec = probe_spec(trial.spec, size)
-            probe = Trial(
-                trial.index, trial.total, {**trial.overrides, "batch.size": size}, spec, trial_id(spec), trial.locations
-            )
+            overrides = {**trial.overrides, "batch.size": size}
+            probe = Trial(trial.index, trial.total, overrides, spec, trial_id(spec), trial.locations, trial.sets)
             flight = self.flights.open(probe)
             self.book.open(flight, "probe")
             outcome = self.flights.run_child(self._trial_dir(trial, f"-probe{size}"), lane, flight, None, probe=True)
