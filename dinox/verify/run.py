@@ -107,9 +107,9 @@ def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str) -> Tria
         if t.trial_id == trial_id:
             return t
     given = record.tags.get(rec.SETS, "")
-    asked = "; ".join(t for t in (trials[0].sets if trials else ()))
+    asked = "; ".join(trials[0].sets) if trials else ""
     if record.param_bool(SHRUNK):  # a small stand-in: nothing of it trains as the spec would
-        why = "it was measured with `dinox run --shrink`, a small stand-in: verify a trial of the spec as written"
+        why = "it was measured with `dinox run --shrink`, a small stand-in: take a trial of the spec as written"
     elif given != asked:  # the same spec with other --sets names other trials
         how = " ".join(f"--set {shlex.quote(s.strip())}" for s in given.split(";") if s.strip())
         why = f"it was measured with {store_text(how)}: give the same here" if how else "it was measured without --set"

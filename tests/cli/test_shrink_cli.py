@@ -60,4 +60,4 @@ def test_a_shrunk_sweep_is_marked_and_decide_plans_from_it_only_when_told(tmp_pa
     # Training the shrunk stand-in for real says nothing of the study: verify names why it refuses it.
     verify = run_dinox(["verify", "s.yaml", "--run-id", trials[0].info.run_id, "--minutes", "0.01"], cwd=tmp_path)
     assert verify.returncode == 2 and "Traceback" not in verify.stderr, verify.stdout + verify.stderr
-    assert "it was measured with `dinox run --shrink`, a small stand-in" in verify.stderr, verify.stderr
+    assert "it was measured with `dinox run --shrink`, a small stand-in: take a trial" in verify.stderr, verify.stderr
