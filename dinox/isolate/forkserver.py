@@ -148,9 +148,11 @@ class ForkServer:
                         return msg
                 elif want in msg:
                     return msg
-            # A zero timeout still polls once: that is how the runner asks "has it exited yet?".
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.time()))
-            if not ready:
+            # A zero timeout still polls once: that is how the runner asks "has it exited yet?". poll(), not
+            # select(): a parent holding many files may number this pipe past select's 1024.
+            waiting = select.poll()
+            waiting.register(fd, select.POLLIN)
+            if not waiting.poll(max(0.0, deadline - time.time()) * 1000):
                 raise TimeoutError
             chunk = os.read(fd, 65536)
             if not chunk:

@@ -143,8 +143,9 @@ def _ended(exit_fd: int | None, timeout: float) -> bool:
     if exit_fd is None:
         time.sleep(timeout)
         return False
-    ready, _, _ = select.select([exit_fd], [], [], timeout)
-    return bool(ready)
+    waiting = select.poll()  # not select(): a parent holding many files may number this fd past 1024
+    waiting.register(exit_fd, select.POLLIN)
+    return bool(waiting.poll(timeout * 1000))
 
 
 def _result(

@@ -222,3 +222,39 @@ def test_the_watch_sleeps_until_the_child_exits_not_a_poll_interval(tmp_path, fo
     finally:
         if server is not None:
             server.close()
+
+
+@pytest.mark.parametrize("forked", [False, True], ids=["spawned", "forked"])
+def test_the_watch_waits_on_a_pidfd_numbered_past_select_s_limit(tmp_path, forked, monkeypatch):
+    """A parent holding many files (a store's connections, a long sweep's logs) may number a pidfd or the fork
+    server's pipe past 1024, where select() refuses it (ValueError): the watch and the fork server's replies
+    are still waited on, and the exit is seen."""
+    import resource
+    import subprocess
+    import sys
+
+    from dinox.isolate.forkserver import ForkServer
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may open {hard} files, too few to reach past 1024")
+    (tmp_path / "child.py").write_text("def run_child(trial, result, forked):\n    return 0\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100 - len(os.listdir("/proc/self/fd")))]
+    server = ForkServer(preload=()) if forked else None
+    try:
+        if server is not None:
+            proc = server.spawn("t.json", "r.json", str(tmp_path / "log"), module="child")
+        else:
+            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+        memory = _CountingMemory(proc.pid)
+        phase = runner._PhaseReader(tmp_path / "phase", None)
+        assert not runner._watch(proc, memory, phase, [tmp_path / "none"], time.time() + 600, poll_s=60.0)
+        assert proc.poll() == 0 and memory.looks <= 2
+    finally:
+        if server is not None:
+            server.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
