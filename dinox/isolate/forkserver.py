@@ -200,11 +200,12 @@ def _zygote(preload: list[str]) -> None:
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             pid = _fork(json.loads(line), devnull, [fd for fd in children.values() if fd is not None])
-            children[pid] = _pidfd(pid)
+            children[pid] = pidfd(pid)
             out.write(json.dumps({"pid": pid}) + "\n")
 
 
-def _pidfd(pid: int) -> int | None:
+def pidfd(pid: int) -> int | None:
+    """A descriptor that turns readable when process `pid` ends (Linux 5.3+), or None where there is none."""
     try:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):

@@ -26,7 +26,7 @@ from dinox.contract import GIB, PHASE_FILE, PROFILE_CUT, PROVISIONAL_FILE, Trial
 from dinox.errors import WorkdirError
 from dinox.isolate import lifeline, ranks
 from dinox.isolate.contention import omp_env
-from dinox.isolate.forkserver import ForkedChild, ForkServer
+from dinox.isolate.forkserver import ForkedChild, ForkServer, pidfd
 from dinox.isolate.process_tree import TreeMemory, kill_group
 from dinox.isolate.slots import rank_threads
 from dinox.plan.grid import Trial
@@ -100,7 +100,7 @@ def _watch(
     """Wait for the child to exit, or EXIT_GRACE_S after its result(s) appeared, or past `deadline` without
     one (then True: timed out), sampling its memory and passing its phase on meanwhile."""
     result_seen_at: float | None = None
-    exit_fd = _pidfd(proc.pid)
+    exit_fd = pidfd(proc.pid)  # a forked trial is the fork server's child, not ours, and still has one
     # Asleep on the child's pidfd between looks, so its exit is seen at once (the teardown figure stays
     # exact) and the looks can be rare: every wakeup of this process takes a core from the trial it watches.
     tick = max(poll_s, WATCH_TICK_S) if exit_fd is not None else poll_s
@@ -127,15 +127,6 @@ def _watch(
         if exit_fd is not None:
             os.close(exit_fd)
     return False
-
-
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that turns readable when process `pid` ends (Linux 5.3+; a forked trial is the fork
-    server's child, not ours, and still has one), or None where there is none."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
 
 
 def _ended(exit_fd: int | None, timeout: float) -> bool:
