@@ -210,6 +210,41 @@ def rounds_decided(timed: list[float], no_loader: list[float], compute: list[flo
     return True
 
 
+def direct_decided(
+    with_rate: float,
+    drift: float,
+    held: float | None,
+    loader_alone: float | None,
+    copies_alone: float | None,
+    threshold: float,
+) -> bool:
+    """Whether what the timed steps showed by themselves already decides the label, so that more rounds could
+    not change it: Stage.interval keeps a stage's interval within its direct bounds whatever the rounds say.
+
+    - `held`: the share of a timed step the loader held it up (the device idle while the host waited in
+      next(loader)). Without the loader each step is at least that much shorter: at or above the threshold the
+      loader binds (io_bound) whatever the rounds say.
+    - `loader_alone` (only where the loader runs in series with the step, in its one process, on the host's
+      clock, where every call is synchronous; else None): then the loader costs at most with / alone, and the
+      copies at most what they cost without the loader (a rate at most with / (1 - the loader's cap)) over
+      their rate alone. Both caps below the threshold: neither stage binds, and on the host's clock nothing is
+      left for the label to read (compute_bound).
+
+    `drift`: the timed windows' spread, kept to spare on both sides (later windows move the figures by as
+    much). The rounds still run one (the record's no-loader and compute-only rates); the label is then read as
+    before, from every window."""
+    moved = 1.0 + drift
+    if held is not None and held / moved >= threshold:
+        return True
+    if not loader_alone or not copies_alone:
+        return False
+    loader_cap = with_rate * moved / loader_alone
+    if loader_cap * moved >= threshold:
+        return False
+    copies_cap = with_rate / (1.0 - loader_cap) * moved / copies_alone
+    return copies_cap * moved < threshold
+
+
 def fixed_share(full_span: float, part_span: float, part: float = 0.5) -> float:
     """The batch-independent share of a forward/backward, from its device time at the full batch and at `part`
     of it, under time = fixed + per-image x batch: (part_span - part x full) / (1 - part) / full, in [0, 1]."""

@@ -16,13 +16,14 @@ eat them at the step's pace and flatter a loader-bound trial.
 Each timed window is followed by two short ablation windows, one round: one reuses a batch already on the
 device (no loader, no copy: compute only), one reuses a host batch and copies it every micro-batch (no
 loader). A round's three windows run back to back, so a neighbour's burst or drift on a shared machine falls
-on them alike, and the rounds' spread says how far the costs they give can be trusted. Once the rounds
-have decided the label (``decided``: at least two, both stages' costs clear of the threshold by the timed
-windows' spread), the later timed windows run without theirs: ablation is spent until the label is known.
-After the rounds, the copies alone; on a device with a timeline of its own, the compute-only windows at the
-full and at half the batch (a step the device paces from one the host's kernel launches pace); last the
-loader alone, with the model idle and the workers warm: the rate the input pipeline can feed. Only the timed
-windows count in images_per_s.
+on them alike, and the rounds' spread says how far the costs they give can be trusted. The copies alone
+follow the first round. Once the label is decided (``decided``: by the rounds, at least two with both
+stages' costs clear of the threshold by the timed windows' spread; or, after one, by what the timed steps
+themselves showed, dinox.measure.bound.direct_decided), the later timed windows run without theirs: ablation
+is spent until the label is known. After the rounds, on a device with a timeline of its own, the
+compute-only windows at the full and at half the batch (a step the device paces from one the host's kernel
+launches pace); last the loader alone, with the model idle and the workers warm: the rate the input
+pipeline can feed. Only the timed windows count in images_per_s.
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ class Loop:
     # batch-independent all-reduce would count as the host's fixed cost.
     local: Callable[[], AbstractContextManager] = contextlib.nullcontext
     ahead: CopyAhead | None = None  # loader.device_prefetch: copies on a side stream, a micro-batch ahead
-    # Given the rates of the timed windows and of the rounds so far: True once more rounds could not change
-    # the label (bound.rounds_decided); the timed windows after that run without theirs. None: every window.
-    decided: Callable[[list[float], list[float], list[float]], bool] | None = None
+    # Given the timed windows, the rounds so far and the copies alone: True once more rounds could not change
+    # the label (bound.rounds_decided, bound.direct_decided); the timed windows after that run without theirs.
+    # None: every window.
+    decided: Callable[[list[Window], list[Window], list[Window], Window | None], bool] | None = None
     pending: tuple[Any, Any] | None = field(default=None, init=False)  # the copy issued for the next micro-batch
     settle_s: float = field(default=0.0, init=False)  # untimed: steadying the pipeline before loader windows
     last_host: Any = field(default=None, init=False)
@@ -181,12 +183,11 @@ class Loop:
         first_step_s, first_fetch_s, warmup_s = self._warm_up(warmup_steps)
         per_round = math.ceil(ablation_steps / 2)
         rounds = self._rounds(bench_steps, Repeats.fixed(repeats) if isinstance(repeats, int) else repeats, per_round)
-        windows, compute_only, no_loader, boundaries = rounds
+        windows, compute_only, no_loader, boundaries, copies = rounds
         t = perf()
-        copies = full = half = None
+        full = half = None
         if ablation_steps:
             self._phase("ablation windows")
-            copies = self._copies_alone(per_round)
             full, half = self._half_batch(ablation_steps)
         loader_ips = None
         if loader_batches and self.batches.ready:
@@ -195,7 +196,7 @@ class Loop:
         elif loader_batches:  # loading in this process: the timed steps' fetches were the loader alone
             loader_ips = in_process_rate(windows)
         epoch_start_s = self.batches.epoch_start()
-        ablation_s = sum(w.wall_s for w in compute_only + no_loader) + (perf() - t)
+        ablation_s = sum(w.wall_s for w in [*compute_only, *no_loader, *([copies] if copies else [])]) + (perf() - t)
         return LoopStats(
             windows=windows,
             first_step_s=first_step_s,
@@ -218,11 +219,13 @@ class Loop:
 
     def _rounds(
         self, steps: int, repeats: Repeats, per_round: int
-    ) -> tuple[list[Window], list[Window], list[Window], int]:
-        """Timed windows until they settle, each from a steady pipeline and followed by its ablation round."""
+    ) -> tuple[list[Window], list[Window], list[Window], int, Window | None]:
+        """Timed windows until they settle, each from a steady pipeline and followed by its ablation round; the
+        copies alone once, after the first round (what `decided` may read from then on)."""
         windows: list[Window] = []
         compute_only: list[Window] = []
         no_loader: list[Window] = []
+        copies: Window | None = None
         boundaries = 0
         decided = False
         while not windows or not repeats.settled([w.images_per_s for w in windows]):
@@ -232,17 +235,13 @@ class Loop:
             windows.append(self.window(steps))
             boundaries += self.batches.epochs_ended - before
             # Round i follows timed window i; once decided, no later window has one.
-            decided = decided or self._rounds_decided(windows[: len(no_loader)], no_loader, compute_only)
+            if self.decided is not None and compute_only and not decided:
+                decided = self.decided(windows, no_loader, compute_only, copies)
             if per_round and not decided:
                 compute_only.append(self.window(per_round, "device", self.last_device))
                 no_loader.append(self.window(per_round, "host"))
-        return windows, compute_only, no_loader, boundaries
-
-    def _rounds_decided(self, timed: list[Window], no_loader: list[Window], compute_only: list[Window]) -> bool:
-        if self.decided is None or not compute_only:
-            return False
-        rates = lambda ws: [w.images_per_s for w in ws]  # noqa: E731
-        return self.decided(rates(timed), rates(no_loader), rates(compute_only))
+                copies = copies or self._copies_alone(per_round)
+        return windows, compute_only, no_loader, boundaries, copies
 
     def _steady(self) -> None:
         """Drain what the workers hold ready, then one untimed step on the batch that had to be waited for (or a

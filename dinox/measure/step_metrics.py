@@ -14,8 +14,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from dinox import record as rec
-from dinox.measure.bound import Evidence, Stage, classify, explain, fixed_share
-from dinox.measure.windows import LoopStats, Window, pooled
+from dinox.measure.bound import Evidence, Stage, classify, direct_decided, explain, fixed_share, rounds_decided
+from dinox.measure.windows import LoopStats, Window, held_share, in_process_rate, pooled, spread
 from dinox.spec.sections import MeasureSpec
 
 
@@ -93,6 +93,31 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
             f"({loader.alone:.1f} img/s): the loader-alone window was slowed, and is not evidence"
         )
     return out
+
+
+def decided(
+    timed: list[Window],
+    no_loader: list[Window],
+    compute_only: list[Window],
+    copies: Window | None,
+    *,
+    threshold: float,
+    serial: bool,
+) -> bool:
+    """The loop's `decided`: whether more ablation rounds could change the label, from the timed windows so far,
+    the rounds (round i follows timed window i) and the copies alone. `serial`: the loader runs in the step's
+    own process on the host's clock (no workers, a CPU), so the timed steps' fetches are the loader alone."""
+    rates = lambda ws: [w.images_per_s for w in ws]  # noqa: E731
+    if rounds_decided(rates(timed[: len(no_loader)]), rates(no_loader), rates(compute_only), threshold):
+        return True
+    return direct_decided(
+        pooled(timed) or 0.0,
+        spread(rates(timed)),
+        held_share(timed),
+        in_process_rate(timed) if serial else None,
+        pooled([copies]) if copies is not None and copies.wall_s > 0 else None,
+        threshold,
+    )
 
 
 def _device_split(stats: LoopStats) -> dict[str, float]:

@@ -37,10 +37,9 @@ from dinox.data.views import ViewPlan, view_plan  # noqa: E402
 from dinox.isolate import lifeline, ranks  # noqa: E402
 from dinox.measure import device, loading, models, objectives, profile, routine, runtime  # noqa: E402
 from dinox.measure import loop as bench  # noqa: E402
-from dinox.measure.bound import rounds_decided  # noqa: E402
 from dinox.measure.result import describe_exception, is_oom  # noqa: E402
 from dinox.measure.step import TrainStep, build_optimizer  # noqa: E402
-from dinox.measure.step_metrics import summarize  # noqa: E402
+from dinox.measure.step_metrics import decided, summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import compute_metrics  # noqa: E402
 from dinox.spec.objectives import DinoObjective, PythonObjective  # noqa: E402
@@ -323,9 +322,11 @@ class TrialRun:
         ablation = self._ablation_steps()
         loop = self.make_loop()
         agree = device.all_agree(self.dev) if self.world > 1 else None
-        decided = functools.partial(rounds_decided, threshold=m.bound_threshold)
+        # No workers on the host's clock: the loader and the copies run in series with the step, timed by it.
+        serial = loop.clock == "host" and lo.num_workers == 0
+        known = functools.partial(decided, threshold=m.bound_threshold, serial=serial)
         # Ranks run each round's windows together (their steps all-reduce): they stop the rounds together.
-        loop.decided = decided if agree is None else lambda *rates: agree(decided(*rates))
+        loop.decided = known if agree is None else lambda *seen: agree(known(*seen))
         try:
             stats = loop.run(
                 m.warmup_steps,

@@ -53,6 +53,14 @@ def in_process_rate(windows: list[Window]) -> float | None:
     return sum(images for images, _ in steps) / waited if waited > 0 else None
 
 
+def held_share(windows: list[Window]) -> float | None:
+    """The share of the windows' step intervals the device sat idle while the host waited in next(loader)
+    (None: no step interval seen)."""
+    steps = [s for w in windows for s in w.steps]
+    period = sum(s.period for s in steps)
+    return sum(s.idle_loading for s in steps) / period if period > 0 else None
+
+
 @dataclass(frozen=True)
 class Repeats:
     """How many timed windows: at least `least`, then more until their spread is at most `threshold`, never

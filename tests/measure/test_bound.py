@@ -11,7 +11,16 @@ import sys
 
 import pytest
 
-from dinox.measure.bound import Evidence, Stage, classify, explain, fixed_share, rounds_decided, span
+from dinox.measure.bound import (
+    Evidence,
+    Stage,
+    classify,
+    direct_decided,
+    explain,
+    fixed_share,
+    rounds_decided,
+    span,
+)
 from tests.conftest import run_dinox
 
 NO_COPIES = Stage(100.0, 100.0, (0.0, 0.0), alone=100_000.0)  # copies that cost nothing, measured so
@@ -262,3 +271,37 @@ def test_the_rounds_stop_once_they_have_decided_the_label():
     assert not rounds_decided([75.0, 105.0], [100.0, 140.0], [100.0, 140.0], 0.1)
     # A round whose loader cost is below zero (-8 %) is noise that can hide +8 %: too close to call at 10 %.
     assert not rounds_decided([108.0, 100.0], [100.0, 100.0], [100.0, 100.0], 0.1)
+
+
+def test_the_timed_steps_own_evidence_decides_the_label_only_where_no_round_could_move_it():
+    # (with, drift, held, loader alone (serial only), copies alone, threshold)
+    assert direct_decided(100.0, 0.1, 0.5, None, None, 0.1)  # the loader held half of each step: io_bound
+    assert not direct_decided(100.0, 0.1, 0.105, None, None, 0.1)  # 10.5 % held, 10 % spread: too close
+    # Workers: a loader that held nothing is a floor of 0, not a cap: the rounds must show it costs little.
+    assert not direct_decided(100.0, 0.0, 0.0, None, 1e6, 0.1)
+    # In series on the host's clock: the loader alone 100x the step, copies 10,000x: neither can bind.
+    assert direct_decided(100.0, 0.05, 0.01, 10_000.0, 1e6, 0.1)
+    assert not direct_decided(100.0, 0.05, 0.01, 10_000.0, None, 0.1)  # the copies not measured yet
+    assert not direct_decided(100.0, 0.0, 0.03, 1_100.0, 1e6, 0.05)  # the loader's cap (9 %) above 5 %
+    assert direct_decided(100.0, 0.0, 0.05, 1_100.0, 1e6, 0.1)  # ... and below 10 %
+    assert not direct_decided(100.0, 0.1, 0.05, 1_100.0, 1e6, 0.1)  # ... unless the windows moved 10 %
+    assert not direct_decided(100.0, 0.0, 0.0, 10_000.0, 1_000.0, 0.1)  # copies alone 10x the step: up to 10 %
+    assert direct_decided(100.0, 0.0, 0.0, 10_000.0, 1_200.0, 0.1)  # ... 12x: at most 8.4 %
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_whatever_the_rounds_say_they_cannot_move_a_stage_the_timed_steps_decided(seed):
+    """The rule direct_decided stands on: Stage.interval keeps a stage within its direct bounds. Rounds drawn
+    wild (-60 % .. +90 %) and a no-loader rate anywhere from the timed rate to three times it."""
+    rng, t = random.Random(seed), 0.1
+    for _ in range(200):
+        rounds = tuple(rng.uniform(-0.6, 0.9) for _ in range(rng.randint(1, 5)))
+        with_rate, drift = 100.0, rng.uniform(0.0, 0.3)
+        without = with_rate * rng.uniform(1.0, 3.0)
+        held = rng.uniform(0.0, 0.9)
+        if direct_decided(with_rate, drift, held, None, None, t):  # workers: held alone decides io_bound
+            assert Stage(with_rate, without, rounds, held=held, serial=False, drift=drift).interval(t).binds(t)
+        alone = with_rate * rng.uniform(5.0, 100.0)
+        if direct_decided(with_rate, drift, 0.0, alone, 1e9, t):  # in series: the loader alone caps it
+            stage = Stage(with_rate, without, rounds, alone, held=0.0, serial=True, drift=drift)
+            assert stage.interval(t).binds(t) is False

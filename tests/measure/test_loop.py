@@ -3,6 +3,7 @@ steps, the ablation windows and the loader-only window."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -12,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from dinox.measure import loop as bench
 from dinox.measure.batches import Batches
-from dinox.measure.step_metrics import summarize
+from dinox.measure.step_metrics import decided, summarize
 from dinox.measure.windows import Repeats, pooled, quantile
 from dinox.spec.sections import MeasureSpec
 
@@ -240,10 +241,12 @@ def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
     rounds that ran are the first two windows'."""
     asked: list[int] = []
 
-    def decided(timed, no_loader, compute):
-        assert len(timed) == len(no_loader) == len(compute)  # round i belongs to timed window i
-        asked.append(len(timed))
-        return len(timed) >= 2
+    def decided(timed, no_loader, compute, copies):
+        # Asked after timed window i, with the rounds of the windows before it (round i follows window i) and
+        # the copies alone, measured once after the first round.
+        assert len(timed) == len(no_loader) + 1 == len(compute) + 1 and copies is not None
+        asked.append(len(no_loader))
+        return len(no_loader) >= 2
 
     loop_ = bench.Loop(
         DataLoader(Images(400), batch_size=2), lambda b: b, lambda b: None, lambda: None, torch.device("cpu"), 1, 2
@@ -253,6 +256,42 @@ def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
     assert len(stats.windows) == 4
     assert [len(stats.compute_only), len(stats.no_loader)] == [2, 2]
     assert asked == [1, 2]  # asked before the second and third windows' rounds; never again once decided
+
+
+@pytest.mark.parametrize(
+    ("sample_s", "serial", "rounds"),
+    [
+        (0.0002, True, 1),  # no workers, a loader of 4 % a step: in series, it caps itself after one round
+        (0.0002, False, 2),  # the same step read as a worker loader's: the rounds must show it, two at least
+        (0.005, False, 1),  # a loader that holds each step up 50 %: io_bound after one round, whatever follows
+    ],
+)
+def test_rounds_stop_once_the_timed_steps_own_evidence_has_decided(sample_s, serial, rounds):
+    """The trial's `decided` (step_metrics.decided) on a fake clock: a step computes 10 ms a micro-batch, a
+    sample takes `sample_s` to load; four timed windows, and only as many rounds as the label needed."""
+    clock = FakeClock()
+
+    class Slow(Images):
+        def __getitem__(self, i):
+            clock.take(sample_s)
+            return super().__getitem__(i)
+
+    loop_ = bench.Loop(
+        DataLoader(Slow(4000), batch_size=2),
+        lambda b: clock.take(0.0001) or b,  # a copy: 0.1 ms
+        lambda b: clock.take(0.01),
+        lambda: None,
+        torch.device("cpu"),
+        2,
+        2,
+        timeline=clock.timeline(),
+    )
+    loop_.decided = functools.partial(decided, threshold=0.1, serial=serial)
+    stats = loop_.run(1, 4, repeats=4, ablation_steps=4)
+    assert len(stats.windows) == 4 and len(stats.compute_only) == len(stats.no_loader) == rounds
+    assert stats.copies_alone is not None
+    summary = summarize(stats, MeasureSpec(bound_threshold=0.1), compiled=False)
+    assert summary.bound == ("io_bound" if sample_s > 0.001 else "compute_bound")
 
 
 def test_the_loop_tells_its_phases_in_order_outside_the_windows():
