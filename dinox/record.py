@@ -99,7 +99,8 @@ SPEC_NAME = _tag("sweep", "dinox.spec_name", "the spec's name (the experiment)")
 SHRUNK = _tag(
     "any",
     "dinox.shrunk",
-    "true on a sweep, trial or decision of a spec run with --shrink (made small to try here): not the study's figures",
+    "true on a sweep, trial, decision or verify run of a spec run with --shrink (made small to try here): not the "
+    "study's figures",
 )
 SHARD = _tag("sweep", "dinox.shard", "the --shard slice this sweep ran (i/n)")
 COUNTS = _tag("sweep", "dinox.counts", "how the sweep's trials ended, status=count")

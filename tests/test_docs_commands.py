@@ -85,7 +85,10 @@ BLOCKS: dict[tuple[str, str], tuple[str, list[str]]] = {
     ),
     ("docs/deciding.md", "dinox decide --spec specs/quickstart.yaml  dinox verify"): (
         "in parts: three minutes of training a block",
-        ["tests/verify/test_verify.py::test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error"],
+        [
+            "tests/verify/test_verify.py::test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error",
+            "tests/cli/test_shrink_cli.py::test_a_shrunk_sweep_is_marked_and_decide_plans_from_it_only_when_told",
+        ],
     ),
     ("docs/measuring.md", "python scripts/make_wheelhouse.py wheelhouse"): (
         "in parts: no other node; the wheelhouse installs offline into a venv beside this torch",

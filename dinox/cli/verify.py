@@ -30,6 +30,12 @@ from dinox.cli.common import SET, TRACKING_URI, BadInput, decision_option, load_
 )
 @click.option("--workdir", default=".dinox", show_default=True, help="Where the training child's files go.")
 @SET
+@click.option(
+    "--shrink",
+    is_flag=True,
+    help="Train a trial `dinox run --shrink` measured: SPEC shrunk as that run shrank it. The stand-in's forecast "
+    "held against its own training tries the verify step here; it says nothing of the study: exit 3.",
+)
 def verify(
     spec_file: str,
     decision_dir: str,
@@ -40,6 +46,7 @@ def verify(
     epoch_images: int | None,
     workdir: str,
     sets: tuple[str, ...],
+    shrink: bool,
 ) -> None:
     """Train a measured configuration for real and hold decide's forecast against it.
 
@@ -49,7 +56,8 @@ def verify(
     forecast for the same images (decide's figure: images over the timed windows, plus each epoch boundary,
     checkpoint and evaluation pass: the spec's routine, run at its cadence). Records a run
     (dinox.role = verify) beside the trial; `dinox decide` then shows it.
-    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error.
+    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 a --shrink stand-in was
+    trained (held or not).
     """
     from dinox import record as rec
     from dinox.store.backend import resolve_tracking_uri
@@ -66,14 +74,14 @@ def verify(
     forecast = None
     if run_id is None:
         run_id, forecast = _recommended(decision_dir)
-    _doc, trials = load_trials(spec_file, None, sets=sets)
+    _doc, trials = load_trials(spec_file, None, sets=sets, shrink=shrink)
     record = read_run(uri, run_id)
     if record.status != "ok":
         raise BadInput(
             f"run {run_id} is not an ok trial (dinox.status {record.status or 'missing'!r}): nothing to verify"
         )
     forecast = forecast or Forecast.of_record(record)
-    trial = find_trial(record, trials, spec_file)
+    trial = find_trial(record, trials, spec_file, shrink)
     epoch, why = epoch_images_for(trial, epoch_images, seconds if math.isfinite(seconds) else 0.0, forecast)
     click.echo(
         f"dinox: verifying {record.run_name or run_id} for {_slice(minutes, epochs)} (forecast: {forecast.source})"
@@ -81,14 +89,15 @@ def verify(
     if why:
         click.echo(f"       {why}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
-    _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0))
-    sys.exit(0 if done.held else 1)
+    _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
+    sys.exit(3 if shrink else 0 if done.held else 1)
 
 
-def _say(done, own_ips: float) -> None:  # noqa: ANN001 - a dinox.verify.VerifyOutcome (imported lazily)
+def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.verify.VerifyOutcome (lazily)
     """The verdict, the rates it rests on, and where the plan was a tied trial's, this trial's own windows."""
     forecast = done.forecast
-    click.echo(f"{'HELD' if done.held else 'OFF'}: {done.verdict()}")
+    stand_in = " on a SHRUNK stand-in (it tries the verify step, not the study's forecast)" if shrunk else ""
+    click.echo(f"{'HELD' if done.held else 'OFF'}{stand_in}: {done.verdict()}")
     click.echo(
         f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
         f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"

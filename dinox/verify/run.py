@@ -101,15 +101,22 @@ class VerifyOutcome:
         )
 
 
-def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str) -> Trial:
+def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str, shrink: bool = False) -> Trial:
+    """The trial of SPEC (shrunk where `shrink`) the record measured; VerifyError naming why there is none."""
     trial_id = record.tags.get(rec.TRIAL_ID, "")
     for t in trials:
         if t.trial_id == trial_id:
             return t
     given = record.tags.get(rec.SETS, "")
     asked = "; ".join(trials[0].sets) if trials else ""
-    if record.param_bool(SHRUNK):  # a small stand-in: nothing of it trains as the spec would
-        why = "it was measured with `dinox run --shrink`, a small stand-in: take a trial of the spec as written"
+    shrunk = bool(record.param_bool(SHRUNK))
+    if shrunk and not shrink:  # a small stand-in: nothing of it trains as the spec would
+        why = (
+            "it was measured with `dinox run --shrink`, a small stand-in: take a trial of the spec as written, or "
+            "give --shrink to train the stand-in"
+        )
+    elif shrink and not shrunk:
+        why = "it was measured from the spec as written: drop --shrink"
     elif given != asked:  # the same spec with other --sets names other trials
         how = " ".join(f"--set {shlex.quote(s.strip())}" for s in given.split(";") if s.strip())
         why = f"it was measured with {store_text(how)}: give the same here" if how else "it was measured without --set"
@@ -190,6 +197,8 @@ def verify(
     done.own_error = (slice_forecast(own, images, ended, *routine_done)[0] - done.wall_s) / done.wall_s
     metrics[rec.OWN_WINDOWS_ERROR] = done.own_error
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id}
+    if trial.spec.shrunk:
+        tags[rec.SHRUNK] = "true"
     tags[rec.VERIFY_EPOCHS] = result.tags.get(rec.VERIFY_EPOCHS, "")
     tags.update({k: v for k, v in result.tags.items() if k in (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION)})
     settings = {
@@ -202,7 +211,7 @@ def verify(
     params = {f"{rec.VERIFY_PREFIX}{k}": v for k, v in settings.items()}
     done.run_id = log_beside(
         uri, record.experiment_id, "verify", f"verify {record.run_name or record.run_id}"[:250], params, metrics, tags,
-        f"**{done.verdict()}**",
+        f"**{'SHRUNK stand-in: ' if trial.spec.shrunk else ''}{done.verdict()}**",
     )  # fmt: skip
     return done
 

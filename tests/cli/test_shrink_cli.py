@@ -61,3 +61,17 @@ def test_a_shrunk_sweep_is_marked_and_decide_plans_from_it_only_when_told(tmp_pa
     verify = run_dinox(["verify", "s.yaml", "--run-id", trials[0].info.run_id, "--minutes", "0.01"], cwd=tmp_path)
     assert verify.returncode == 2 and "Traceback" not in verify.stderr, verify.stdout + verify.stderr
     assert "it was measured with `dinox run --shrink`, a small stand-in: take a trial" in verify.stderr, verify.stderr
+    assert "or give --shrink to train the stand-in" in verify.stderr
+    # ... and with --shrink it trains the stand-in, says so, records it as shrunk and exits 3, held or not.
+    args = ["verify", "s.yaml", "--shrink", "--run-id", trials[0].info.run_id, "--minutes", "0.02"]
+    small = run_dinox(args, cwd=tmp_path)
+    assert small.returncode == 3, small.stdout + small.stderr
+    assert small.stdout.startswith("shrunk (--shrink): vit_tiny_patch16_224"), small.stdout
+    (said,) = [ln for ln in small.stdout.splitlines() if ln.startswith(("HELD", "OFF"))]
+    assert said.split(":")[0] in (
+        "HELD on a SHRUNK stand-in (it tries the verify step, not the study's forecast)",
+        "OFF on a SHRUNK stand-in (it tries the verify step, not the study's forecast)",
+    )
+    (checked,) = client.search_runs([exp.experiment_id], "tags.`dinox.role` = 'verify'")
+    assert checked.data.tags["dinox.shrunk"] == "true" and checked.data.tags["dinox.verifies"] == trials[0].info.run_id
+    assert checked.data.tags["mlflow.note.content"].startswith("**SHRUNK stand-in: forecast ")
