@@ -11,6 +11,14 @@ from __future__ import annotations
 EXIT_BAD_INPUT = 2
 
 
+def escaped(text: str, keep: frozenset[str] = frozenset()) -> str:
+    """`text` with each character that is not printable, but those in `keep`, as its escape (``\\x1b``,
+    ``\\n``): a value shown inside a message stays on its line and cannot steer the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text)
+
+
 class DinoxError(Exception):
     """An error for the user: ``str(e)`` is the message, ``exit_code`` the command's exit code."""
 

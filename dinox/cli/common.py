@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 import click
 
-from dinox.errors import DinoxError
+from dinox.errors import DinoxError, escaped
 
 if typing.TYPE_CHECKING:  # imported when a command runs: `dinox --help` stays quick
     from dinox.plan.grid import Trial
@@ -105,7 +105,9 @@ def _named_override(problem: Problem, items: list[tuple[str, str | None]]) -> Pr
     if not key or "--set" in problem.message:
         return problem
     # Its line in the file no longer holds the value that is wrong (a parent key's line would blame the file).
-    return dataclasses.replace(problem, message=f"{problem.message} (from --set {key}={raw})", line=None)
+    # The value as typed, escaped: a newline or carriage return in it would start a line of its own.
+    shown = escaped(f"{key}={raw}")
+    return dataclasses.replace(problem, message=f"{problem.message} (from --set {shown})", line=None)
 
 
 TRACKING_URI = click.option(
@@ -222,11 +224,7 @@ class Inert:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        if not text.isprintable():
-            text = "".join(
-                c if c.isprintable() or c in self._KEEP else c.encode("unicode_escape").decode() for c in text
-            )
-        return self._stream.write(text)
+        return self._stream.write(escaped(text, self._KEEP))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -137,6 +137,8 @@ def test_a_hostile_value_is_refused_or_inert(results, case):
     assert "Traceback" not in r["err"] + r["out"], shown
     for raw in ("\x1b", "\x07", "\u202e"):
         assert raw not in r["out"] + r["err"], shown  # shown as its escape, never as itself
+    # A newline in the value never starts a line of its own (a line that reads as dinox's).
+    assert not any(ln.startswith("$(touch") for ln in (r["out"] + r["err"]).splitlines()), shown
     assert not list(work.rglob("PWNED")), shown  # nothing the value said ran
     if kind == "control" or (command, param) not in ACCEPTS_PRINTABLE:
         assert r["rc"] == 2, shown
