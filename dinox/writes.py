@@ -18,6 +18,12 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def cache_dir() -> Path:
+    """Where dinox keeps what it can make again (an empty store, timm's names, models' costs):
+    $XDG_CACHE_HOME/dinox, else ~/.cache/dinox. Deleting it costs only the time to make them again."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dinox"
+
+
 def write_whole(path: str | Path, data: str | bytes, mode: int | None = None) -> None:
     """`data` (text as UTF-8) in `path`, whole or not at all. Raises OSError as open() would."""
     path = Path(path)

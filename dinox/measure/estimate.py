@@ -35,7 +35,7 @@ from dinox import record as rec
 from dinox.contract import GIB, one_line
 from dinox.data.views import view_plan
 from dinox.isolate import lifeline
-from dinox.measure import models, objectives, runtime
+from dinox.measure import cost_cache, models, objectives, runtime
 from dinox.plan.footprint import Machine, ModelCost
 from dinox.spec.objectives import DinoObjective, PythonObjective
 from dinox.spec.sections import ModelSpec, TrialSpec
@@ -268,9 +268,17 @@ def run_child(request_json: str, result_json: str, forked: bool = False) -> int:
     except Exception as exc:  # noqa: BLE001 - no machine figures: the plan says so, the sweep goes on
         traceback.print_exc()
         out["errors"]["machine"] = one_line(f"{type(exc).__name__}: {exc}", 300)
+    out["cached"] = []
     for key, spec in specs.items():
         try:
-            out["costs"][key] = asdict(cost_of(spec))
+            kept = cost_cache.path_for(spec)
+            cost = cost_cache.load(kept)
+            if cost is None:
+                cost = asdict(cost_of(spec))
+                cost_cache.save(kept, cost)
+            else:
+                out["cached"].append(key)
+            out["costs"][key] = cost
         except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run gets no estimate
             traceback.print_exc()
             out["errors"][key] = one_line(f"{type(exc).__name__}: {exc}", 300)

@@ -12,10 +12,9 @@ import contextlib
 import difflib
 import importlib.metadata
 import importlib.util
-import os
 from pathlib import Path
 
-from dinox.writes import write_whole
+from dinox.writes import cache_dir, write_whole
 
 
 def _cache_file() -> Path | None:
@@ -23,8 +22,7 @@ def _cache_file() -> Path | None:
     if spec is None or spec.origin is None:
         return None
     stamp = Path(spec.origin).stat().st_mtime_ns
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dinox"
-    return base / f"timm-{importlib.metadata.version('timm')}-{stamp}-models.txt"
+    return cache_dir() / f"timm-{importlib.metadata.version('timm')}-{stamp}-models.txt"
 
 
 def architectures() -> list[str]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from dinox.contract import one_line
 from dinox.errors import DinoxError
+from dinox.writes import cache_dir
 
 if TYPE_CHECKING:  # imported where a client is made: `dinox --help` and `validate` never load MLflow
     from mlflow import MlflowClient
@@ -163,7 +164,7 @@ def _empty_store() -> Path | None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dinox"
+    cache = cache_dir()
     template = cache / f"mlflow-{mlflow.__version__}-empty.db"
     if template.exists() and not _sqlite_damage(template, ("experiments", "alembic_version")):
         return template

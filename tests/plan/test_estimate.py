@@ -27,9 +27,11 @@ BAD = spec(
 
 @pytest.fixture(scope="module")
 def estimates(tmp_path_factory) -> Estimates:
-    data, failure = runner.run_estimate(
-        Estimates.request([RESNET, VIT, VIT_CKPT, DINO, BAD]), tmp_path_factory.mktemp("estimate")
-    )
+    with pytest.MonkeyPatch.context() as mp:  # a cache of its own: every cost computed here, none read back
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        data, failure = runner.run_estimate(
+            Estimates.request([RESNET, VIT, VIT_CKPT, DINO, BAD]), tmp_path_factory.mktemp("estimate")
+        )
     assert data is not None, failure
     return Estimates.parse(data, failure)
 
