@@ -3,8 +3,8 @@
 The estimate child's meta-device step (parameters, FLOPs, saved activations) is a pure function of the model
 and objective sections, timm's fused-attention switch, and the code that builds and counts them: torch,
 timm and dinox's own. Keyed by all of these, a resumed sweep, `--remeasure-unsettled`, a second shard on the
-same host or the next sweep of the same model skips it (0.3 s for a ViT-Tiny, seconds for a ViT-L DINOv2
-step). Never for the team's own step (objective kind python): its code is theirs, and this key would not
+same host or the next sweep of the same model skips it (0.8 s for a ViT-Tiny, 3 s for the study's ViT-L
+DINOv2 step, on this 2-core box). Never for the team's own step (objective kind python): its code is theirs, and this key would not
 see it change. A file that cannot be read back as a cost is recomputed and written again; a cache that
 cannot be written costs only the time.
 """
