@@ -4,9 +4,9 @@ The estimate child's meta-device step (parameters, FLOPs, saved activations) is 
 and objective sections, timm's fused-attention switch, and the code that builds and counts them: torch,
 timm and dinox's own. Keyed by all of these, a resumed sweep, `--remeasure-unsettled`, a second shard on the
 same host or the next sweep of the same model skips it (0.8 s for a ViT-Tiny, 3 s for the study's ViT-L
-DINOv2 step, on this 2-core box). Never for the team's own step (objective kind python): its code is theirs, and this key would not
-see it change. A file that cannot be read back as a cost is recomputed and written again; a cache that
-cannot be written costs only the time.
+DINOv2 step, on this 2-core box). Never for the team's own step (objective kind python): its code is
+theirs, and this key would not see it change. A file that cannot be read back as a cost is recomputed and
+written again; a cache that cannot be written costs only the time.
 """
 
 from __future__ import annotations
