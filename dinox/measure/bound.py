@@ -130,6 +130,10 @@ class Stage:
             costs = costs[1:-1]
         low, high = costs[0], costs[-1]
         high = max(high, -low)  # a cost below zero is noise of that size, which can hide as large a cost
+        if 0 < len(self.rounds) < MIN_ROUNDS:
+            # One round cannot show its own noise: it bounds nothing, and the stage costs what the direct
+            # evidence allows, within what any stage can cost (nothing to all of a step).
+            low, high = min(low, 0.0), max(high, 1.0)
         direct = self.bounds(tolerance)
         if direct is None:
             return Interval(round(low, 4), round(high, 4), "windows")
@@ -190,7 +194,7 @@ def classify(e: Evidence, threshold: float) -> tuple[Bound, Rule]:
 
 
 # Ablation rounds spent at least before the rounds can stop early: two give a range, so a stage the rounds
-# disagree on can still say "inconclusive".
+# disagree on can still say "inconclusive". Fewer bound nothing (Stage.interval).
 MIN_ROUNDS = 2
 
 

@@ -273,6 +273,29 @@ def test_the_rounds_stop_once_they_have_decided_the_label():
     assert not rounds_decided([108.0, 100.0], [100.0, 100.0], [100.0, 100.0], 0.1)
 
 
+def test_one_round_alone_bounds_nothing():
+    """A round cannot show its own noise (a second one could say 30 % where it said 3 %): alone it leaves the
+    stage anywhere from nothing to all of a step, and only the timed steps' own evidence narrows that."""
+
+    def label(loader: Stage) -> str:
+        return classify(Evidence(1.0, 0.0, 0.0, loader=loader, copies=NO_COPIES), 0.1)[0]
+
+    alone = Stage(97.0, 100.0, (0.03,), serial=False)
+    assert (alone.interval(0.1).low, alone.interval(0.1).high) == (0.0, 1.0) and label(alone) == "inconclusive"
+    assert explain({"loader_cost_low": 0.0, "loader_cost_high": 1.0, **COPIES_FREE}, 0.1) == "loader ≤100%, copies ~0%"
+    # The loader held each timed step up 40 %: io_bound whatever a second round would say.
+    held = Stage(60.0, 100.0, (0.4,), held=0.4, serial=False)
+    assert (held.interval(0.1).low, held.interval(0.1).high) == (0.4, 1.0) and label(held) == "io_bound"
+    # In series with the step: its share of the timed steps' time caps it (the loader alone 50x the step).
+    serial = Stage(98.0, 100.0, (0.02,), alone=4900.0, held=0.019)
+    assert serial.interval(0.1).high == pytest.approx(0.02) and label(serial) == "compute_bound"
+    # Two rounds give a range of their own, as before.
+    assert Stage(97.0, 100.0, (0.03, 0.04), serial=False).interval(0.1).high == pytest.approx(0.04)
+
+
+COPIES_FREE = {"transfer_cost_low": 0.0, "transfer_cost_high": 0.0}
+
+
 def test_the_timed_steps_own_evidence_decides_the_label_only_where_no_round_could_move_it():
     # (with, drift, held, loader alone (serial only), copies alone, threshold)
     assert direct_decided(100.0, 0.1, 0.5, None, None, 0.1)  # the loader held half of each step: io_bound

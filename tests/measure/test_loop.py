@@ -287,7 +287,7 @@ def test_rounds_stop_once_the_timed_steps_own_evidence_has_decided(sample_s, ser
         timeline=clock.timeline(),
     )
     loop_.decided = functools.partial(decided, threshold=0.1, serial=serial)
-    stats = loop_.run(1, 4, repeats=4, ablation_steps=4)
+    stats = loop_.run(1, 4, repeats=4, ablation_steps=4, loader_batches=8)  # as the trial runs it
     assert len(stats.windows) == 4 and len(stats.compute_only) == len(stats.no_loader) == rounds
     assert stats.copies_alone is not None
     summary = summarize(stats, MeasureSpec(bound_threshold=0.1), compiled=False)

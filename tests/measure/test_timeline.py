@@ -69,6 +69,7 @@ def run(
     ablation: int = 0,
     halve=None,
     kernel_s: float = 0.0,
+    repeats: int = 1,
 ) -> bench.LoopStats:
     """One trial on the fake device: fetching a micro-batch costs the host fetch_s, its forward/backward costs
     the host launch_s of launching and the device kernel_s + compute_s_per_image x its images."""
@@ -97,6 +98,7 @@ def run(
         batch_size=batch,
         warmup_steps=2,
         bench_steps=steps,
+        repeats=repeats,
         ablation_steps=ablation,
         timeline=timeline,
         halve=halve,
@@ -156,6 +158,7 @@ def test_a_launch_bound_step_is_host_bound_by_the_half_batch_window():
         compute_s_per_image=0.0005,
         ablation=6,
         halve=lambda x: (x[: x.shape[0] // 2], x.shape[0] // 2),
+        repeats=2,  # two windows, two rounds: one round alone bounds nothing
     )
     summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
     assert summary.metrics["device_idle_share"] < 0.1
@@ -177,6 +180,7 @@ def test_an_under_occupied_device_is_not_called_host_bound():
         kernel_s=0.030,
         ablation=6,
         halve=lambda x: (x[: x.shape[0] // 2], x.shape[0] // 2),
+        repeats=2,  # two windows, two rounds: one round alone bounds nothing
     )
     summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
     assert summary.metrics["fixed_share"] > 0.9
@@ -192,6 +196,7 @@ def test_a_compute_bound_step_stays_compute_bound_with_ablation():
         compute_s_per_image=0.005,
         ablation=6,
         halve=lambda x: (x[: x.shape[0] // 2], x.shape[0] // 2),
+        repeats=2,  # two windows, two rounds: one round alone bounds nothing
     )
     summary = summarize(stats, MeasureSpec(ablation_steps=6), compiled=False)
     m = summary.metrics
