@@ -29,7 +29,7 @@ from dinox.spec.objectives import PythonObjective
 from dinox.spec.sections import TrialSpec
 from dinox.writes import cache_dir, write_whole
 
-_FIELDS = {f.name: f.type for f in fields(ModelCost)}
+_FIELDS = frozenset(f.name for f in fields(ModelCost))
 
 
 @functools.cache
@@ -67,7 +67,7 @@ def load(path: Path | None) -> dict[str, Any] | None:
         kept = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict) or set(kept) != set(_FIELDS):
+    if not isinstance(kept, dict) or set(kept) != _FIELDS:
         return None
     numbers = [v for v in kept.values() if isinstance(v, int | float) and not isinstance(v, bool)]
     if len(numbers) != len(kept) or not all(math.isfinite(v) and v >= 0 for v in numbers):

@@ -9,8 +9,9 @@ saved-tensor hooks of autograd; where the model uses fused attention (timm's def
 attention saves what a flash kernel saves, not the N x N probabilities of the math path the meta device runs.
 With checkpointing, each checkpointed segment is run plainly under its own
 hook instead, so the estimate is what checkpointing keeps: the tensors saved outside the segments, every
-segment's inputs, and the largest segment's activations (recomputed, one at a time, in backward). MLflow
-is never imported here.
+segment's inputs, and the largest segment's activations (recomputed, one at a time, in backward). A cost
+is kept in the user's cache and read back by the next sweep of the same model (dinox.measure.cost_cache);
+the result lists those under "cached". MLflow is never imported here.
 """
 
 from __future__ import annotations

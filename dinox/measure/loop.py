@@ -196,7 +196,8 @@ class Loop:
         elif loader_batches:  # loading in this process: the timed steps' fetches were the loader alone
             loader_ips = in_process_rate(windows)
         epoch_start_s = self.batches.epoch_start()
-        ablation_s = sum(w.wall_s for w in [*compute_only, *no_loader, *([copies] if copies else [])]) + (perf() - t)
+        untimed = [*compute_only, *no_loader, *([copies] if copies is not None else [])]
+        ablation_s = sum(w.wall_s for w in untimed) + (perf() - t)
         return LoopStats(
             windows=windows,
             first_step_s=first_step_s,
