@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dinox.errors import escaped
 from dinox.plan.footprint import Estimates
 from dinox.plan.grid import Trial
 from dinox.spec.sections import MeasureSpec
@@ -12,7 +13,9 @@ def render(trials: list[Trial], estimates: Estimates | None) -> list[str]:
     header = ["#", "trial_id", *swept, "model", "img", "batch", "accum", "effective", "precision", "workers"]
     if estimates is not None:
         header += ["GFLOP/img", "device GiB", "loader GiB", "OOM?"]
-    rows = [_row(t, swept, estimates) for t in trials]
+    # A cell holds a spec's value (a model name, a swept value): a newline or carriage return in it would break
+    # the row or overwrite it on the terminal, so each is shown escaped.
+    rows = [[escaped(cell) for cell in _row(t, swept, estimates)] for t in trials]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from dinox.errors import DinoxError
+from dinox.errors import DinoxError, escaped
 from dinox.spec.fields import field_problems, path_problem
 from dinox.spec.sections import SweepSpec, TrialSpec
 
@@ -28,10 +28,12 @@ class Problem:
     context: str | None = None  # which trials, when the problem comes from sweep values
 
     def render(self, file: str) -> str:
+        """One line: a newline or carriage return from a value inside it (a name, a path, a swept value) is
+        shown escaped, or it would start a line of its own that reads as dinox's."""
         where = f"{file}:{self.line}" if self.line else file
         ctx = f" [{self.context}]" if self.context else ""
         path = f"{self.path}: " if self.path else ""
-        return f"{where}: {path}{self.message}{ctx}"
+        return escaped(f"{where}: {path}{self.message}{ctx}")
 
 
 class SpecError(DinoxError):
