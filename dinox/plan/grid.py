@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dinox.errors import escaped
 from dinox.plan import shrink as shrinking
 from dinox.plan import user_entry
 from dinox.spec.data_sources import PythonData
@@ -71,7 +72,8 @@ def _short(path: str) -> str:
 
 
 def _fmt(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else str(value)
+    """A swept value in a label or run name, on one line (a path may hold a newline: shown escaped)."""
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else escaped(str(value))
 
 
 def trial_id(spec: TrialSpec) -> str:

@@ -106,6 +106,18 @@ def test_run_names_keep_the_varied_values_short(write_spec):
     assert trials[11].run_name == "12 bs=64 acc=4 w=4 pin=False"
 
 
+def test_a_swept_value_holding_a_newline_stays_on_its_line_in_labels_and_run_names(write_spec):
+    # A path may hold one (YAML's quoted strings do): the trial's line and its MLflow run name show it escaped.
+    spec = (
+        "name: p\nmodel: {name: resnet18}\ndata: {source: ct_png}\n"
+        'sweep: {grid: {data.index_csv: ["a\\nb.csv", "c.csv"]}}\n'
+    )
+    first, second = grid.expand(spec_file.load(write_spec(spec)))
+    assert first.spec.data.index_csv == "a\nb.csv"  # the value itself is kept as written
+    assert (first.label, first.run_name) == ("index_csv=a\\nb.csv", "1 index_csv=a\\nb.csv")
+    assert second.label == "index_csv=c.csv"
+
+
 LADDER = """\
 name: l
 model: {name: resnet18}
