@@ -7,7 +7,8 @@ from __future__ import annotations
 from dinox.decide.budget import SECONDS_PER_DAY, fmt_cost, fmt_days
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
-from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS
+from dinox.spec import params
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, store_text
 
 
 def headline(d: Decision) -> str:
@@ -61,9 +62,13 @@ def unsettled_lines(d: Decision) -> list[str]:
         out.append(f"measure again: {shown}: `{remeasure_command(d)}`")
     if d.capped:
         shown = ", ".join(d.capped[:6]) + (", ..." if len(d.capped) > 6 else "")
+        # A --set that capped them is left out of the command (the advice is to raise it), and said.
+        caps = frozenset({params.MEASURE_REPEATS, params.MEASURE_MAX_REPEATS})
+        given = [s for s in d.sets if s.partition("=")[0].strip() in caps]
+        how = f" (measured with {', '.join(f'--set {store_text(s)}' for s in given)}: leave it out)" if given else ""
         out.append(
             f"{shown}: a spec that allows fewer than {SETTLED_WINDOWS} timed windows (measure.repeats or "
-            f"max_repeats) never settles a GO: raise it, then `dinox run {d.spec_arg}`"
+            f"max_repeats) never settles a GO: raise it{how}, then `dinox run {d.spec_words(caps)}`"
         )
     if out:
         return out

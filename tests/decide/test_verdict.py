@@ -441,3 +441,22 @@ def test_the_command_decide_prints_quotes_the_spec_it_was_given():
     command = remeasure_command(d)
     assert command == "dinox run 'my specs/a;rm -rf ~ b.yaml' --remeasure-unsettled"
     assert command in report.render_terminal(d) and report_json.to_json(d)["remeasure"]["command"] == command
+
+
+def test_a_capped_trial_s_advice_leaves_out_the_set_that_capped_it():
+    """Measured with `--set measure.repeats=1`, the advice to raise it must not hand that --set back: the
+    command it prints measures with the spec's own count, the sweep's other --sets kept."""
+    from dinox.report.settling import unsettled_lines
+
+    rows = study.study()
+    for row in rows:
+        row["params"]["measure.repeats"] = "1"
+        row["metrics"]["windows"] = 1.0
+    d = decide.decide(study.records(rows), BUDGET)
+    d.spec_file, d.sets = "s.yaml", ("measure.repeats=1", "data.index_csv=/d/i.csv")
+    (line,) = [ln for ln in unsettled_lines(d) if "never settles a GO" in ln]
+    assert line.endswith(
+        "raise it (measured with --set measure.repeats=1: leave it out), then "
+        "`dinox run s.yaml --set data.index_csv=/d/i.csv`"
+    ), line
+    assert d.spec_arg == "s.yaml --set measure.repeats=1 --set data.index_csv=/d/i.csv"  # elsewhere: all of them
