@@ -105,9 +105,8 @@ def _named_override(problem: Problem, items: list[tuple[str, str | None]]) -> Pr
     if not key or "--set" in problem.message:
         return problem
     # Its line in the file no longer holds the value that is wrong (a parent key's line would blame the file).
-    # The value as typed, escaped: a newline or carriage return in it would start a line of its own.
-    shown = escaped(f"{key}={raw}")
-    return dataclasses.replace(problem, message=f"{problem.message} (from --set {shown})", line=None)
+    # Shown as typed: Problem.render keeps a newline or carriage return in it from starting a line of its own.
+    return dataclasses.replace(problem, message=f"{problem.message} (from --set {key}={raw})", line=None)
 
 
 TRACKING_URI = click.option(

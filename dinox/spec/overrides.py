@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from dinox.errors import escaped
 from dinox.spec.file import MAX_YAML_DEPTH, Problem, SpecDocument, SpecError, safe_yaml
 
 
@@ -36,8 +35,7 @@ def apply(doc: SpecDocument, items: list[tuple[str, str | None]]) -> SpecDocumen
     for key, raw in items:
         problem = _set(base, key, raw, swept)
         if problem:
-            # The value as typed, escaped: a newline or carriage return in it would start a line of its own.
-            problems.append(Problem(key, f"{problem} (--set {escaped(key if raw is None else f'{key}={raw}')})"))
+            problems.append(Problem(key, f"{problem} (--set {key}{'' if raw is None else '=' + raw})"))
         else:  # its line in the file no longer holds its value
             lines = {p: n for p, n in lines.items() if p[: len(key.split("."))] != tuple(key.split("."))}
     if problems:
