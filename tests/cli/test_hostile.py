@@ -114,6 +114,11 @@ def results(tmp_path_factory):
         (case_dir / "dicom").mkdir()
         value = CONTROL if kind == "control" else SHELL
         cases.append({"argv": _argv(command, param, value), "cwd": str(case_dir), "timeout": 90})
+    return work, dict(zip(CASES, run_cases(work, cases), strict=True))
+
+
+def run_cases(work, cases: list[dict]) -> list[dict]:
+    """Each case's `dinox ARGS` through tests.cli.hostile_runner: its exit code, stdout and stderr."""
     (work / "cases.json").write_text(json.dumps(cases))
     (work / "out").mkdir()
     proc = subprocess.run(
@@ -124,7 +129,7 @@ def results(tmp_path_factory):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return work, dict(zip(CASES, json.loads(proc.stdout), strict=True))
+    return json.loads(proc.stdout)
 
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(c) for c in CASES])
@@ -160,17 +165,7 @@ def test_a_newline_or_carriage_return_inside_a_spec_value_stays_inside_its_line(
         (tmp_path / f"{name}.yaml").write_text(text)
         for argv in (["validate"], ["plan", "--no-estimate"], ["run", "--tracking-uri", "sqlite:///m.db"]):
             cases.append({"argv": [argv[0], f"{name}.yaml", *argv[1:]], "cwd": str(tmp_path), "timeout": 90})
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    (tmp_path / "out").mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.cli.hostile_runner", str(tmp_path / "cases.json"), str(tmp_path / "out")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for case, r in zip(cases, json.loads(proc.stdout), strict=True):
+    for case, r in zip(cases, run_cases(tmp_path, cases), strict=True):
         shown = f"dinox {' '.join(case['argv'])}: rc {r['rc']}\n{r['out']}\n{r['err']}"
         assert r["rc"] in (0, 2) and "Traceback" not in r["err"], shown
         assert "\r" not in r["out"] + r["err"], shown  # a carriage return would overwrite the line it is in
