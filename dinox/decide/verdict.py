@@ -71,17 +71,15 @@ class Decision:
     combined: list[Combination] = field(default_factory=list)  # several at once, against the product
     shrunk: bool = False  # some trials were measured with `dinox run --shrink`: a small stand-in, never settled
 
-    @property
-    def spec_arg(self) -> str:
-        """The spec as shell words for the commands the report prints (SPEC where it is not known), with the
-        `--set`s its trials were measured with: without them the same spec names other trials."""
-        return self.spec_words()
-
     def spec_words(self, without: frozenset[str] = frozenset()) -> str:
-        """spec_arg, less the `--set`s of the fields in `without` (the advice is to change them)."""
+        """The spec as shell words for the commands the report prints (SPEC where it is not known), with the
+        `--set`s its trials were measured with (without them the same spec names other trials), less those of
+        the fields in `without` (where the advice is to change them)."""
         spec = shlex.quote(store_text(self.spec_file)) if self.spec_file else "SPEC"
         kept = [s for s in self.sets if s.partition("=")[0].strip() not in without]
         return " ".join([spec, *(f"--set {shlex.quote(store_text(s))}" for s in kept)])
+
+    spec_arg = property(spec_words)  # every --set kept
 
     @property
     def settled(self) -> bool:

@@ -108,3 +108,15 @@ def test_the_next_dinox_run_of_the_same_model_reads_its_cost_from_the_cache(tmp_
     assert seen[0]["cached"] == [] and len(seen[1]["cached"]) == 1
     assert list(seen[0]["costs"].values()) == list(seen[1]["costs"].values())
     assert len(list((tmp_path / "cache" / "dinox" / "costs").glob("*.json"))) == 1
+
+
+def test_a_link_planted_at_a_cache_file_is_replaced_never_written_through(tmp_path):
+    path = cost_cache.path_for(spec())
+    path.parent.mkdir(parents=True)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("someone else's file")
+    path.symlink_to(target)
+    assert cost_cache.load(path) is None  # not a cost: read as JSON and refused
+    cost_cache.save(path, COST)
+    assert not path.is_symlink() and cost_cache.load(path) == COST
+    assert target.read_text() == "someone else's file"
