@@ -8,6 +8,8 @@ a NO-GO decision, so no error uses it. Interrupts are not errors: ``dinox.sweep.
 
 from __future__ import annotations
 
+import shlex
+
 EXIT_BAD_INPUT = 2
 
 
@@ -17,6 +19,12 @@ def escaped(text: str, keep: frozenset[str] = frozenset()) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text)
+
+
+def shell_word(text: object) -> str:
+    """A value (a path, a URI) as one inert shell word inside a command dinox prints for a user to paste: quoted
+    where it holds a space, `;`, `$(...)` or a quote, and on one line (a newline shows as ``\\n``)."""
+    return shlex.quote(escaped(str(text)))
 
 
 class DinoxError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from dinox.errors import DinoxError
+from dinox.errors import DinoxError, shell_word
 
 # What a GPU driver leaves on Linux: NVIDIA's proc entry and device nodes, WSL2's GPU paravirtualisation,
 # Jetson's memory manager, ROCm's kernel fusion driver. Any of them: the estimate child gives the answer.
@@ -41,7 +41,7 @@ def missing_problem(kind: str, has: str, spec_path: str) -> str:
     """What is wrong with `hardware.device: kind` here, and the two ways out."""
     return (
         f"{kind} is not on this machine, which has {has}; set hardware.device: auto to run the spec here, or "
-        f"`dinox plan {spec_path}` plans it for the spec's hardware without running it"
+        f"`dinox plan {shell_word(spec_path)}` plans it for the spec's hardware without running it"
     )
 
 

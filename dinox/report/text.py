@@ -125,11 +125,13 @@ def _profile_section(d: Decision) -> list[str]:
         return []
     out = ["## Where the recommended step's time goes", ""]
     if mv.best.profile is None:
-        return out + [
-            f"Not profiled: `dinox run SPEC --profile {inert(mv.best.run_name.split(' ')[0])}` traces this trial "
-            "(measure.profile: true for every trial).",
-            "",
-        ]
+        # The run's name is the store's (any tool writes it) and this is a command a user pastes: only dinox's own
+        # trial number, as the name starts, goes into it.
+        number = mv.best.run_name.split(" ")[0]
+        which = number if number.isascii() and number.isdigit() else "N"
+        also = "" if which != "N" else " (N: its number, as dinox names its runs)"
+        line = f"Not profiled: `dinox run {d.spec_arg} --profile {which}` traces this trial{also}"
+        return out + [inert(line) + " (measure.profile: true for every trial).", ""]
     return out + [f"Trial {inert(mv.best.run_name)} (run `{mv.best.run_id}`).", ""] + profile_markdown(mv.best.profile)
 
 

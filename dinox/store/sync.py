@@ -22,7 +22,7 @@ from mlflow.exceptions import MlflowException
 
 from dinox import record as rec
 from dinox.contract import ProcessRef
-from dinox.errors import DinoxError
+from dinox.errors import DinoxError, shell_word
 from dinox.store.backend import TrackingError, describe_store_error, shown_uri
 from dinox.store.journal import JOURNAL, Journal, JournalState
 from dinox.store.recorder import RUN_STATUS, SweepRecorder, result_summary
@@ -99,7 +99,8 @@ def sync_sweep(
             if not new_sweep:
                 raise SyncError(
                     f"{sweep_dir}: {problem}: this store is not the one the sweep ran against (a new mlflow.db?), "
-                    f"and nothing was written to it; the results stay here. `dinox sync --new-sweep {sweep_dir}` "
+                    f"and nothing was written to it; the results stay here. "
+                    f"`dinox sync --new-sweep {shell_word(sweep_dir)}` "
                     f"logs them all as a new sweep of {state.sweep['name']!r} there"
                 )
             _restart_in(recorder, journal, state)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dinox.errors import interrupted
+from dinox.errors import interrupted, shell_word
 from dinox.store.backend import shown_uri
 from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
@@ -44,8 +44,8 @@ class BestEffortStore:
             if not self.down:
                 kept = (
                     (
-                        f"results stay in {self.journal.path}; run `dinox sync {self.journal.path.parent}` once it "
-                        f"is back"
+                        f"results stay in {self.journal.path}; "
+                        f"run `dinox sync {shell_word(self.journal.path.parent)}` once it is back"
                     )
                     if self.journal is not None
                     else "nothing was measured yet"

@@ -13,7 +13,7 @@ import yaml
 
 from dinox import record as rec
 from dinox.contract import TrialResult
-from dinox.errors import WorkdirError
+from dinox.errors import WorkdirError, shell_word
 from dinox.plan.grid import Trial
 from dinox.store import descriptions
 from dinox.store.trial_record import IPS_WINDOWS, measured_spread, no_effect, pair_noise, within_noise
@@ -107,12 +107,14 @@ class SweepReport:
             )
             lines.append((per_trial, False))
         if self.store_failures:
-            failed = f"warning: {self.store_failures} tracking store call(s) failed; run `dinox sync {self.sweep_dir}`"
+            failed = (
+                f"warning: {self.store_failures} tracking store call(s) failed; "
+                f"run `dinox sync {shell_word(self.sweep_dir)}`"
+            )
             lines.append((f"{failed} once the store is back", True))
         if uri.startswith("sqlite:///"):
-            lines.append(
-                (f"       browse: mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)", False)
-            )
+            browse = f"mlflow ui --backend-store-uri {shell_word(uri)}"
+            lines.append((f"       browse: {browse}  (then open http://127.0.0.1:5000)", False))
         return lines
 
 

@@ -173,3 +173,25 @@ def test_a_newline_or_carriage_return_inside_a_spec_value_stays_inside_its_line(
         if case["argv"][0] != "plan":  # plan shows what the spec holds; validate and run refuse each of these
             assert r["rc"] == 2, shown
     assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_a_path_inside_a_command_dinox_prints_stays_one_shell_word(tmp_path):
+    """The commands dinox prints for a user to paste (the UI's `mlflow ui --backend-store-uri`, `dinox plan` of a
+    spec whose device is missing): a path with a space, `;` or `$(...)` in them is one quoted word, so pasting the
+    line runs that command on that path and nothing else."""
+    import shlex
+
+    from tests.conftest import run_dinox
+
+    work = tmp_path / "runs; $(touch PWNED)"
+    work.mkdir()
+    (work / "my spec.yaml").write_text(TINY.format(name="paths"))
+    (work / "gpu spec.yaml").write_text(TINY.format(name="paths") + "hardware: {device: mps}\n")  # never on Linux
+    ran = run_dinox(["run", "my spec.yaml", "--no-system-metrics"], cwd=work)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (browse,) = [ln.split("browse: ", 1)[1] for ln in ran.stdout.splitlines() if "browse: " in ln]
+    command = browse.split("  (then open", 1)[0]
+    assert shlex.split(command) == ["mlflow", "ui", "--backend-store-uri", f"sqlite:///{work / 'mlflow.db'}"], command
+    refused = run_dinox(["run", "gpu spec.yaml"], cwd=work)
+    assert refused.returncode == 2 and "`dinox plan 'gpu spec.yaml'` plans it" in refused.stderr, refused.stderr
+    assert not list(tmp_path.rglob("PWNED"))

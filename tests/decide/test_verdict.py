@@ -460,3 +460,21 @@ def test_a_capped_trial_s_advice_leaves_out_the_set_that_capped_it():
         "`dinox run s.yaml --set data.index_csv=/d/i.csv`"
     ), line
     assert d.spec_arg == "s.yaml --set measure.repeats=1 --set data.index_csv=/d/i.csv"  # elsewhere: all of them
+
+
+@pytest.mark.parametrize(
+    ("run_name", "word"),
+    [("3 size=64 num_workers=4", "--profile 3"), ("$(touch PWNED);x 2", "--profile N"), ("`id` 1", "--profile N")],
+)
+def test_the_profile_command_in_the_report_takes_only_the_trial_s_number_from_the_store(run_name, word):
+    """report.md suggests `dinox run SPEC --profile N` for an unprofiled recommendation; the run's name is the
+    store's, which any tool writes: a name that does not start with dinox's trial number never reaches the
+    command a user pastes, and the spec is the one decide was given, quoted."""
+    rows = study.study()
+    d = decide.decide(study.records(rows), BUDGET)
+    d.spec_file = "my specs/s.yaml"
+    d.recommended.best.run_name = run_name
+    text = report.render_markdown(d, [])
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("Not profiled")]
+    assert f"dinox run 'my specs/s.yaml' {word}\\` traces this trial" in line, line
+    assert "PWNED" not in line and "id" not in line.split("--profile")[1], line
