@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,20 @@ JOURNAL = "results.jsonl"
 
 def new_result_id() -> str:
     return uuid.uuid4().hex
+
+
+_RESULT_ID = re.compile(r"[0-9a-f]{32}")  # new_result_id's
+# MLflow's own rule for a run id (mlflow.utils.validation), whole: its `$` lets a trailing newline through.
+_RUN_ID = re.compile(r"[a-zA-Z0-9][\w\-]{0,255}", re.ASCII)
+
+
+def _id(e: dict, key: str, pattern: re.Pattern[str]) -> str:
+    """An id a journal line names: it goes into the store's queries and the terminal, so only the form dinox and
+    MLflow write is read (a quote would end the search filter it is put in)."""
+    value = e[key]
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(f"{key} {str(value)[:40]!r} is not an id dinox writes")  # repr: escaped, one line
+    return value
 
 
 @dataclass
@@ -174,21 +189,22 @@ def _on_result(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
     spec = TrialSpec.model_validate(t["spec"])
     sets = tuple(map(str, t.get("sets") or ()))  # absent from journals written before it was kept
     trial = Trial(t["index"], t["total"], t["overrides"], spec, t["trial_id"], sets=sets)
-    result_id = str(e["result_id"])
-    state.results[result_id] = PendingResult(
-        result_id, trial, TrialResult(**e["result"]), e.get("run_id"), e.get("log_path", "")
-    )
+    result_id = _id(e, "result_id", _RESULT_ID)
+    run_id = _id(e, "run_id", _RUN_ID) if e.get("run_id") is not None else None
+    result = TrialResult(**e["result"])
+    state.results[result_id] = PendingResult(result_id, trial, result, run_id, e.get("log_path", ""))
 
 
 def _on_opened(e: dict, _state: JournalState, opened: dict[str, str]) -> None:
-    opened[str(e["result_id"])] = str(e["run_id"])
+    opened[_id(e, "result_id", _RESULT_ID)] = _id(e, "run_id", _RUN_ID)
 
 
 def _on_logged(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
-    result_id = str(e["result_id"])
+    result_id = _id(e, "result_id", _RESULT_ID)
+    run_id = _id(e, "run_id", _RUN_ID)
     state.logged.add(result_id)
     if result_id in state.results:
-        state.results[result_id].run_id = str(e["run_id"])
+        state.results[result_id].run_id = run_id
 
 
 def _on_sweep_end(e: dict, state: JournalState, _opened: dict[str, str]) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 from dinox.contract import TrialResult
 from dinox.plan import grid
 from dinox.spec import file as spec_file
-from dinox.store.journal import Journal
+from dinox.store.journal import Journal, new_result_id
 from tests.conftest import TINY
 
 
@@ -18,9 +18,40 @@ def test_a_journaled_trial_comes_back_with_its_set_overrides(tmp_path):
     (trial,) = grid.expand(spec_file.load(tmp_path / "s.yaml"))
     trial = dataclasses.replace(trial, sets=("measure.bench_steps=2",))
     journal = Journal(tmp_path)
-    journal.result("r1", trial, TrialResult("ok"), None, "")
-    journal.result("r2", dataclasses.replace(trial, sets=()), TrialResult("ok"), None, "")
+    journal.result(new_result_id(), trial, TrialResult("ok"), None, "")
+    journal.result(new_result_id(), dataclasses.replace(trial, sets=()), TrialResult("ok"), None, "")
     state = journal.read()
     assert not state.bad_lines
     assert [p.trial.sets for p in state.pending] == [("measure.bench_steps=2",), ()]
     assert state.pending[0].trial.trial_id == trial.trial_id
+
+
+def test_an_id_in_a_journal_line_is_read_only_in_the_form_dinox_writes(tmp_path):
+    """The journal's result and run ids go into the store's search filters and the terminal: a quote (which would
+    end the filter it is put in), a newline or another type makes that line a bad line, named; the rest is read."""
+    import json
+
+    (tmp_path / "s.yaml").write_text(TINY.format(name="j"))
+    (trial,) = grid.expand(spec_file.load(tmp_path / "s.yaml"))
+    journal = Journal(tmp_path)
+    good, other = new_result_id(), new_result_id()
+    journal.result(good, trial, TrialResult("ok"), None, "")
+    journal.opened(good, "0123456789abcdef0123456789abcdef")
+    hostile = [
+        {"event": "logged", "result_id": "x' OR tags.a = 'b", "run_id": "r"},
+        {"event": "logged", "result_id": good, "run_id": "abc\n"},
+        {"event": "opened", "result_id": other, "run_id": ["a"]},
+        {"event": "opened", "result_id": good.upper(), "run_id": "abc"},
+    ]
+    with open(tmp_path / "results.jsonl", "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in hostile)
+    state = journal.read()
+    assert state.bad_lines == [
+        "line 3: logged event that cannot be read (ValueError: result_id \"x' OR tags.a = 'b\" is not an id dinox "
+        "writes)",
+        "line 4: logged event that cannot be read (ValueError: run_id 'abc\\n' is not an id dinox writes)",
+        "line 5: opened event that cannot be read (ValueError: run_id \"['a']\" is not an id dinox writes)",
+        f"line 6: opened event that cannot be read (ValueError: result_id '{good.upper()}' is not an id dinox writes)",
+    ], state.bad_lines
+    (pending,) = state.pending
+    assert pending.result_id == good and pending.run_id == "0123456789abcdef0123456789abcdef"
