@@ -114,13 +114,15 @@ def _slice(minutes: float | None, epochs: float | None) -> str:
 
 def _recommended(folder: str):  # noqa: ANN202 - (run id, Forecast)
     """The decision's recommended trial and the forecast decide planned it with, from decision.json."""
+    from dinox.store.trial_record import store_text
     from dinox.verify import Forecast
 
     payload, shown = read_decision(folder, "name a trial with --run-id")
     best = payload.get("recommended")
     if best is None:
         raise BadInput(
-            f"{shown}: the decision recommends nothing (verdict {payload.get('verdict')}): name a trial with --run-id"
+            f"{shown}: the decision recommends nothing (verdict {store_text(str(payload.get('verdict')))}): name a "
+            "trial with --run-id"
         )
     try:
         span, routine = best["span"], best.get("routine") or {}

@@ -169,6 +169,21 @@ def test_a_hostile_decision_folder_reaches_the_terminal_inert(measured):
     assert "Invalid value for '--decision': 'no\\x1b[2Jwhere' holds the control character" in proc.stderr
 
 
+def test_a_decision_json_s_verdict_reaches_the_terminal_on_one_line(tmp_path):
+    """A decision folder is a file anyone may have written (a shared out/): its verdict, shown when it recommends
+    nothing, is one inert line, never a line of its own that reads as dinox's."""
+    (tmp_path / "s.yaml").write_text(TINY.format(name="v"))
+    (tmp_path / "d").mkdir()
+    forged = {"verdict": "GO\nerror: forged\r\x1b[2J", "recommended": None}
+    (tmp_path / "d" / "decision.json").write_text(json.dumps(forged))
+    proc = run_dinox(["verify", "s.yaml", "--decision", "d"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "\x1b" not in proc.stderr and "\r" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: d/decision.json: the decision recommends nothing (verdict GO error: "), (
+        proc.stderr
+    )
+
+
 def test_a_sweep_measured_with_set_is_named_with_it_in_every_command_that_follows(tmp_path):
     """A trial of `dinox run SPEC --set K=V` is SPEC's with the override: its id is not SPEC's own. The trial
     records the --set, decide's commands carry it, and verify (like head-to-head) takes it; without it,
