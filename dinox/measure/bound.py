@@ -264,7 +264,7 @@ def share(value: float, threshold: float) -> str:
 
 
 def span(low: float, high: float, threshold: float) -> str:
-    """A cost interval in words: below zero is noise, not a figure ("≤3%", "~0%", "72%", "5-40%")."""
+    """A cost interval in words: below zero is noise, not a figure ("≤3%", "~0%", "72%", "5-40%", "≥56%")."""
     low, high = max(0.0, low), max(0.0, high)
     if high < min(0.005, threshold):
         return "~0%"
@@ -272,6 +272,8 @@ def span(low: float, high: float, threshold: float) -> str:
         return f"≤{share(high, threshold)}"
     if high - low < 0.02 and (low >= threshold or high < threshold):  # never blur an interval across the threshold
         return share((low + high) / 2, threshold)
+    if high >= 0.995:  # bounded from below only (the loader held the steps up 56 %): "≥56%", not "56-100%"
+        return f"≥{share(low, threshold)}"
     return f"{share(low, threshold)[:-1]}-{share(high, threshold)}"
 
 

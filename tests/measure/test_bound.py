@@ -119,11 +119,13 @@ def test_fixed_share_at_half_and_at_another_part_of_the_batch():
 
 
 def _printed(part: str) -> tuple[float, float]:
-    """(low, high) of one printed cost: "~0%", "≤3%", "72%", "5-40%", "9.96%"."""
+    """(low, high) of one printed cost: "~0%", "≤3%", "72%", "5-40%", "9.96%", "≥56%"."""
     if part == "~0%":
         return 0.0, 0.0
     if part.startswith("≤"):
         return 0.0, float(part[1:-1]) / 100
+    if part.startswith("≥"):
+        return float(part[1:-1]) / 100, 1.0
     low, _, high = part.rstrip("%").partition("-")
     return float(low.rstrip("%")) / 100, float(high or low) / 100
 
@@ -286,6 +288,7 @@ def test_one_round_alone_bounds_nothing():
     # The loader held each timed step up 40 %: io_bound whatever a second round would say.
     held = Stage(60.0, 100.0, (0.4,), held=0.4, serial=False)
     assert (held.interval(0.1).low, held.interval(0.1).high) == (0.4, 1.0) and label(held) == "io_bound"
+    assert explain({"loader_cost_low": 0.4, "loader_cost_high": 1.0, **COPIES_FREE}, 0.1) == "loader ≥40%, copies ~0%"
     # In series with the step: its share of the timed steps' time caps it (the loader alone 50x the step).
     serial = Stage(98.0, 100.0, (0.02,), alone=4900.0, held=0.019)
     assert serial.interval(0.1).high == pytest.approx(0.02) and label(serial) == "compute_bound"
