@@ -177,7 +177,7 @@ def test_a_newline_or_carriage_return_inside_a_spec_value_stays_inside_its_line(
 
 def test_a_path_inside_a_command_dinox_prints_stays_one_shell_word(tmp_path):
     """The commands dinox prints for a user to paste (the UI's `mlflow ui --backend-store-uri`, `dinox plan` of a
-    spec whose device is missing): a path with a space, `;` or `$(...)` in them is one quoted word, so pasting the
+    spec whose device this box lacks): a path with a space, `;` or `$(...)` in them is one quoted word, so pasting the
     line runs that command on that path and nothing else."""
     import shlex
 
