@@ -2,9 +2,10 @@
 """Where the test suite's CPU time goes, by kind of process. A benchmark, not a test: it prints figures.
 
 Every Python process the suite starts (pytest's workers, each `dinox` command, each trial the fork server
-forks, each script, each `mlflow` command) writes its own CPU time (user + system) and the heavy libraries it
-had loaded as it ends, through a `sitecustomize` module this script puts first on PYTHONPATH; the table sums
-them by kind, next to the suite's whole CPU time (every process it waited for, from the kernel's own count).
+forks and the loader workers a trial forks in turn, each script, each `mlflow` command) writes its own CPU
+time (user + system) and the heavy libraries it had loaded as it ends, through a `sitecustomize` module this
+script puts first on PYTHONPATH; the table sums them by kind, next to the suite's whole CPU time (every
+process it waited for, from the kernel's own count).
 
     python scripts/suite_cpu.py                                # the README's test command: -n 2 --dist worksteal
     python scripts/suite_cpu.py -- -m "not slow" -n 2          # the fast tier
@@ -72,14 +73,13 @@ KINDS = (  # (a part of argv, the kind): the first that matches names it
     ("dinox/measure/estimate.py", "estimate child, started"),
     ("dinox/measure/entry_check.py", "entry check child"),
     ("torch/distributed/run.py", "torchrun"),
-    ("xdist", "pytest worker"),
     ("pytest", "pytest"),
 )
 
 
 def kind(line: dict) -> str:
     if line["forked"]:
-        return "trial or estimate, forked by the fork server"
+        return "forked: trials and estimates (by the fork server), loader workers (by their trial)"
     argv = [str(a) for a in line["argv"]]
     joined = " ".join(argv)
     first = argv[0] if argv else "?"
