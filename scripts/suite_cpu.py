@@ -13,8 +13,8 @@ process it waited for, from the kernel's own count).
 
 Not logged, so counted only in the whole: a process ended by a signal (each `dinox run` ends its fork server
 so: its imports are most of the gap), one started with an environment of its own (no PYTHONPATH), and
-anything not Python (a PostgreSQL, Slurm). Columns: CPU seconds, processes, and what they loaded: T torch, V
-torchvision, D torch._dynamo, M mlflow.
+anything not Python (a PostgreSQL, Slurm); the hook shadows any other `sitecustomize` while it runs.
+Columns: CPU seconds, processes, and what they loaded: T torch, V torchvision, D torch._dynamo, M mlflow.
 """
 
 from __future__ import annotations
