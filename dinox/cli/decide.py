@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import traceback
 import typing
@@ -310,7 +310,14 @@ def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> 
     with _sigint_noted() as noted:
         try:
             out.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=".decide-", dir=out))  # a name no one planted a link at
+            # Named before it is made (mkdtemp's name comes back after the folder exists: a Ctrl-C in between
+            # left it behind), and made by mkdir, which fails on anything at that name, a planted link included.
+            staging = out / f".decide-{os.getpid()}-{secrets.token_hex(6)}"
+            try:
+                staging.mkdir()
+            except FileExistsError:
+                staging = None  # not this process's to remove
+                raise
             plots = write_plots(decision, records, staging)
             markdown = report.render_markdown(decision, [p.name for p in plots])
             names = ["report.md", "report.html", "decision.json"]
@@ -320,8 +327,9 @@ def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> 
             files = [*names, *(p.name for p in plots)]
             if noted:  # a C library met the Ctrl-C, cleared it and went on: it was still the user's
                 raise KeyboardInterrupt
-            for name in files:
-                os.replace(staging / name, out / name)
+            _renamed_whole([(staging / name, out / name) for name in files], noted)
+            if noted:  # it came while the set was renamed into place: honoured once the set is whole
+                raise KeyboardInterrupt
         except OSError as e:
             raise BadInput(f"--out {out}: cannot write the report there ({e.strerror or e})") from None
         finally:
@@ -331,6 +339,19 @@ def write_reports(decision: Decision, records: list[TrialRecord], out: Path) -> 
                 with contextlib.suppress(OSError):  # left only where nothing reached it
                     out.rmdir()
     return [out / name for name in files]
+
+
+def _renamed_whole(moves: list[tuple[Path, Path]], noted: list[int]) -> None:
+    """Each file renamed into place, as one set: a Ctrl-C meanwhile is only noted (the caller honours it once
+    they all are), never one decision's files beside the last one's."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum)) if main else None
+    try:
+        for source, target in moves:
+            os.replace(source, target)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, handler)
 
 
 @contextlib.contextmanager

@@ -544,3 +544,30 @@ def test_a_ctrl_c_while_the_report_is_written_leaves_the_previous_decision_whole
     assert again.returncode == 130 and "Traceback" not in again.stderr, again.stderr
     assert again.stderr.strip().splitlines()[-1].startswith("dinox: interrupted by SIGINT"), again.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing of the NO-GO, nothing left over
+
+
+def test_a_ctrl_c_while_the_files_are_renamed_into_place_waits_for_the_whole_set(tmp_path):
+    """The last step of writing a decision renames its files into --out one by one: a Ctrl-C between two of
+    them once left the new decision.json beside the last decision's plots. It is noted, the set finished, and
+    the caller honours it after."""
+    import signal
+
+    from dinox.cli.decide import _renamed_whole
+
+    class SignalledOnUse(os.PathLike):  # a Ctrl-C the moment a rename reads its source
+        def __init__(self, path):
+            self.path = path
+
+        def __fspath__(self) -> str:
+            signal.raise_signal(signal.SIGINT)
+            return str(self.path)
+
+    names = ["report.md", "decision.json", "days_vs_budget.png"]
+    for name in names:
+        (tmp_path / name).write_text(name)
+    (tmp_path / "out").mkdir()
+    noted: list[int] = []
+    _renamed_whole([(SignalledOnUse(tmp_path / n), tmp_path / "out" / n) for n in names], noted)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(names)
+    assert noted == [signal.SIGINT] * 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler before it, back
