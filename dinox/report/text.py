@@ -131,7 +131,7 @@ def _profile_section(d: Decision) -> list[str]:
         which = number if number.isascii() and number.isdigit() else "N"
         also = "" if which != "N" else " (N: its number, as dinox names its runs)"
         line = f"Not profiled: `dinox run {d.spec_arg} --profile {which}` traces this trial{also}"
-        return out + [inert(line) + " (measure.profile: true for every trial).", ""]
+        return out + [line + " (measure.profile: true for every trial).", ""]  # a code span, as report.md's others
     return out + [f"Trial {inert(mv.best.run_name)} (run `{mv.best.run_id}`).", ""] + profile_markdown(mv.best.profile)
 
 

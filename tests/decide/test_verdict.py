@@ -476,5 +476,5 @@ def test_the_profile_command_in_the_report_takes_only_the_trial_s_number_from_th
     d.recommended.best.run_name = run_name
     text = report.render_markdown(d, [])
     (line,) = [ln for ln in text.splitlines() if ln.startswith("Not profiled")]
-    assert f"dinox run 'my specs/s.yaml' {word}\\` traces this trial" in line, line
+    assert f"`dinox run 'my specs/s.yaml' {word}` traces this trial" in line, line
     assert "PWNED" not in line and "id" not in line.split("--profile")[1], line
