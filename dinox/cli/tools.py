@@ -243,10 +243,12 @@ def _serve(command: list[str], env: dict[str, str]) -> int:
             said.append(signal.Signals(signum).name)
             raise _Stopped
 
+    # Held from before the handlers go in until the child is known, then taken: a Ctrl-C between installing
+    # `stop` and entering the block below raised _Stopped where nothing caught it (a traceback, seen in CI).
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     old = {s: signal.signal(s, stop) for s in stops}
     proc = None
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # held until the child is known, then taken
         try:
             proc = subprocess.Popen(
                 command,
