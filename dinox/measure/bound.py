@@ -258,15 +258,19 @@ def fixed_share(full_span: float, part_span: float, part: float = 0.5) -> float:
 
 
 def share(value: float, threshold: float) -> str:
-    """A share as a percentage: whole percents, or hundredths within a point of the threshold (the interval is
-    kept to hundredths, so what is printed is what the label read)."""
-    return f"{value:.2%}" if abs(value - threshold) < 0.01 else f"{value:.0%}"
+    """A share as a percentage: whole percents, or within a point of the threshold the fewest decimals (one or
+    two: the interval is kept to hundredths) that leave it on the threshold's side the label read it on:
+    10.5%, not 10.50%; 9.96%, never 10.0%."""
+    if abs(value - threshold) >= 0.01:
+        return f"{value:.0%}"
+    text = f"{value:.1%}"
+    return text if (float(text[:-1]) / 100 >= threshold) == (value >= threshold) else f"{value:.2%}"
 
 
 def span(low: float, high: float, threshold: float) -> str:
     """A cost interval in words: below zero is noise, not a figure ("≤3%", "~0%", "72%", "5-40%", "≥56%")."""
     low, high = max(0.0, low), max(0.0, high)
-    if high < min(0.005, threshold):
+    if high < min(0.005, threshold) or share(high, threshold) == "0%":  # "~0%", not "≤0%"
         return "~0%"
     if low < min(0.005, threshold):
         return f"≤{share(high, threshold)}"

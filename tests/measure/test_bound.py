@@ -168,7 +168,11 @@ def test_the_printed_costs_never_contradict_the_label():
 def test_negative_costs_print_as_noise():
     assert span(-0.3, -0.1, 0.1) == "~0%" and span(-0.2, 0.03, 0.1) == "≤3%"
     assert span(0.72, 0.73, 0.1) == "72%" and span(0.05, 0.4, 0.1) == "5-40%"
-    assert span(0.0996, 0.1004, 0.1) == "9.96-10.04%"  # never blurred across the threshold
+    assert span(0.0996, 0.1004, 0.1) == "9.96-10.0%"  # never blurred across the threshold
+    # Near the threshold, the fewest decimals that keep each end on its side: no trailing zero, no 10.0% for 9.96%.
+    assert span(0.03, 0.105, 0.1) == "3-10.5%" and span(0.04, 0.1057, 0.1) == "4-10.6%"
+    assert span(0.003, 0.0996, 0.1) == "≤9.96%" and span(0.02, 0.0951, 0.1) == "2-9.5%"
+    assert span(0.0, 0.005, 0.1) == "~0%"  # a high end that prints as 0% is no bound above zero: not "≤0%"
 
 
 # Two trials built to be one thing each, five seeds of each, measured by `dinox run` while two other processes
