@@ -241,9 +241,11 @@ def _days(d: Decision, path: Path) -> Path:
 
 def _workers(d: Decision, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 5))
+    colours = []
     for k in d.loader.knees[:12]:  # more lines than that is unreadable; the report's table has them all
         label = ", ".join(f"{key.rsplit('.', 1)[-1]}={v}" for key, v in k.settings.items()) or "all trials"
         (line,) = ax.plot([w for w, _ in k.points], [ips for _, ips in k.points], marker="o", label=_short(label))
+        colours.append(line.get_color())
         if k.loader_points:  # what the loader alone delivers: where the step's curve meets it, the loader paces
             ax.plot(
                 [w for w, _ in k.loader_points],
@@ -258,7 +260,7 @@ def _workers(d: Decision, path: Path) -> Path:
     shown = d.loader.knees[:12]
     if any(k.loader_points for k in shown):
         ax.plot([], [], linestyle="--", marker=".", color="grey", label="the loader alone (loader_images_per_s)")
-        _clip_loader(ax, shown)
+        _clip_loader(ax, shown, colours)
     workers = sorted({w for k in shown for w, _ in (*k.points, *k.loader_points)})
     ax.set_xticks(workers, [str(w) for w in workers])  # the worker counts measured: whole numbers only
     ax.set_xlabel("DataLoader workers")
@@ -269,23 +271,32 @@ def _workers(d: Decision, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _clip_loader(ax, shown) -> None:
+def _clip_loader(ax, shown, colours: list[str]) -> None:
     """The axis is the trials': a loader alone 100x faster than the step (a log axis squashed the trials into
-    a line) is drawn at the top edge with an arrow and its figure, not to scale."""
+    a line) is drawn at the top edge with an arrow and its figure, not to scale; the figures at one worker
+    count stacked downwards, fastest first, each in its line's colour (one on top of another was unreadable)."""
     top = 1.35 * max(ips for k in shown for _, ips in k.points)
     ax.set_ylim(0, top)
-    for k in shown:
+    off: dict[int, list[tuple[float, str]]] = {}
+    for k, colour in zip(shown, colours, strict=True):
         for w, ips in k.loader_points:
             if ips > top:
-                ax.annotate(
-                    f"\u2191 {ips:,.0f}",
-                    (w, top),
-                    xytext=(0, -12),
-                    textcoords="offset points",
-                    ha="center",
-                    fontsize=7,
-                    color="dimgrey",
-                )
+                off.setdefault(w, []).append((ips, colour))
+    left, right = ax.get_xlim()
+    edge = 0.05 * (right - left)
+    for w, figures in off.items():
+        # At the axis's edges the text leans inwards, so it is not cut off at the frame.
+        ha = "left" if w <= left + edge else "right" if w >= right - edge else "center"
+        for j, (ips, colour) in enumerate(sorted(figures, reverse=True)):
+            ax.annotate(
+                f"\u2191 {ips:,.0f}",
+                (w, top),
+                xytext=(0, -10 - 9 * j),
+                textcoords="offset points",
+                ha=ha,
+                fontsize=7,
+                color=colour,
+            )
 
 
 def _save(fig, path: Path) -> Path:

@@ -107,3 +107,42 @@ def test_days_vs_budget_draws_each_range_and_says_an_unsettled_verdict(tmp_path,
     assert (low, high) == (pytest.approx(large.span.days_fast), pytest.approx(large.span.days_slow))
     assert low < 12 < high and matplotlib.colors.to_hex(colour) == matplotlib.colors.to_hex("tab:orange")
     assert any("(UNSETTLED)" in t and f"forecast {fmt_days(large.days)}" in t for t in texts), texts
+
+
+def test_loader_alone_figures_off_the_scale_never_overlap(tmp_path, monkeypatch):
+    """The quickstart's case: three batch sizes whose loader alone ran 30-50x their steps at 0 and 2 workers.
+    Each figure is drawn at the top edge with an arrow; at one worker count they stack (they were drawn one on
+    top of another, unreadable), each in its line's colour, none cut off by the frame."""
+    from dinox.report import plots
+
+    seen = {}
+    real_save = plots._save
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        renderer = fig.canvas.get_renderer()
+        arrows = [t for t in ax.texts if t.get_text().startswith("\u2191")]
+        seen[path.name] = (
+            [(t.get_text(), t.get_window_extent(renderer), t.get_color()) for t in arrows],
+            ax.get_window_extent(renderer),
+            {line.get_label(): line.get_color() for line in ax.get_lines()},
+        )
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    rows = []
+    for size, ips in ((8, 107.0), (16, 150.0), (32, 205.0)):
+        for workers in (0, 2):
+            row = study.trial({"model.name": "vit_tiny_patch16_224"}, size, 2, ips, workers=workers, params_m=5.5)
+            row["metrics"]["loader_images_per_s"] = ips * (30 + size)
+            rows.append(row)
+    _plots(rows, tmp_path)
+    arrows, frame, lines = seen["throughput_vs_workers.png"]
+    assert len(arrows) == 6, [a[0] for a in arrows]
+    for i, (text, box, _) in enumerate(arrows):
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1, f"{text} cut off by the frame"
+        for other, obox, _ in arrows[i + 1 :]:
+            assert not box.overlaps(obox), f"{text!r} drawn over {other!r}"
+    colours = {colour for _, _, colour in arrows}
+    assert len(colours) == 3 and colours <= set(lines.values()), (colours, lines)
