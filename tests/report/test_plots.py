@@ -146,3 +146,32 @@ def test_loader_alone_figures_off_the_scale_never_overlap(tmp_path, monkeypatch)
             assert not box.overlaps(obox), f"{text!r} drawn over {other!r}"
     colours = {colour for _, _, colour in arrows}
     assert len(colours) == 3 and colours <= set(lines.values()), (colours, lines)
+
+
+def test_two_trials_at_one_batch_and_one_rate_have_names_that_do_not_overlap(tmp_path, monkeypatch):
+    """The quickstart's batch 8: 0 and 2 workers at 107.2 and 107.1 img/s printed one name over the other."""
+    from dinox.report import plots
+
+    seen = {}
+    real_save = plots._save
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        renderer = fig.canvas.get_renderer()
+        named = [t for t in ax.texts if t.get_text().startswith("num_workers=")]
+        seen[path.name] = [(t.get_text(), t.get_window_extent(renderer)) for t in named]
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    model = {"model.name": "vit_tiny_patch16_224"}
+    rows = [
+        study.trial(model, size, 2, ips, workers=workers, params_m=5.5)
+        for size, workers, ips in ((8, 0, 107.2), (8, 2, 107.1), (16, 0, 143.0), (16, 2, 156.2), (32, 0, 209.0))
+    ]
+    _plots(rows, tmp_path)
+    named = seen["throughput_vs_batch.png"]
+    assert sorted(text for text, _ in named) == ["num_workers=0", "num_workers=0", "num_workers=2", "num_workers=2"]
+    for i, (text, box) in enumerate(named):
+        for other, obox in named[i + 1 :]:
+            assert not box.overlaps(obox), f"{text!r} drawn over {other!r}"
