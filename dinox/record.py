@@ -145,6 +145,12 @@ DINOX_VERSION = _tag("trial", "dinox.dinox_version", "the dinox that measured th
 # --- a decision run ------------------------------------------------------------------------------------------
 VERIFIES = _tag("verify", "dinox.verifies", "the trial run a dinox verify run trained for real")
 VERIFY_EPOCHS = _tag("verify", "dinox.verify_epochs", "each epoch of the slice as JSON: images, wall_s, partial")
+VERIFY_MOVED = _tag(
+    "verify",
+    "dinox.verify_moved",
+    "true where the check windows ran outside the trial's windows by more than 5 %: the box (or the process) was "
+    "not as the trial found it, so a miss is not the forecast's alone",
+)
 REMEASURES = _tag("head_to_head", "dinox.remeasures", "the trial run a head-to-head round measured again")
 HEAD_TO_HEAD = _tag(
     "head_to_head", "dinox.head_to_head", "the head-to-head a round belongs to (when it started, and where)"
@@ -268,6 +274,12 @@ VERIFY_WARMUP_S = _metric("verify", "verify_warmup_s", "the warm-up steps before
 VERIFY_STEPS = _metric("verify", "verify_steps", "optimizer steps in the slice")
 VERIFY_IMAGES = _metric("verify", "verify_images", "images through the optimizer in the slice")
 VERIFY_IMAGES_PER_S = _metric("verify", "verify_images_per_s", "images / wall time over the slice")
+VERIFY_CHECK_IMAGES_PER_S = _metric(
+    "verify",
+    "verify_check_images_per_s",
+    "the check windows before the slice, timed as the trial timed its (as many as it timed at least, of "
+    "bench_steps, each from a steady pipeline, right after the warm-up)",
+)
 VERIFY_EPOCHS_ENDED = _metric("verify", "verify_epochs_ended", "epoch boundaries the slice crossed")
 VERIFY_EPOCH_BOUNDARY_S = _metric(
     "verify", "verify_epoch_boundary_s", "an epoch's first step over a typical step (host time): a restart's cost"

@@ -57,7 +57,7 @@ def one_round(
     args = ["verify", local.name, "--minutes", f"{minutes:g}"]
     args += ["--epoch-images", str(epoch_images)] if epoch_images else []
     verified = dinox(args, work)
-    said = [ln for ln in verified.stdout.splitlines() if ln.startswith(("HELD", "OFF"))]
+    said = [ln for ln in verified.stdout.splitlines() if ln.startswith(("HELD", "OFF", "UNDECIDED"))]
     runs = _verify_metrics(work)
     return row | {
         "recommended": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in rec["configuration"].items() if v != "None"),

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from dinox.cli.common import SET, TRACKING_URI, BadInput, decision_option, load_trials, read_decision
+from dinox.errors import shell_word
 
 
 @click.command()
@@ -56,8 +57,11 @@ def verify(
     forecast for the same images (decide's figure: images over the timed windows, plus each epoch boundary,
     checkpoint and evaluation pass: the spec's routine, run at its cadence). Records a run
     (dinox.role = verify) beside the trial; `dinox decide` then shows it.
-    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 a --shrink stand-in was
-    trained (held or not).
+    Before the slice, windows are timed as the trial timed its: where they run outside the trial's windows by
+    more than 5 %, the box (or the process) is not as the trial found it, and a miss cannot say whether the
+    forecast or the box is wrong.
+    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 undecided: off, but the check
+    windows ran outside the trial's windows (measure again, then verify), or a --shrink stand-in was trained.
     """
     from dinox import record as rec
     from dinox.store.backend import resolve_tracking_uri
@@ -90,14 +94,20 @@ def verify(
         click.echo(f"       {why}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
-    sys.exit(3 if shrink else 0 if done.held else 1)
+    if done.moved and not done.held and not shrink:
+        click.echo(
+            f"       undecided: `dinox run {shell_word(spec_file)} --force` measures the sweep again on the box as "
+            "it is; verify again then"
+        )
+    sys.exit(3 if shrink or (done.moved and not done.held) else 0 if done.held else 1)
 
 
 def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.verify.VerifyOutcome (lazily)
     """The verdict, the rates it rests on, and where the plan was a tied trial's, this trial's own windows."""
     forecast = done.forecast
     stand_in = " on a SHRUNK stand-in (it tries the verify step, not the study's forecast)" if shrunk else ""
-    click.echo(f"{'HELD' if done.held else 'OFF'}{stand_in}: {done.verdict()}")
+    word = "HELD" if done.held else "UNDECIDED" if done.moved else "OFF"
+    click.echo(f"{word}{stand_in}: {done.verdict()}")
     click.echo(
         f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
         f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"

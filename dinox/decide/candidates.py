@@ -104,7 +104,7 @@ def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
     ips, error = m.get(rec.VERIFY_IMAGES_PER_S), m.get(rec.FORECAST_ERROR)
     if verify is None or ips is None or error is None or not (math.isfinite(ips) and ips > 0):
         return
-    c.verified = Verification(verify.run_id, ips, error)
+    c.verified = Verification(verify.run_id, ips, error, moved=verify.tags.get(rec.VERIFY_MOVED) == "true")
     if not c.slow_ips <= ips <= c.fast_ips:
         c.windows_ips, c.measured_ips = c.measured_ips, ips
         c.window_min_ips, c.window_max_ips = min(c.slow_ips, ips), max(c.fast_ips, ips)

@@ -114,10 +114,15 @@ class Verification:
     images_per_s: float
     error: float  # (forecast - real) / real for the slice: + pessimistic
     tolerance: float = 0.05
+    moved: bool = False  # its check windows ran outside the trial's: the box was not as the trial found it
 
     def describe(self) -> str:
         word = "held within" if abs(self.error) <= self.tolerance else "off by"
-        return f"forecast {word} {abs(self.error):.1%} (verify run {self.run_id}: {self.images_per_s:.1f} img/s real)"
+        moved = "; its check windows ran outside the trial's: the box had moved since" if self.moved else ""
+        return (
+            f"forecast {word} {abs(self.error):.1%} (verify run {self.run_id}: {self.images_per_s:.1f} img/s real"
+            f"{moved})"
+        )
 
 
 @dataclass

@@ -231,7 +231,7 @@ class Loop:
         decided = False
         while not windows or not repeats.settled([w.images_per_s for w in windows]):
             self._phase(repeats.label(len(windows) + 1))
-            self._steady()
+            self.steady()
             before = self.batches.epochs_ended
             windows.append(self.window(steps))
             boundaries += self.batches.epochs_ended - before
@@ -244,7 +244,7 @@ class Loop:
                 copies = copies or self._copies_alone(per_round)
         return windows, compute_only, no_loader, boundaries, copies
 
-    def _steady(self) -> None:
+    def steady(self) -> None:
         """Drain what the workers hold ready, then one untimed step on the batch that had to be waited for (or a
         fresh one): a window starts at a step's end. Every rank takes that step, waited or not."""
         if self.batches.ready:

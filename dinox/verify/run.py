@@ -80,6 +80,8 @@ class VerifyOutcome:
     images_per_s: float
     forecast: Forecast
     own_error: float = 0.0  # against the trained trial's own windows, where the plan was a tied trial's
+    check_ips: float | None = None  # the check windows before the slice, timed as the trial timed its
+    own: Forecast | None = None  # the trained trial's own windows (the plan may be a tied trial's)
 
     @property
     def error(self) -> float:
@@ -90,15 +92,32 @@ class VerifyOutcome:
     def held(self) -> bool:
         return abs(self.error) <= TOLERANCE
 
+    @property
+    def moved(self) -> bool:
+        """The check windows ran outside the trial's own windows by more than the tolerance: this process (or
+        the box) was not as the trial found it. A miss then cannot say whether the forecast or the box is wrong."""
+        own = self.own or self.forecast
+        check = self.check_ips
+        return check is not None and not own.slow_ips * (1 - TOLERANCE) <= check <= own.fast_ips * (1 + TOLERANCE)
+
     def verdict(self) -> str:
         word = "held within" if self.held else "off by"
         inside = self.fast_s <= self.wall_s <= self.slow_s
-        return (
+        text = (
             f"forecast {word} {abs(self.error):.1%} ({'pessimistic' if self.error > 0 else 'optimistic'}): "
             f"{self.forecast_s:.1f} s forecast, {self.wall_s:.1f} s real for {self.images:,.0f} images "
             f"({self.epochs_ended} epoch boundar{'y' if self.epochs_ended == 1 else 'ies'}); the real time is "
             f"{'inside' if inside else 'outside'} the measured range {self.fast_s:.1f}-{self.slow_s:.1f} s"
         )
+        if self.moved:
+            own = self.own or self.forecast
+            text += (
+                f"; but windows timed before the slice as the trial timed its ran {self.check_ips:.1f} img/s, "
+                f"outside the trial's windows ({own.slow_ips:.1f}-{own.fast_ips:.1f}) by more than "
+                f"{TOLERANCE:.0%}: this box (or process) is not as the trial found it, so "
+                + ("the miss is not the forecast's alone" if not self.held else "the match may be luck")
+            )
+        return text
 
 
 def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str, shrink: bool = False) -> Trial:
@@ -186,17 +205,17 @@ def verify(
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
     routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
     forecast_s, slow_s, fast_s = slice_forecast(forecast, images, ended, *routine_done)
+    own = Forecast.of_record(record)
     done = VerifyOutcome(
         record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
-        m[rec.VERIFY_IMAGES_PER_S], forecast,
+        m[rec.VERIFY_IMAGES_PER_S], forecast, check_ips=m.get(rec.VERIFY_CHECK_IMAGES_PER_S), own=own,
     )  # fmt: skip
     metrics = {k: v for k, v in m.items() if k in _KEPT}
     metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})
     metrics[rec.FORECAST_ERROR] = done.error
-    own = Forecast.of_record(record)
     done.own_error = (slice_forecast(own, images, ended, *routine_done)[0] - done.wall_s) / done.wall_s
     metrics[rec.OWN_WINDOWS_ERROR] = done.own_error
-    tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id}
+    tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id, rec.VERIFY_MOVED: str(done.moved).lower()}
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"
     tags[rec.VERIFY_EPOCHS] = result.tags.get(rec.VERIFY_EPOCHS, "")
@@ -223,6 +242,7 @@ _KEPT = (
     rec.VERIFY_STEPS,
     rec.VERIFY_IMAGES,
     rec.VERIFY_IMAGES_PER_S,
+    rec.VERIFY_CHECK_IMAGES_PER_S,
     rec.VERIFY_EPOCHS_ENDED,
     rec.VERIFY_EPOCH_BOUNDARY_S,
     rec.VERIFY_CHECKPOINTS,

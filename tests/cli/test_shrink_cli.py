@@ -67,10 +67,10 @@ def test_a_shrunk_sweep_is_marked_and_decide_plans_from_it_only_when_told(tmp_pa
     small = run_dinox(args, cwd=tmp_path)
     assert small.returncode == 3, small.stdout + small.stderr
     assert small.stdout.startswith("shrunk (--shrink): vit_tiny_patch16_224"), small.stdout
-    (said,) = [ln for ln in small.stdout.splitlines() if ln.startswith(("HELD", "OFF"))]
+    (said,) = [ln for ln in small.stdout.splitlines() if ln.startswith(("HELD", "OFF", "UNDECIDED"))]
     assert said.split(":")[0] in (
-        "HELD on a SHRUNK stand-in (it tries the verify step, not the study's forecast)",
-        "OFF on a SHRUNK stand-in (it tries the verify step, not the study's forecast)",
+        f"{word} on a SHRUNK stand-in (it tries the verify step, not the study's forecast)"
+        for word in ("HELD", "OFF", "UNDECIDED")
     )
     (checked,) = client.search_runs([exp.experiment_id], "tags.`dinox.role` = 'verify'")
     assert checked.data.tags["dinox.shrunk"] == "true" and checked.data.tags["dinox.verifies"] == trials[0].info.run_id

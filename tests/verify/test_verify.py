@@ -31,23 +31,30 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     proc = run_dinox(
         ["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.15", "--epoch-images", "16"], cwd=work
     )
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr  # held, or off: both are answers
+    assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr  # held, off, or undecided: each an answer
     first = proc.stdout.splitlines()[0]
     assert first.startswith("dinox: verifying ") and "for 0.15 minutes" in first, proc.stdout
-    said = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("HELD: ", "OFF: ")))
+    said = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("HELD: ", "OFF: ", "UNDECIDED: ")))
     assert ("forecast held within" in said) == (proc.returncode == 0), said
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'verify'")
     m, tags = run.data.metrics, run.data.tags
+    # The check windows before the slice, held against the trial's own windows: the exit code says which it was.
+    t = trial.data.metrics
+    check, low, high = m["verify_check_images_per_s"], t["images_per_s_min"], t["images_per_s_max"]
+    moved = not low * 0.95 <= check <= high * 1.05
+    assert tags["dinox.verify_moved"] == str(moved).lower(), (check, low, high)
+    assert proc.returncode == (0 if "held within" in said else 3 if moved else 1), said
+    assert said.startswith("UNDECIDED: ") == (proc.returncode == 3), said
     assert tags["dinox.verifies"] == trial.info.run_id and tags["dinox.trial_id"] == trial.data.tags["dinox.trial_id"]
     # 16-image epochs of batch 4: the slice crossed epoch boundaries, each epoch of whole steps.
     epochs = json.loads(tags["dinox.verify_epochs"])
     assert m["verify_epochs_ended"] >= 1 and len(epochs) == m["verify_epochs_ended"] + 1
     assert all(e["images"] == 16 for e in epochs[1:-1]) and epochs[-1]["partial"] == 1.0
-    assert epochs[0]["images"] == 16 - 4 and epochs[0]["partial"] == 1.0  # its first step was the warm-up's
+    # Before the slice, its first epoch's first steps: the warm-up's (1) and the check windows' (3 of 3 steps).
+    assert epochs[0]["images"] == 16 - (1 + 3 * 3) * 4 % 16 and epochs[0]["partial"] == 1.0
     assert m["verify_images"] == m["verify_steps"] * 4 and m["verify_wall_s"] >= 0.15 * 60
     # The forecast for the same slice is the trial's own figure plus the epoch boundaries it crossed.
-    t = trial.data.metrics
     forecast = m["verify_images"] / t["images_per_s"] + m["verify_epochs_ended"] * t["epoch_start_s"]
     assert m["forecast_s"] == pytest.approx(forecast)
     assert m["forecast_error"] == pytest.approx((forecast - m["verify_wall_s"]) / m["verify_wall_s"])
@@ -91,6 +98,55 @@ def test_a_spec_that_changed_since_is_refused_naming_the_trial(measured):
 def test_the_slice_forecast_charges_each_boundary_at_each_end():
     f = Forecast(100.0, 80.0, 125.0, epoch_start_s=2.0)
     assert slice_forecast(f, 1000, 3) == pytest.approx((16.0, 18.5, 14.0))
+
+
+def test_a_miss_where_the_check_window_left_the_trial_s_windows_is_undecided():
+    """The check windows before the slice, timed as the trial timed its, against the trial's own windows: outside
+    them by more than 5 %, the box (or the process) was not as the trial found it, and a miss cannot say which
+    of the two is wrong; inside, a miss is the forecast's."""
+    from dinox.verify.run import VerifyOutcome
+
+    def outcome(wall: float, check: float | None) -> VerifyOutcome:
+        f = Forecast(100.0, 95.0, 105.0)
+        return VerifyOutcome("t", "v", wall, 1000.0, 0, 0, 10.0, 1000 / 95, 1000 / 105, 1000 / wall, f, check_ips=check)
+
+    held, off = outcome(10.2, 98.0), outcome(12.0, 99.0)
+    assert held.held and not held.moved and "but a window" not in held.verdict()
+    assert not off.held and not off.moved  # short windows as the trial's, the slice slower: the forecast's miss
+    moved = outcome(12.0, 82.0)  # windows before the slice 14 % under the slowest of the trial's
+    assert moved.moved and not moved.held
+    assert "ran 82.0 img/s, outside the trial's windows (95.0-105.0) by more than 5%" in moved.verdict()
+    assert moved.verdict().endswith("so the miss is not the forecast's alone")
+    assert outcome(12.0, 90.3).moved is False and outcome(12.0, 110.2).moved is False  # within 5 % of the range
+    assert outcome(12.0, 110.3).moved and outcome(12.0, None).moved is False  # a result without one: not moved
+    lucky = outcome(10.0, 130.0)
+    assert lucky.held and lucky.moved and lucky.verdict().endswith("so the match may be luck")
+
+
+def test_a_box_that_moved_since_the_trial_makes_verify_exit_3_saying_so(measured, tmp_path):
+    """Through the command: a store whose trial reads ten times what this box now runs (measured on a faster
+    box, or before a neighbour arrived). The slice misses by ~90 %, the check windows run ~10x under the trial's
+    windows: `UNDECIDED`, exit 3, the command that measures again, and decide shows the verification so."""
+    import shutil
+
+    work, trial = measured
+    for name in ("spec.yaml", "mlflow.db"):
+        shutil.copy(work / name, tmp_path / name)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    t = trial.data.metrics
+    for key in ("images_per_s", "images_per_s_min", "images_per_s_max"):
+        client.log_metric(trial.info.run_id, key, t[key] * 10, step=1)
+    proc = run_dinox(["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.05"], cwd=tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    said = next(ln for ln in lines if ln.startswith("UNDECIDED: forecast off by "))
+    assert "(optimistic)" in said and "outside the trial's windows" in said, said
+    assert "       undecided: `dinox run spec.yaml --force` measures the sweep again" in proc.stdout, proc.stdout
+    run = client.search_runs(["1"], "tags.`dinox.role` = 'verify'", order_by=["attributes.start_time DESC"])[0]
+    assert run.data.tags["dinox.verify_moved"] == "true"
+    gate = run_dinox(["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], tmp_path)
+    line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("verified: "))
+    assert "its check windows ran outside the trial's: the box had moved since" in line, line
 
 
 def _verify_run(trial: str, ips: float, error: float) -> TrialRecord:
@@ -201,5 +257,5 @@ def test_a_sweep_measured_with_set_is_named_with_it_in_every_command_that_follow
     assert bare.returncode == 2 and "Traceback" not in bare.stderr, bare.stderr
     assert "it was measured with --set measure.bench_steps=2: give the same here" in bare.stderr, bare.stderr
     given = run_dinox(["verify", "spec.yaml", *slice_, "--set", "measure.bench_steps=2"], cwd=tmp_path)
-    assert given.returncode in (0, 1), given.stdout + given.stderr  # trained: held or off, both answers
+    assert given.returncode in (0, 1, 3), given.stdout + given.stderr  # trained: held, off or undecided, answers all
     assert given.stdout.startswith("dinox: verifying "), given.stdout
