@@ -297,6 +297,11 @@ FORECAST_ERROR = _metric("verify", "forecast_error", "(forecast_s - verify_wall_
 OWN_WINDOWS_ERROR = _metric(
     "verify", "own_windows_error", "the same against this trial's own windows (not a tied trial's plan): fidelity"
 )
+CHECK_WINDOWS_ERROR = _metric(
+    "verify",
+    "check_windows_error",
+    "the same at the check windows' rate (timed now, in this process): the forecast's method, the box's moves aside",
+)
 NEEDED_IMAGES_PER_S = _metric("decision", "needed_images_per_s", "the rate the schedule needs to fit the days")
 MODELS = _metric("decision", "models", "models compared")
 RECOMMENDED_DAYS = _metric("decision", "recommended_days", "days the recommended configuration needs")

@@ -3,6 +3,7 @@ trains it, the forecast for the same slice, the error, the run recorded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
@@ -80,6 +81,7 @@ class VerifyOutcome:
     images_per_s: float
     forecast: Forecast
     own_error: float = 0.0  # against the trained trial's own windows, where the plan was a tied trial's
+    check_error: float | None = None  # at the check windows' rate: the method's error, the box's moves aside
     check_ips: float | None = None  # the check windows before the slice, timed as the trial timed its
     own: Forecast | None = None  # the trained trial's own windows (the plan may be a tied trial's)
 
@@ -215,6 +217,10 @@ def verify(
     metrics[rec.FORECAST_ERROR] = done.error
     done.own_error = (slice_forecast(own, images, ended, *routine_done)[0] - done.wall_s) / done.wall_s
     metrics[rec.OWN_WINDOWS_ERROR] = done.own_error
+    if done.check_ips:
+        at_check = dataclasses.replace(own, ips=done.check_ips, slow_ips=done.check_ips, fast_ips=done.check_ips)
+        done.check_error = (slice_forecast(at_check, images, ended, *routine_done)[0] - done.wall_s) / done.wall_s
+        metrics[rec.CHECK_WINDOWS_ERROR] = done.check_error
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id, rec.VERIFY_MOVED: str(done.moved).lower()}
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"

@@ -45,6 +45,9 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     moved = not low * 0.95 <= check <= high * 1.05
     assert tags["dinox.verify_moved"] == str(moved).lower(), (check, low, high)
     assert proc.returncode == (0 if "held within" in said else 3 if moved else 1), said
+    # The same slice at the check windows' rate: the method's own error, the box's moves set aside.
+    at_check = m["verify_images"] / check + m["verify_epochs_ended"] * t["epoch_start_s"]
+    assert m["check_windows_error"] == pytest.approx((at_check - m["verify_wall_s"]) / m["verify_wall_s"])
     assert said.startswith("UNDECIDED: ") == (proc.returncode == 3), said
     assert tags["dinox.verifies"] == trial.info.run_id and tags["dinox.trial_id"] == trial.data.tags["dinox.trial_id"]
     # 16-image epochs of batch 4: the slice crossed epoch boundaries, each epoch of whole steps.
@@ -124,7 +127,7 @@ def test_a_miss_where_the_check_window_left_the_trial_s_windows_is_undecided():
 
 
 def test_a_box_that_moved_since_the_trial_makes_verify_exit_3_saying_so(measured, tmp_path):
-    """Through the command: a store whose trial reads ten times what this box now runs (measured on a faster
+    """Through the command: a store whose trial's windows all read ten times what this box ran (measured on a faster
     box, or before a neighbour arrived). The slice misses by ~90 %, the check windows run ~10x under the trial's
     windows: `UNDECIDED`, exit 3, the command that measures again, and decide shows the verification so."""
     import shutil
@@ -133,15 +136,16 @@ def test_a_box_that_moved_since_the_trial_makes_verify_exit_3_saying_so(measured
     for name in ("spec.yaml", "mlflow.db"):
         shutil.copy(work / name, tmp_path / name)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    t = trial.data.metrics
-    for key in ("images_per_s", "images_per_s_min", "images_per_s_max"):
-        client.log_metric(trial.info.run_id, key, t[key] * 10, step=1)
+    fastest = trial.data.metrics["images_per_s_max"]  # ten times the fastest window this box ran, and more
+    for key, times in (("images_per_s", 11), ("images_per_s_min", 10), ("images_per_s_max", 12)):
+        client.log_metric(trial.info.run_id, key, fastest * times, step=1)
     proc = run_dinox(["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.05"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     said = next(ln for ln in lines if ln.startswith("UNDECIDED: forecast off by "))
     assert "(optimistic)" in said and "outside the trial's windows" in said, said
     assert "       undecided: `dinox run spec.yaml --force` measures the sweep again" in proc.stdout, proc.stdout
+    assert "       against the check windows (" in proc.stdout, proc.stdout
     run = client.search_runs(["1"], "tags.`dinox.role` = 'verify'", order_by=["attributes.start_time DESC"])[0]
     assert run.data.tags["dinox.verify_moved"] == "true"
     gate = run_dinox(["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], tmp_path)
