@@ -66,6 +66,8 @@ def one_round(
         "real_ips": runs.get("verify_images_per_s"),
         "error": runs.get("forecast_error"),
         "boundaries": int(runs.get("verify_epochs_ended", 0)),
+        "check_ips": runs.get("verify_check_images_per_s"),
+        "check_error": runs.get("check_windows_error"),
         "verify_exit": verified.returncode,
         "said": said[0] if said else verified.stderr.strip()[-200:],
     }
@@ -98,15 +100,20 @@ def main() -> int:
         print(f"round {i + 1}: {json.dumps(row)}", flush=True)
     print(f"\n{a.spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
     columns = ("round", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
-    print("| " + " | ".join((*columns, "forecast error", "boundaries")) + " |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    more = ("forecast error", "boundaries", "check img/s", "error at check", "verify")
+    print("| " + " | ".join((*columns, *more)) + " |")
+    print("|---" * (len(columns) + len(more)) + "|")
+    said = {0: "held", 1: "off", 3: "undecided"}  # verify's exit code
     for i, r in enumerate(rows, 1):
         err = f"{r['error']:+.1%}" if r.get("error") is not None else "-"
         real = f"{r['real_ips']:.1f}" if r.get("real_ips") else "-"
         fc = f"{r['forecast_ips']:.1f}" if r.get("forecast_ips") else "-"
+        check = f"{r['check_ips']:.1f}" if r.get("check_ips") else "-"
+        at_check = f"{r['check_error']:+.1%}" if r.get("check_error") is not None else "-"
+        word = said.get(r.get("verify_exit"), "-") if "verify_exit" in r else "-"
         print(
             f"| {i} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | {r['h2h']} | {fc} | {real} | "
-            f"{err} | {r.get('boundaries', '-')} |"
+            f"{err} | {r.get('boundaries', '-')} | {check} | {at_check} | {word} |"
         )
     return 0
 
