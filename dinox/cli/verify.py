@@ -95,9 +95,10 @@ def verify(
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
     if done.moved and not done.held and not shrink:
+        given = "".join(f" --set {shell_word(s)}" for s in sets)  # the same trials, as they were measured
         click.echo(
-            f"       undecided: `dinox run {shell_word(spec_file)} --force` measures the sweep again on the box as "
-            "it is; verify again then"
+            f"       undecided: `dinox run {shell_word(spec_file)}{given} --force` measures the sweep again on the box "
+            "as it is; verify again then"
         )
     sys.exit(3 if shrink or (done.moved and not done.held) else 0 if done.held else 1)
 

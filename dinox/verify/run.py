@@ -100,7 +100,9 @@ class VerifyOutcome:
         the box) was not as the trial found it. A miss then cannot say whether the forecast or the box is wrong."""
         own = self.own or self.forecast
         check = self.check_ips
-        return check is not None and not own.slow_ips * (1 - TOLERANCE) <= check <= own.fast_ips * (1 + TOLERANCE)
+        if not check:  # an older child's result, without check windows: nothing says the box moved
+            return False
+        return not own.slow_ips * (1 - TOLERANCE) <= check <= own.fast_ips * (1 + TOLERANCE)
 
     def verdict(self) -> str:
         word = "held within" if self.held else "off by"
