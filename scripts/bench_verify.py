@@ -60,7 +60,7 @@ def one_round(
     said = [ln for ln in verified.stdout.splitlines() if ln.startswith(("HELD", "OFF", "UNDECIDED"))]
     runs = _verify_metrics(work)
     return row | {
-        "recommended": " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in rec["configuration"].items() if v != "None"),
+        "recommended": _short(rec["configuration"]),
         "tied": len(rec.get("tied_with") or []),
         "forecast_ips": rec["forecast_images_per_s"],
         "real_ips": runs.get("verify_images_per_s"),
@@ -71,6 +71,15 @@ def one_round(
         "verify_exit": verified.returncode,
         "said": said[0] if said else verified.stderr.strip()[-200:],
     }
+
+
+def _short(config: dict[str, str]) -> str:
+    """What a sweep usually varies, as the docs' tables write it: "batch 32 x 2, 0 workers, 64 px"."""
+    get = config.get
+    text = (
+        f"batch {get('batch.size', '?')} x {get('batch.accumulation', '1')}, {get('loader.num_workers', '0')} workers"
+    )
+    return text + (f", {get('model.img_size')} px" if get("model.img_size") not in (None, "None") else "")
 
 
 def _verify_metrics(work: Path) -> dict[str, float]:

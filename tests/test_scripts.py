@@ -237,7 +237,7 @@ def test_bench_verify_prints_a_row_per_round(tmp_path):
     row = next(ln for ln in out.splitlines() if ln.startswith("| 1 |"))
     # The head-to-head column: "-" without --head-to-head (and without a tie).
     cells = r"\| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \| [\d.]+ \| [+-]\d+\.\d% \| (held|off|undecided) \|$"
-    assert re.match(r"\| 1 \| GO \| size=4 .*\| \d+ \| - " + cells, row), out
+    assert re.match(r"\| 1 \| GO \| batch 4 x 1, 0 workers, 32 px \| \d+ \| - " + cells, row), out
 
 
 def test_gpu_check_stopped_by_timeout_stops_its_children(tmp_path):
