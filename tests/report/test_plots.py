@@ -109,10 +109,9 @@ def test_days_vs_budget_draws_each_range_and_says_an_unsettled_verdict(tmp_path,
     assert any("(UNSETTLED)" in t and f"forecast {fmt_days(large.days)}" in t for t in texts), texts
 
 
-def test_loader_alone_figures_off_the_scale_never_overlap(tmp_path, monkeypatch):
-    """The quickstart's case: three batch sizes whose loader alone ran 30-50x their steps at 0 and 2 workers.
-    Each figure is drawn at the top edge with an arrow; at one worker count they stack (they were drawn one on
-    top of another, unreadable), each in its line's colour, none cut off by the frame."""
+def _drawn(rows, tmp_path, monkeypatch, name: str, prefix: str):
+    """What plot `name` drew for these rows: its texts that start with `prefix`, each (text, box on the canvas,
+    colour); the axes' box; each line's colour by its label."""
     from dinox.report import plots
 
     seen = {}
@@ -122,56 +121,51 @@ def test_loader_alone_figures_off_the_scale_never_overlap(tmp_path, monkeypatch)
         fig.canvas.draw()
         ax = fig.axes[0]
         renderer = fig.canvas.get_renderer()
-        arrows = [t for t in ax.texts if t.get_text().startswith("\u2191")]
+        texts = [t for t in ax.texts if t.get_text().startswith(prefix)]
         seen[path.name] = (
-            [(t.get_text(), t.get_window_extent(renderer), t.get_color()) for t in arrows],
+            [(t.get_text(), t.get_window_extent(renderer), t.get_color()) for t in texts],
             ax.get_window_extent(renderer),
             {line.get_label(): line.get_color() for line in ax.get_lines()},
         )
         return real_save(fig, path)
 
     monkeypatch.setattr(plots, "_save", keep)
+    _plots(rows, tmp_path)
+    return seen[name]
+
+
+def _apart(texts) -> None:
+    for i, (text, box, _) in enumerate(texts):
+        for other, obox, _ in texts[i + 1 :]:
+            assert not box.overlaps(obox), f"{text!r} drawn over {other!r}"
+
+
+def test_loader_alone_figures_off_the_scale_never_overlap(tmp_path, monkeypatch):
+    """The quickstart's case: three batch sizes whose loader alone ran 30-50x their steps at 0 and 2 workers.
+    Each figure is drawn at the top edge with an arrow; at one worker count they stack (they were drawn one on
+    top of another, unreadable), each in its line's colour, none cut off by the frame."""
     rows = []
     for size, ips in ((8, 107.0), (16, 150.0), (32, 205.0)):
         for workers in (0, 2):
             row = study.trial({"model.name": "vit_tiny_patch16_224"}, size, 2, ips, workers=workers, params_m=5.5)
             row["metrics"]["loader_images_per_s"] = ips * (30 + size)
             rows.append(row)
-    _plots(rows, tmp_path)
-    arrows, frame, lines = seen["throughput_vs_workers.png"]
+    arrows, frame, lines = _drawn(rows, tmp_path, monkeypatch, "throughput_vs_workers.png", "\u2191")
     assert len(arrows) == 6, [a[0] for a in arrows]
-    for i, (text, box, _) in enumerate(arrows):
+    for text, box, _ in arrows:
         assert frame.x0 <= box.x0 and box.x1 <= frame.x1, f"{text} cut off by the frame"
-        for other, obox, _ in arrows[i + 1 :]:
-            assert not box.overlaps(obox), f"{text!r} drawn over {other!r}"
+    _apart(arrows)
     colours = {colour for _, _, colour in arrows}
     assert len(colours) == 3 and colours <= set(lines.values()), (colours, lines)
 
 
 def test_two_trials_at_one_batch_and_one_rate_have_names_that_do_not_overlap(tmp_path, monkeypatch):
     """The quickstart's batch 8: 0 and 2 workers at 107.2 and 107.1 img/s printed one name over the other."""
-    from dinox.report import plots
-
-    seen = {}
-    real_save = plots._save
-
-    def keep(fig, path):
-        fig.canvas.draw()
-        ax = fig.axes[0]
-        renderer = fig.canvas.get_renderer()
-        named = [t for t in ax.texts if t.get_text().startswith("num_workers=")]
-        seen[path.name] = [(t.get_text(), t.get_window_extent(renderer)) for t in named]
-        return real_save(fig, path)
-
-    monkeypatch.setattr(plots, "_save", keep)
     model = {"model.name": "vit_tiny_patch16_224"}
     rows = [
         study.trial(model, size, 2, ips, workers=workers, params_m=5.5)
         for size, workers, ips in ((8, 0, 107.2), (8, 2, 107.1), (16, 0, 143.0), (16, 2, 156.2), (32, 0, 209.0))
     ]
-    _plots(rows, tmp_path)
-    named = seen["throughput_vs_batch.png"]
-    assert sorted(text for text, _ in named) == ["num_workers=0", "num_workers=0", "num_workers=2", "num_workers=2"]
-    for i, (text, box) in enumerate(named):
-        for other, obox in named[i + 1 :]:
-            assert not box.overlaps(obox), f"{text!r} drawn over {other!r}"
+    named, _frame, _lines = _drawn(rows, tmp_path, monkeypatch, "throughput_vs_batch.png", "num_workers=")
+    assert sorted(text for text, _, _ in named) == 2 * ["num_workers=0"] + 2 * ["num_workers=2"]
+    _apart(named)
