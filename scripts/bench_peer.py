@@ -9,6 +9,9 @@ for dinox, how much of a trial's measurement was timed windows; it asserts nothi
     python scripts/bench_peer.py --peer /tmp/DINO-X/scripts
     python scripts/bench_peer.py --peer /tmp/DINO-X/scripts --rounds 3 --evidence one-window
 
+One setting differs: the peer gives its worker loaders prefetch_factor=1, which a dinox grid through 0 workers
+cannot (torch refuses a prefetch factor without workers), so dinox's `w=2` points run at torch's default of 2.
+
 dinox runs at its own evidence (`--evidence default`: timed windows until three agree, each followed by its
 ablation round until the label is decided), at the peer's (`one-window`: one timed window of the same 10 steps,
 ablation kept), or both. The demo CT data (60 slices of 2 synthetic series, 16-bit PNG) is written once, by
