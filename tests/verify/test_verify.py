@@ -130,25 +130,28 @@ def test_a_box_that_moved_since_the_trial_makes_verify_exit_3_saying_so(measured
     """Through the command: a store whose trial's windows all read ten times what this box ran (measured on a faster
     box, or before a neighbour arrived). The slice misses by ~90 %, the check windows run ~10x under the trial's
     windows: `UNDECIDED`, exit 3, the command that measures again, and decide shows the verification so."""
+    import shlex
     import shutil
 
     work, trial = measured
-    for name in ("spec.yaml", "mlflow.db"):
-        shutil.copy(work / name, tmp_path / name)
+    spec = "the spec; $(touch PWNED).yaml"  # the command it prints for pasting keeps the path one word
+    shutil.copy(work / "spec.yaml", tmp_path / spec)
+    shutil.copy(work / "mlflow.db", tmp_path / "mlflow.db")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     fastest = trial.data.metrics["images_per_s_max"]  # ten times the fastest window this box ran, and more
     for key, times in (("images_per_s", 11), ("images_per_s_min", 10), ("images_per_s_max", 12)):
         client.log_metric(trial.info.run_id, key, fastest * times, step=1)
-    proc = run_dinox(["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.05"], cwd=tmp_path)
+    proc = run_dinox(["verify", spec, "--run-id", trial.info.run_id, "--minutes", "0.05"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     said = next(ln for ln in lines if ln.startswith("UNDECIDED: forecast off by "))
     assert "(optimistic)" in said and "outside the trial's windows" in said, said
-    assert "       undecided: `dinox run spec.yaml --force` measures the sweep again" in proc.stdout, proc.stdout
+    command = next(ln for ln in lines if ln.startswith("       undecided: `")).split("`")[1]
+    assert shlex.split(command) == ["dinox", "run", spec, "--force"], command
     assert "       against the check windows (" in proc.stdout, proc.stdout
     run = client.search_runs(["1"], "tags.`dinox.role` = 'verify'", order_by=["attributes.start_time DESC"])[0]
     assert run.data.tags["dinox.verify_moved"] == "true"
-    gate = run_dinox(["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], tmp_path)
+    gate = run_dinox(["decide", "--spec", spec, "--days", "1", "--target-images", "100", "--no-log"], tmp_path)
     line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("verified: "))
     assert "its check windows ran outside the trial's: the box had moved since" in line, line
 
