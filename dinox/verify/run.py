@@ -98,11 +98,15 @@ class VerifyOutcome:
     def moved(self) -> bool:
         """The check windows ran outside the trial's own windows by more than the tolerance: this process (or
         the box) was not as the trial found it. A miss then cannot say whether the forecast or the box is wrong."""
-        own = self.own or self.forecast
-        check = self.check_ips
+        own, check = self.trial_windows, self.check_ips
         if not check:  # an older child's result, without check windows: nothing says the box moved
             return False
         return not own.slow_ips * (1 - TOLERANCE) <= check <= own.fast_ips * (1 + TOLERANCE)
+
+    @property
+    def trial_windows(self) -> Forecast:
+        """The trained trial's own windows (the forecast may be a tied trial's plan)."""
+        return self.own or self.forecast
 
     def verdict(self) -> str:
         word = "held within" if self.held else "off by"
@@ -114,7 +118,7 @@ class VerifyOutcome:
             f"{'inside' if inside else 'outside'} the measured range {self.fast_s:.1f}-{self.slow_s:.1f} s"
         )
         if self.moved:
-            own = self.own or self.forecast
+            own = self.trial_windows
             text += (
                 f"; but windows timed before the slice as the trial timed its ran {self.check_ips:.1f} img/s, "
                 f"outside the trial's windows ({own.slow_ips:.1f}-{own.fast_ips:.1f}) by more than "
