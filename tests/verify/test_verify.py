@@ -103,7 +103,7 @@ def test_the_slice_forecast_charges_each_boundary_at_each_end():
     assert slice_forecast(f, 1000, 3) == pytest.approx((16.0, 18.5, 14.0))
 
 
-def test_a_miss_where_the_check_window_left_the_trial_s_windows_is_undecided():
+def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
     """The check windows before the slice, timed as the trial timed its, against the trial's own windows: outside
     them by more than 5 %, the box (or the process) was not as the trial found it, and a miss cannot say which
     of the two is wrong; inside, a miss is the forecast's."""
@@ -114,7 +114,7 @@ def test_a_miss_where_the_check_window_left_the_trial_s_windows_is_undecided():
         return VerifyOutcome("t", "v", wall, 1000.0, 0, 0, 10.0, 1000 / 95, 1000 / 105, 1000 / wall, f, check_ips=check)
 
     held, off = outcome(10.2, 98.0), outcome(12.0, 99.0)
-    assert held.held and not held.moved and "but a window" not in held.verdict()
+    assert held.held and not held.moved and "but windows" not in held.verdict()
     assert not off.held and not off.moved  # short windows as the trial's, the slice slower: the forecast's miss
     moved = outcome(12.0, 82.0)  # windows before the slice 14 % under the slowest of the trial's
     assert moved.moved and not moved.held
