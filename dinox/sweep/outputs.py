@@ -137,6 +137,11 @@ def row(trial: Trial, run_id: str, r: TrialResult) -> dict[str, object]:
     return row
 
 
+def _shown(ips: float) -> str:
+    """Images/s to three significant figures at least (12.3, 1.23, 0.123; 123.4 keeps its tenth)."""
+    return f"{ips:.{1 if ips >= 10 else 2 if ips >= 1 else 3}f}"
+
+
 def _rung_step(r: dict[str, object], prior: dict[str, object] | None, ips: float, before: float | None) -> str:
     """The speedup over the rung before, or why there is none to read."""
     if before is None or prior is None:
@@ -192,7 +197,9 @@ def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]])
         change = "base" if i == 0 else " ".join(f"{k}={v}" for k, v in ladder[i - 1].items())
         r = by_index.get(i)
         ok = r is not None and r["status"] == "ok" and rec.IMAGES_PER_S in r
-        ips = float(r[rec.IMAGES_PER_S]) if ok else None  # type: ignore[index, arg-type]
+        # The figure as printed, and every ratio from it: a reader dividing two printed figures gets the
+        # table's speedup (from unrounded ones, 6.35 and 23.5 printed 6.4 and 23.5 beside a 3.68x).
+        ips = float(_shown(float(r[rec.IMAGES_PER_S]))) if ok else None  # type: ignore[index, arg-type]
         if r is None:
             cells = ["(recorded earlier)", "", "", ""]
         elif ips is None:
@@ -201,7 +208,7 @@ def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]])
             peak = r.get(rec.PEAK_MEM_RESERVED_GB)
             step = _rung_step(r, by_index.get(i - 1), ips, before) if i else "-"
             total = f"{ips / base:.2f}x" if base else "-"
-            cells = [f"{ips:.1f}", step, total, f"{float(peak):.2f}" if peak is not None else "-"]  # type: ignore[arg-type]
+            cells = [_shown(ips), step, total, f"{float(peak):.2f}" if peak is not None else "-"]  # type: ignore[arg-type]
         base = base if base is not None or i else ips
         before = ips
         table.append([str(i), change, *cells])

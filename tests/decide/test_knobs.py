@@ -181,6 +181,13 @@ def test_a_ladder_reads_the_same_in_the_sweep_s_table_and_in_decide():
     lines = ladder_lines(ladder, table_rows)
     assert "no effect on cpu" in lines[3] and "within noise" in lines[4] and "2.00x" in lines[5], lines
     assert "2.04x" in lines[5]  # cumulative: 204.0 / 100.0, as printed
+    # A slow base: its printed figure is rounded, and the speedups are that figure's ratio (CI, a busy box:
+    # 6.35 and 23.5 img/s printed "6.3" (or 6.4) and "23.5" beside 3.68x, which no reader's division gives).
+    slow = [dict(row, images_per_s=ips) for row, ips in zip(table_rows, (6.354, 6.354, 6.354, 23.5), strict=True)]
+    slow_lines = ladder_lines(ladder, slow)
+    base_shown, top_shown = (float(ln.split()[-4]) for ln in (slow_lines[2], slow_lines[5]))
+    assert (base_shown, top_shown) == (6.35, 23.5), slow_lines  # three figures at least below 10 img/s
+    assert slow_lines[5].split()[-2] == f"{top_shown / base_shown:.2f}x", slow_lines
     d = decide.decide(study.records(rows), BUDGET)
     said = {(k.field, k.after): k.describe() for k in d.knobs}
     assert "no effect on cpu" in said[("precision", "tf32")]
