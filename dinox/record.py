@@ -146,10 +146,7 @@ DINOX_VERSION = _tag("trial", "dinox.dinox_version", "the dinox that measured th
 VERIFIES = _tag("verify", "dinox.verifies", "the trial run a dinox verify run trained for real")
 VERIFY_EPOCHS = _tag("verify", "dinox.verify_epochs", "each epoch of the slice as JSON: images, wall_s, partial")
 VERIFY_MOVED = _tag(
-    "verify",
-    "dinox.verify_moved",
-    "true where the check windows ran outside the trial's windows by more than 5 %: the box (or the process) was "
-    "not as the trial found it, so a miss is not the forecast's alone",
+    "verify", "dinox.verify_moved", "true: check windows >5 % outside the trial's: a miss is not the forecast's alone"
 )
 REMEASURES = _tag("head_to_head", "dinox.remeasures", "the trial run a head-to-head round measured again")
 HEAD_TO_HEAD = _tag(
@@ -275,10 +272,7 @@ VERIFY_STEPS = _metric("verify", "verify_steps", "optimizer steps in the slice")
 VERIFY_IMAGES = _metric("verify", "verify_images", "images through the optimizer in the slice")
 VERIFY_IMAGES_PER_S = _metric("verify", "verify_images_per_s", "images / wall time over the slice")
 VERIFY_CHECK_IMAGES_PER_S = _metric(
-    "verify",
-    "verify_check_images_per_s",
-    "the check windows before the slice, timed as the trial timed its (as many as it timed at least, of "
-    "bench_steps, each from a steady pipeline, right after the warm-up)",
+    "verify", "verify_check_images_per_s", "check windows timed as the trial's, after the warm-up, before the slice"
 )
 VERIFY_EPOCHS_ENDED = _metric("verify", "verify_epochs_ended", "epoch boundaries the slice crossed")
 VERIFY_EPOCH_BOUNDARY_S = _metric(
@@ -298,9 +292,7 @@ OWN_WINDOWS_ERROR = _metric(
     "verify", "own_windows_error", "the same against this trial's own windows (not a tied trial's plan): fidelity"
 )
 CHECK_WINDOWS_ERROR = _metric(
-    "verify",
-    "check_windows_error",
-    "the same at the check windows' rate (timed now, in this process): the forecast's method, the box's moves aside",
+    "verify", "check_windows_error", "the same at the check windows' rate: the forecast's method, the box's move aside"
 )
 NEEDED_IMAGES_PER_S = _metric("decision", "needed_images_per_s", "the rate the schedule needs to fit the days")
 MODELS = _metric("decision", "models", "models compared")

@@ -94,13 +94,16 @@ def verify(
         click.echo(f"       {why}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
-    if done.moved and not done.held and not shrink:
-        given = "".join(f" --set {shell_word(s)}" for s in sets)  # the same trials, as they were measured
-        click.echo(
-            f"       undecided: `dinox run {shell_word(spec_file)}{given} --force` measures the sweep again on the box "
-            "as it is; verify again then"
-        )
-    sys.exit(3 if shrink or (done.moved and not done.held) else 0 if done.held else 1)
+    undecided = done.moved and not done.held
+    if undecided and not shrink:
+        again = _measure_again(spec_file, sets)
+        click.echo(f"       undecided: `{again}` measures the sweep again on the box as it is; verify again then")
+    sys.exit(3 if shrink or undecided else 0 if done.held else 1)
+
+
+def _measure_again(spec_file: str, sets: tuple[str, ...]) -> str:
+    """The sweep measured again, as its trials were (their --sets), every word quoted for pasting."""
+    return f"dinox run {shell_word(spec_file)}{''.join(f' --set {shell_word(s)}' for s in sets)} --force"
 
 
 def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.verify.VerifyOutcome (lazily)

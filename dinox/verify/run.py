@@ -90,6 +90,10 @@ class VerifyOutcome:
         """(forecast - real) / real: positive where the forecast was pessimistic."""
         return (self.forecast_s - self.wall_s) / self.wall_s
 
+    def error_at(self, f: Forecast, routine_done: tuple[float, float]) -> float:
+        """The slice's error had the forecast been `f`."""
+        return (slice_forecast(f, self.images, self.epochs_ended, *routine_done)[0] - self.wall_s) / self.wall_s
+
     @property
     def held(self) -> bool:
         return abs(self.error) <= TOLERANCE
@@ -221,12 +225,10 @@ def verify(
     metrics = {k: v for k, v in m.items() if k in _KEPT}
     metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})
     metrics[rec.FORECAST_ERROR] = done.error
-    done.own_error = (slice_forecast(own, images, ended, *routine_done)[0] - done.wall_s) / done.wall_s
-    metrics[rec.OWN_WINDOWS_ERROR] = done.own_error
+    done.own_error = metrics[rec.OWN_WINDOWS_ERROR] = done.error_at(own, routine_done)
     if done.check_ips:
         at_check = dataclasses.replace(own, ips=done.check_ips, slow_ips=done.check_ips, fast_ips=done.check_ips)
-        done.check_error = (slice_forecast(at_check, images, ended, *routine_done)[0] - done.wall_s) / done.wall_s
-        metrics[rec.CHECK_WINDOWS_ERROR] = done.check_error
+        done.check_error = metrics[rec.CHECK_WINDOWS_ERROR] = done.error_at(at_check, routine_done)
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id, rec.VERIFY_MOVED: str(done.moved).lower()}
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"
