@@ -58,6 +58,7 @@ ROLE = _tag(
 STATUS = _tag("trial", "dinox.status", "ok, oom, error, crashed, timeout or skipped; absent on a KILLED run")
 ERROR = _tag("any", "dinox.error", "what went wrong, one line (a failed trial, or a sweep that died)")
 TRIAL_ID = _tag("trial", "dinox.trial_id", "stable hash of the params that identify the configuration")
+PARENT_RUN = _tag("trial", "mlflow.parentRunId", "MLflow's own: the sweep (parent run) that measured the trial")
 TRIAL_INDEX = _tag("trial", "dinox.trial_index", "the trial's place in the sweep, from 0")
 SWEEP_VALUES = _tag("trial", "dinox.sweep_values", "the values the sweep varies, as in the run's name")
 SETS = _tag(

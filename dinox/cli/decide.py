@@ -254,7 +254,8 @@ def run_decision(
     from dinox.spec.params import SHRUNK
     from dinox.store.readback import fetch_head_to_heads, fetch_trials, fetch_verifications, log_decision
 
-    records, sources, home = fetch_trials(uri, experiments, run_ids)
+    found = fetch_trials(uri, experiments, run_ids)
+    records, sources, home = found.records, found.sources, found.home
     if not records:
         raise DecisionError(f"no dinox trial runs (tag dinox.status) in {', '.join(sources)} at {shown_uri(uri)}")
     small = [r for r in records if r.param_bool(SHRUNK)]
@@ -267,7 +268,7 @@ def run_decision(
     experiment_ids = sorted({r.experiment_id for r in records})
     verified = fetch_verifications(uri, experiment_ids)
     rematches = head_to_head.read(fetch_head_to_heads(uri, experiment_ids))
-    decision = decide(records, budget, policy, verified, rematches)
+    decision = decide(records, budget, policy, verified, rematches, found.earlier)
     decision.sources = sources
     decision.spec_file = spec_file
     decision.sets = recorded_sets(records)

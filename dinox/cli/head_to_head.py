@@ -44,6 +44,7 @@ def head_to_head(
     ends; `dinox decide` then plans with the rounds' figures and says what they settled.
     Exit code: 0 measured (settled or tied: decide says which), 2 error, 130 interrupted.
     """
+    from dinox import record as rec
     from dinox.decide.head_to_head import HeadToHead
     from dinox.store.backend import resolve_tracking_uri
     from dinox.store.readback import note_on_parents, read_run
@@ -70,7 +71,7 @@ def head_to_head(
     pooled = ", ".join(f"{h.names[r]} {h.pooled(r):.1f}" for r in h.runs)
     click.echo(f"       pooled over the rounds, img/s: {pooled}; `dinox decide` plans with these now")
     # The sweep's parent shows the figure decide now plans with, and says where it came from.
-    parents = [p for x in leaders if (p := x.record.tags.get("mlflow.parentRunId"))]
+    parents = [p for x in leaders if (p := x.record.tags.get(rec.PARENT_RUN))]
     words = "settled" if h.settled() else "still tied, planned at the slower"
     line = (
         f"Head-to-head {h.group}: {len(h.rounds) // max(len(h.runs), 1)} interleaved rounds of {names}, {words}: "

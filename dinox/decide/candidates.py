@@ -1,7 +1,8 @@
 """Each ok trial as the policy sees it (a Candidate): its configuration, its forecast and measured range, and
 what replaces the sweep's figures where the trial was measured again (a head-to-head's rounds) or trained for
 real (a verification); and which candidates the measurement can order: a head-to-head's settled order, else
-their sweep ranges (order, tied), what the rounds said of each (bouts), the tie still open (contested)."""
+their sweep ranges where the box held still between their sweeps (order, tied, moved_apart), what the rounds
+said of each (bouts), the tie still open (contested)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import defaultdict
 from dinox import record as rec
 from dinox.decide.budget import Budget
 from dinox.decide.head_to_head import Bout, HeadToHead
+from dinox.decide.occasions import Move
 from dinox.decide.routine import routine_cost
 from dinox.decide.types import Candidate, ModelVerdict, Policy, Rematch, Verification
 from dinox.spec import params
@@ -89,6 +91,7 @@ def candidate(
         profile=ProfileSummary.parse(r.tags.get(rec.PROFILE)),
         windows=int(windows) if windows is not None else None,
         epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
+        sweep=r.tags.get(rec.PARENT_RUN, ""),
     )
     _apply_head_to_head(c, rematch)
     _apply_verification(c, verify)
@@ -135,12 +138,28 @@ def order(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> int:
     return h.bout(a.run_id, b.run_id).order
 
 
-def tied(rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate) -> bool:
-    """Measured head to head together, their rounds decide; else their measured ranges (one measurement each)."""
-    h = rematches.get(lead.run_id)
-    if h is not None and rematches.get(c.run_id) is h:
+def tied(rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate, moves: dict[frozenset[str], Move]) -> bool:
+    """Measured head to head together, their rounds decide; else their measured ranges (one measurement each),
+    unless the two came from sweeps the box moved between (`moves`: dinox.decide.occasions)."""
+    if _met(rematches, lead, c):
         return order(rematches, lead, c) == 0
-    return c.overlaps(lead)
+    return c.overlaps(lead) or moved_apart(rematches, lead, c, moves) is not None
+
+
+def moved_apart(
+    rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate, moves: dict[frozenset[str], Move]
+) -> Move | None:
+    """The move between the two trials' sweeps, where it alone ties them: their ranges would have ordered
+    them, and no head-to-head of the two has."""
+    if lead.sweep == c.sweep or c.overlaps(lead) or _met(rematches, lead, c):
+        return None
+    return moves.get(frozenset((lead.sweep, c.sweep)))
+
+
+def _met(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> bool:
+    """Measured head to head together: their rounds order them."""
+    h = rematches.get(a.run_id)
+    return h is not None and rematches.get(b.run_id) is h
 
 
 def bouts(best: Candidate, qualifying: list[Candidate], rematches: dict[str, HeadToHead]) -> list[Bout]:

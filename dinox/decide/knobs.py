@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from dinox import record as rec
+from dinox.decide.occasions import Move, between
 from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.trial_record import TrialRecord, measured_spread, no_effect, pair_noise, within_noise
@@ -47,7 +48,7 @@ class KnobEffect:
     field: str
     before: str
     after: str
-    ratios: list[float] = field(default_factory=list)  # after / before, the p90-step figure, ok pairs only
+    ratios: list[float] = field(default_factory=list)  # after / before, img/s over the windows, ok pairs only
     noise: list[float] = field(default_factory=list)  # each ok pair's own noise (its trials' larger spread)
     memory_gb: list[float] = field(default_factory=list)  # after - before, peak reserved memory, ok pairs
     statuses: Counter = field(default_factory=Counter)  # "ok -> oom" and the like, pairs whose status changed
@@ -86,9 +87,10 @@ class KnobEffect:
         return f"{self.field} {self.before} -> {self.after}: " + ", ".join(parts)
 
 
-def knob_effects(records: list[TrialRecord]) -> list[KnobEffect]:
+def knob_effects(records: list[TrialRecord], shifts: dict[frozenset[str], Move] | None = None) -> list[KnobEffect]:
     """Every varied param's effect, biggest first: status changes (a batch that no longer fits), then the
-    ratios out of noise by their distance from 1, then those within noise. Pairs never cross devices."""
+    ratios out of noise by their distance from 1, then those within noise. Pairs never cross devices; a pair
+    from two sweeps the box moved between (`shifts`: dinox.decide.occasions) has that move in its noise."""
     usable = [r for r in records if r.status in ("ok", "oom")]
     varied = _varied(usable)
     effects: dict[tuple[str, str, str], KnobEffect] = {}
@@ -97,7 +99,7 @@ def knob_effects(records: list[TrialRecord]) -> list[KnobEffect]:
             for pair in _pairs(group, name):
                 b, a = pair.before.params[name], pair.after.params[name]
                 effect = effects.setdefault((name, b, a), KnobEffect(name, b, a))
-                _add(effect, pair)
+                _add(effect, pair, shifts or {})
     out = [e for e in effects.values() if e.pairs]
     return sorted(out, key=lambda e: (-sum(e.statuses.values()), e.within_noise, -abs((e.ratio or 1.0) - 1)))
 
@@ -202,7 +204,7 @@ def _order(value: str, first_index: int) -> tuple[int, float, str]:
         return (2, float(first_index), value)
 
 
-def _add(effect: KnobEffect, pair: Pair) -> None:
+def _add(effect: KnobEffect, pair: Pair, shifts: dict[frozenset[str], Move]) -> None:
     b, a = pair.before, pair.after
     if b.status != a.status:
         effect.statuses[f"{b.status} -> {a.status}"] += 1
@@ -213,7 +215,8 @@ def _add(effect: KnobEffect, pair: Pair) -> None:
     if rb is None or ra is None:
         return
     effect.ratios.append(ra / rb)
-    effect.noise.append(pair_noise(*(measured_spread(r.metrics) for r in (a, b))))
+    moved = between(a, b, shifts)
+    effect.noise.append(max(pair_noise(*(measured_spread(r.metrics) for r in (a, b))), moved.size if moved else 0.0))
     label = no_effect(a.tags)  # every pair's changed trial must say so, or the knob did apply somewhere
     effect.unapplied = label if len(effect.ratios) == 1 or effect.unapplied == label else ""
     mb, ma = b.metrics.get(rec.PEAK_MEM_RESERVED_GB), a.metrics.get(rec.PEAK_MEM_RESERVED_GB)

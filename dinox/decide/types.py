@@ -10,6 +10,7 @@ from typing import Literal
 from dinox.decide.budget import DecisionError
 from dinox.decide.grouping import device_label
 from dinox.decide.head_to_head import Bout
+from dinox.decide.occasions import Move
 from dinox.decide.routine import RoutineCost
 from dinox.store.profile_table import ProfileSummary
 
@@ -69,6 +70,8 @@ class Candidate:
     verified: Verification | None = None  # real training of this trial (dinox verify), where it ran
     windows_ips: float | None = None  # the windows' own rate, where a verification outside them replaced it
     rematch: Rematch | None = None  # measured again head to head: its rounds replaced the sweep's figures
+    sweep: str = ""  # the sweep (parent run) that measured it: ranges from two sweeps order them only if
+    # the box did not move between them (dinox.decide.occasions)
 
     @property
     def rates(self) -> tuple[float, float, float]:
@@ -167,6 +170,8 @@ class ModelVerdict:
     # unsettled): not told apart by the measurement, so the plan takes the slowest of them (the best of noisy
     # figures is biased high: the winner's curse).
     tied: list[Candidate] = field(default_factory=list)
+    # Of those, the ones measured in another sweep than the best, the box moving between the two: the move.
+    moved: dict[str, Move] = field(default_factory=dict)
     # Where the leaders were measured again head to head: the best against each other trial of its rounds.
     bouts: list[Bout] = field(default_factory=list)
     span: Span | None = None  # the figures the verdict and the forecast use (best, or the slowest tied)

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from dinox import record as rec
 from dinox.contract import one_line
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
-from dinox.decide.candidates import bouts, candidate, contested, order, tied, varying
+from dinox.decide.candidates import bouts, candidate, contested, moved_apart, order, tied, varying
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
 from dinox.decide.grouping import device_of, memory_groups, model_key, only_device, telling
 from dinox.decide.head_to_head import HeadToHead
 from dinox.decide.knobs import Combination, KnobEffect, combinations, knob_effects
 from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
+from dinox.decide.occasions import Move, moves
 from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict
 from dinox.store.trial_record import IPS_WINDOWS, SETTLED_WINDOWS, TrialRecord, record_problem, store_text
 
@@ -128,6 +129,7 @@ def _model_verdict(
     device: tuple[str, int],
     verified: dict[str, TrialRecord],
     rematches: dict[str, HeadToHead],
+    shifts: dict[frozenset[str], Move],
 ) -> ModelVerdict:
     statuses: dict[str, int] = defaultdict(int)
     for r in records:
@@ -145,8 +147,9 @@ def _model_verdict(
     mv.device_name, mv.devices = device
     qualifying = [c for c in candidates if not c.excluded]
     if qualifying:
-        mv.verdict, group = _verdict(qualifying, budget, device, rematches)
+        mv.verdict, group = _verdict(qualifying, budget, device, rematches, shifts)
         mv.best, mv.tied = group[0], group[1:]
+        mv.moved = {c.run_id: m for c in mv.tied if (m := moved_apart(rematches, mv.best, c, shifts))}
         mv.bouts = bouts(mv.best, qualifying, rematches)
         mv.span = span = _span(group, budget, device)
         mv.unsettled_why = _unsettled_why(mv, budget) if mv.verdict == "UNSETTLED" else ""
@@ -160,7 +163,11 @@ def _model_verdict(
 
 
 def _verdict(
-    qualifying: list[Candidate], budget: Budget, device: tuple[str, int], rematches: dict[str, HeadToHead]
+    qualifying: list[Candidate],
+    budget: Budget,
+    device: tuple[str, int],
+    rematches: dict[str, HeadToHead],
+    shifts: dict[frozenset[str], Move],
 ) -> tuple[Verdict, list[Candidate]]:
     """The model's verdict and the trials its plan rests on (the leader first, then those tied with it).
 
@@ -168,7 +175,8 @@ def _verdict(
     have one; the leader is the fastest of those by its forecast that no head-to-head found slower than
     another. NO-GO where every trial fails even at its fastest window. UNSETTLED otherwise, led by the
     fastest trial still open. Tied with the leader: the trials whose ranges overlap its own, unless a
-    head-to-head settled their order. `qualifying`: fastest first."""
+    head-to-head settled their order, and those measured in another sweep where the box moved between the two.
+    `qualifying`: fastest first."""
 
     def holds(c: Candidate, days: float) -> bool:
         return days <= budget.days and not over_cost(budget.cost(days, *device), device[0], budget)
@@ -180,7 +188,7 @@ def _verdict(
     # A trial a head-to-head settled slower than another cannot be the fastest: it neither leads nor ties.
     unbeaten = [c for c in pool if not any(order(rematches, other, c) > 0 for other in pool)] or pool
     lead = unbeaten[0]
-    return verdict, [lead, *(c for c in unbeaten if c is not lead and tied(rematches, lead, c))]
+    return verdict, [lead, *(c for c in unbeaten if c is not lead and tied(rematches, lead, c, shifts))]
 
 
 def _span(group: list[Candidate], budget: Budget, device: tuple[str, int]) -> Span:
@@ -217,11 +225,13 @@ def decide(
     policy: Policy | None = None,
     verified: dict[str, TrialRecord] | None = None,
     rematches: dict[str, HeadToHead] | None = None,
+    earlier: list[TrialRecord] | None = None,
 ) -> Decision:
     """`verified`: each trial run's latest verification; `rematches`: each trial run's latest head-to-head
-    (dinox.decide.head_to_head.read). Raises DecisionError when nothing can be decided: no records, none
-    usable, or none measured (every trial failed for a reason other than memory). Every configuration out of
-    memory is a NO-GO."""
+    (dinox.decide.head_to_head.read); `earlier`: the runs the records superseded, oldest first (what shows
+    the box moving between sweeps: dinox.decide.occasions). Raises DecisionError when nothing can be decided:
+    no records, none usable, or none measured (every trial failed for a reason other than memory). Every
+    configuration out of memory is a NO-GO."""
     policy = policy or Policy()
     if not records:
         raise DecisionError("no trial runs to decide on")
@@ -232,7 +242,8 @@ def decide(
             f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
         )
     _check_something_measured(records)
-    models = _model_verdicts(records, budget, policy, verified or {}, rematches or {})
+    shifts = moves([*(earlier or []), *records])
+    models = _model_verdicts(records, budget, policy, verified or {}, rematches or {}, shifts)
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
     go = [mv for mv in models if mv.go]
     # The largest GO model; measured GO on several devices, the cheapest of them (else the fastest).
@@ -253,7 +264,7 @@ def decide(
         reason=_reason(records, models, recommended, unsettled, budget, needed),
         needed_ips=needed,
         memory=memory_checks(records),
-        knobs=(effects := knob_effects(records)),
+        knobs=(effects := knob_effects(records, shifts)),
         combined=combinations(records, effects),
         scaling=rows,
         left_out=left_out,
@@ -276,6 +287,7 @@ def _model_verdicts(
     policy: Policy,
     verified: dict[str, TrialRecord],
     rematches: dict[str, HeadToHead],
+    shifts: dict[frozenset[str], Move],
 ) -> list[ModelVerdict]:
     """One verdict per model and device that measured it: records from two machines are never mixed."""
     groups: dict[tuple[str, tuple[str, int]], list[TrialRecord]] = defaultdict(list)
@@ -286,7 +298,7 @@ def _model_verdicts(
         groups[(key, device_of(r, default))].append(r)
         names[key] = (name, kwargs)
     models = [
-        _model_verdict(k, *names[k], rs, budget, policy, device, verified, rematches)
+        _model_verdict(k, *names[k], rs, budget, policy, device, verified, rematches, shifts)
         for (k, device), rs in groups.items()
     ]
     models.sort(key=lambda mv: (-(mv.params_m or 0.0), mv.key, mv.device))

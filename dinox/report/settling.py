@@ -166,12 +166,22 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     out = [f"- {line}" for line in head_to_head_lines(mv, d)]
     if not mv.tied:
         return out
-    names = ", ".join(f"`{c.run_name or c.run_id}`" for c in mv.tied)
-    return [
-        f"- Tied with {names}: their measured ranges overlap this one's, so the measurement does not say which "
-        "is faster; the forecast is the slowest of them (any of them will do)",
-        *out,
+    overlap = [f"`{c.run_name or c.run_id}`" for c in mv.tied if c.run_id not in mv.moved]
+    lines = (
+        [
+            f"- Tied with {', '.join(overlap)}: their measured ranges overlap this one's, so the measurement does not "
+            "say which is faster"
+        ]
+        if overlap
+        else []
+    )
+    lines += [
+        f"- Tied with `{c.run_name or c.run_id}`: measured in another sweep, and the box moved between the two "
+        f"({mv.moved[c.run_id].describe()}), so ranges from the two sweeps do not say which is faster"
+        for c in mv.tied
+        if c.run_id in mv.moved
     ]
+    return [*lines, "- The forecast is the slowest of the tied trials (any of them will do)", *out]
 
 
 def params_text(params_m: float | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
@@ -47,13 +48,22 @@ def record_of(run) -> TrialRecord:
     )
 
 
-def fetch_trials(
-    tracking_uri: str, experiments: list[str], run_ids: list[str]
-) -> tuple[list[TrialRecord], list[str], str]:
+@dataclass(frozen=True)
+class Readback:
+    """What decide reads: each trial by its latest run (`records`), the runs those superseded (`earlier`,
+    oldest first: what the box measured of the same trials before), the sources read, and the experiment a
+    decision run goes to."""
+
+    records: list[TrialRecord]
+    earlier: list[TrialRecord]
+    sources: list[str]
+    home: str
+
+
+def fetch_trials(tracking_uri: str, experiments: list[str], run_ids: list[str]) -> Readback:
     """Trial records of the named experiments and/or sweep parent runs, read as one sweep however many
     parents (shards, hosts, resumed runs) they came from: a trial measured more than once (the same
-    dinox.trial_id) counts once, by its latest run. Also the sources read and the experiment id a decision
-    run should go to. Raises TrackingError for what does not exist."""
+    dinox.trial_id) counts once, by its latest run. Raises TrackingError for what does not exist."""
     if why := store_problem(tracking_uri):
         raise TrackingError(f"tracking store {shown_uri(tracking_uri)}: {why}")
     check_reachable(tracking_uri)
@@ -88,16 +98,17 @@ def fetch_trials(
                 raise TrackingError(f"run {run_id!r} not found in {shown_uri(tracking_uri)}") from None
             home = home or parent.info.experiment_id
             sources.append(f"sweep run {run_id}")
-            children = search_all(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+            children = search_all(client, [parent.info.experiment_id], f"tags.{rec.PARENT_RUN} = '{run_id}'")
             for run in children:
                 _keep(run, found)
     except (MlflowException, OSError, ValueError, ImportError) as e:
         raise TrackingError(store_error(tracking_uri, e)) from None
     latest = latest_per_device(list(found.values()))
-    superseded = len(found) - len(latest)
-    if superseded:
-        sources.append(f"{superseded} earlier measurement(s) of the same trials superseded by their latest run")
-    return latest, sources, home
+    kept = {r.run_id for r in latest}
+    earlier = [r for _start, r in sorted(found.values(), key=lambda x: x[0]) if r.run_id not in kept]
+    if earlier:
+        sources.append(f"{len(earlier)} earlier measurement(s) of the same trials superseded by their latest run")
+    return Readback(latest, earlier, sources, home)
 
 
 def latest_per_device(found: list[tuple[int, TrialRecord]]) -> list[TrialRecord]:

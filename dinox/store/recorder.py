@@ -198,7 +198,7 @@ class SweepRecorder:
     def kill_sweep(self, parent_run_id: str, reason: str) -> int:
         """A sweep that can no longer end itself: its RUNNING runs and itself KILLED, with the reason.
         Returns how many trial (or probe) runs were closed with it."""
-        query = f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.status = 'RUNNING'"
+        query = f"tags.{rec.PARENT_RUN} = '{parent_run_id}' and attributes.status = 'RUNNING'"
         children = search_all(self.client, [self.experiment_id], query)
         for run in children:
             self.kill_trial(run.info.run_id, reason)
@@ -221,7 +221,7 @@ class SweepRecorder:
             self.experiment_id,
             run_name=trial.run_name + probe,
             tags={
-                "mlflow.parentRunId": self.parent_run_id,
+                rec.PARENT_RUN: self.parent_run_id,
                 rec.ROLE: role,
                 rec.TRIAL_ID: trial.trial_id,
                 rec.TRIAL_INDEX: str(trial.index),

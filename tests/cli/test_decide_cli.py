@@ -571,3 +571,28 @@ def test_a_ctrl_c_while_the_files_are_renamed_into_place_waits_for_the_whole_set
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(names)
     assert noted == [signal.SIGINT] * 3
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler before it, back
+
+
+def _swept(workers: int, lo: float, hi: float, name: str) -> dict:
+    row = study.trial(study.VIT_L, 32, 2, (lo + hi) / 2, workers=workers, run_id=name)
+    row["metrics"].update(images_per_s_min=lo, images_per_s_max=hi, windows=5)
+    row["tags"]["dinox.trial_id"] = f"t-w{workers}"
+    return row
+
+
+def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_in_every_file(tmp_path):
+    """A first sweep, then `--remeasure-unsettled` of one trial after the box slowed: decide reads both
+    sweeps from the store, ties the two leaders (the trial's own windows moved between the sweeps) and says
+    so in the report; decision.json names the tie and its head-to-head."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    study.log(client, "moved", [_swept(0, 194.7, 225.5, "5 bs=32 w=0"), _swept(2, 193.3, 212.0, "6 bs=32 w=2")])
+    _parent, ids = study.log(client, "moved", [_swept(0, 145.7, 189.4, "5 bs=32 w=0")])
+    proc = decide(tmp_path, uri, "--experiment", "moved", *BUDGET, "--no-log", "--out", "d")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "(tied with 1: planned at the slowest)" in proc.stdout
+    md = (tmp_path / "d" / "report.md").read_text()
+    assert "Tied with `5 bs=32 w=0`: measured in another sweep, and the box moved between the two" in md
+    assert "ran 194.7-225.5 img/s in the earlier and 145.7-189.4 in the later" in md
+    rec = json.loads((tmp_path / "d" / "decision.json").read_text())["recommended"]
+    assert rec["tied_with"] == [ids["5 bs=32 w=0"]]

@@ -42,7 +42,7 @@ def test_each_knob_its_ratio_pairs_range_memory_and_the_oom_it_causes(tmp_path):
     study.log(MlflowClient(uri), "knobs", rows())  # through MLflow, as decide reads any store
     from dinox.store.readback import fetch_trials
 
-    records, _sources, _home = fetch_trials(uri, ["knobs"], [])
+    records = fetch_trials(uri, ["knobs"], []).records
     effects = {(k.field, k.before, k.after): k for k in knobs.knob_effects(records)}
     compile_ = effects[("model.compile", "False", "True")]
     assert compile_.pairs == 4 and compile_.ratio == pytest.approx(1.2) and not compile_.within_noise

@@ -478,3 +478,43 @@ def test_the_profile_command_in_the_report_takes_only_the_trial_s_number_from_th
     (line,) = [ln for ln in text.splitlines() if ln.startswith("Not profiled")]
     assert f"`dinox run 'my specs/s.yaml' {word}` traces this trial" in line, line
     assert "PWNED" not in line and "id" not in line.split("--profile")[1], line
+
+
+def _measured(run_id: str, trial: str, sweep: str, workers: int, lo: float, hi: float) -> TrialRecord:
+    """A quickstart trial at batch 32 x 2 as a sweep records it: its windows' range and their rate between."""
+    params = {"model.name": "vit_tiny_patch16_224", "batch.size": "32", "batch.accumulation": "2"}
+    params["loader.num_workers"] = str(workers)
+    metrics = {"images_per_s": (lo + hi) / 2, "images_per_s_min": lo, "images_per_s_max": hi, "windows": 5.0}
+    tags = {"dinox.status": "ok", "dinox.trial_id": trial, "mlflow.parentRunId": sweep}
+    return TrialRecord(run_id, "1", f"{run_id} bs=32 w={workers}", params, metrics, tags)
+
+
+def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_their_ranges():
+    """Issue 33, item 2, as a user met it: after `--remeasure-unsettled`, trial 5 (measured again four minutes
+    later) ran 145.7-189.4 img/s where the first sweep had it at 194.7-225.5, and decide ranked the first
+    sweep's trial 6 (193.3-212.0) above it by their disjoint ranges: a winner chosen by the box's move."""
+    first_5 = _measured("5a", "t5", "sweep-1", 0, 194.7, 225.5)
+    six = _measured("6", "t6", "sweep-1", 2, 193.3, 212.0)
+    again_5 = _measured("5b", "t5", "sweep-2", 0, 145.7, 189.4)
+    days = budget.Budget(days=1, target_images=100 * 86400)
+    moved = decide.decide([six, again_5], days, earlier=[first_5])
+    (mv,) = moved.models
+    assert mv.best.run_id == "6" and [c.run_id for c in mv.tied] == ["5b"]
+    assert mv.span.forecast_ips == pytest.approx((145.7 + 189.4) / 2)  # planned at the slower of the two
+    assert [c.run_id for c in moved.contested] == ["6", "5b"]  # the head-to-head that would order them
+    said = report.render_markdown(moved, [])
+    assert "Tied with `5b bs=32 w=0`: measured in another sweep, and the box moved between the two" in said
+    assert "`5b bs=32 w=0` ran 194.7-225.5 img/s in the earlier and 145.7-189.4 in the later" in said
+    # The workers' knob is read from that same pair: 1.21x, inside the box's 25 % move, is noise.
+    (knob,) = moved.knobs
+    assert knob.ratio == pytest.approx(202.65 / 167.55) and knob.within_noise
+    # Without the earlier run the store shows no move: the ranges order the two, as before.
+    alone = decide.decide([six, again_5], days)
+    assert alone.models[0].best.run_id == "6" and alone.models[0].tied == []
+    assert not alone.knobs[0].within_noise
+    # Trial 5's two runs overlapping: the box held still between the sweeps, and the ranges order them.
+    steady = decide.decide([six, again_5], days, earlier=[_measured("5a", "t5", "sweep-1", 0, 170.0, 190.0)])
+    assert steady.models[0].tied == [] and steady.models[0].moved == {}
+    # One sweep, whatever else moved: ranges measured together are compared as they are.
+    same = decide.decide([six, _measured("5b", "t5", "sweep-1", 0, 145.7, 189.4)], days, earlier=[first_5])
+    assert same.models[0].tied == []

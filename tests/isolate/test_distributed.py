@@ -38,7 +38,7 @@ sweep:
 
 def _decided(uri: str, experiment: str) -> str:
     """decide's report on an experiment, in this process (the decide CLI has tests of its own)."""
-    records, _sources, _home = fetch_trials(uri, [experiment], [])
+    records = fetch_trials(uri, [experiment], []).records
     return report.render_markdown(decide.decide(records, budget.Budget(days=1, target_images=1000)), [])
 
 

@@ -126,7 +126,7 @@ def test_dinox_run_profile_traces_a_recorded_trial_again_and_decide_shows_its_ta
     assert timed[0] == timed[1] > 0, timed
 
     # decide, in this process (its CLI has tests of its own): the report and decision.json carry the table.
-    records, _sources, _home = fetch_trials(f"sqlite:///{tmp_path / 'mlflow.db'}", ["profiled"], [])
+    records = fetch_trials(f"sqlite:///{tmp_path / 'mlflow.db'}", ["profiled"], []).records
     decision = decide.decide(records, budget.Budget(days=1, target_images=1000))
     report = render_markdown(decision, [])
     assert "## Where the recommended step's time goes" in report and "| aten::mm |" in report

@@ -1,0 +1,79 @@
+"""Which sweeps' ranges can be set side by side. Two trials' measured ranges order them only where both show the
+box as it was when each was measured alike: within one sweep, or in two sweeps between which the store shows
+no move. A trial measured ok in both, whose windows in the one share no rate with its windows in the other,
+is such a move: the box (or what ran beside it) changed between the sweeps, and a range from each is a
+figure of two different machines.
+
+Found after `dinox run --remeasure-unsettled` (issue 33): trial 5 measured 194.7-225.5 img/s in the first
+sweep and 145.7-189.4 four minutes later, and decide ranked the first sweep's trial 6 (193.3-212.0) above it
+by their disjoint ranges, a winner chosen by the box's move. A record of one window has no measured spread
+and shows no move: two such figures always differ.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from dinox import record as rec
+from dinox.spec import params
+from dinox.store.trial_record import TrialRecord
+
+
+@dataclass(frozen=True)
+class Move:
+    """One trial measured in two sweeps with windows that share no rate."""
+
+    trial: str  # the trial's run name as decide shows it
+    sweeps: frozenset[str]  # the two sweeps' parent run ids
+    before: tuple[float, float]  # its slowest and fastest window in the earlier sweep, images/s
+    after: tuple[float, float]  # ... in the later one
+
+    @property
+    def size(self) -> float:
+        """How far the box moved, as a ratio's distance from 1: the trial's mid-range rate in one sweep over its
+        mid-range rate in the other. A change between trials of the two sweeps is noise up to this."""
+        (a, b), (c, d) = self.before, self.after
+        return abs((a + b) / (c + d) - 1)
+
+    def describe(self) -> str:
+        (a, b), (c, d) = self.before, self.after
+        return f"`{self.trial}` ran {a:.1f}-{b:.1f} img/s in the earlier and {c:.1f}-{d:.1f} in the later"
+
+
+def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:
+    """The moves between sweeps these records show, by the pair of sweeps; `records` oldest first (a trial's
+    superseded runs, then its latest). The first move found between two sweeps is the one named."""
+    runs: dict[tuple[str, str, str], list[tuple[str, tuple[float, float], str]]] = defaultdict(list)
+    for r in records:
+        sweep, window = r.tags.get(rec.PARENT_RUN, ""), _range(r)
+        if r.status == "ok" and sweep and window is not None:
+            key = (r.tags.get(rec.TRIAL_ID) or r.run_id, r.tags.get(rec.DEVICE_NAME, ""), _gpus(r))
+            runs[key].append((sweep, window, r.run_name or r.run_id))
+    found: dict[frozenset[str], Move] = {}
+    for measured in runs.values():
+        for i, (sweep, (lo, hi), _name) in enumerate(measured):
+            for later, (later_lo, later_hi), later_name in measured[i + 1 :]:
+                pair = frozenset((sweep, later))
+                if len(pair) == 2 and pair not in found and (hi < later_lo or later_hi < lo):
+                    found[pair] = Move(later_name, pair, (lo, hi), (later_lo, later_hi))
+    return found
+
+
+def between(a: TrialRecord, b: TrialRecord, found: dict[frozenset[str], Move]) -> Move | None:
+    """The move between the sweeps two records were measured in, if the store shows one."""
+    pair = frozenset((a.tags.get(rec.PARENT_RUN, ""), b.tags.get(rec.PARENT_RUN, "")))
+    return found.get(pair) if len(pair) == 2 else None
+
+
+def _range(r: TrialRecord) -> tuple[float, float] | None:
+    """The slowest and fastest timed window, where two or more ran."""
+    m = r.metrics
+    lo, hi, windows = m.get(rec.IMAGES_PER_S_MIN), m.get(rec.IMAGES_PER_S_MAX), m.get(rec.WINDOWS)
+    if lo is None or hi is None or windows is None or windows < 2 or not 0 < lo <= hi:
+        return None
+    return lo, hi
+
+
+def _gpus(r: TrialRecord) -> str:
+    return r.params.get(params.HARDWARE_GPUS, "1")
