@@ -8,6 +8,8 @@
 - ``candidates``: each ok trial as a Candidate (its forecast and range; a head-to-head's rounds or a
   verification replacing the sweep's figures); ``head_to_head``: the rounds of a head-to-head read back and
   the sign test that orders tied leaders.
+- ``occasions``: which sweeps' ranges can be set side by side (a trial measured in two sweeps whose windows
+  share no rate shows the box moved between them).
 - ``routine``: the run's checkpoints and evaluation passes over the schedule, from the trial's measurement.
 - ``types``: the verdict's types (the policy, a candidate trial, a model's verdict).
 """

@@ -7,7 +7,8 @@ The policy in one paragraph: only ``ok`` trials count. A trial whose peak reserv
 ``effective_batch`` set, only trials with that effective batch count. Each trial gives a forecast (images over
 all its timed windows' wall time: the expected rate) and a measured range (its slowest and fastest window).
 Per model, the fastest qualifying trial by its forecast leads; trials whose ranges overlap the leader's are
-tied with it (the measurement cannot order them) and the plan takes the slowest of them. Trials measured
+tied with it (the measurement cannot order them), as are those from another sweep where the store shows the
+box moved between the two (``decide.occasions``), and the plan takes the slowest of them. Trials measured
 again head to head (``decide.head_to_head``) are planned with their rounds' figures and ordered by the
 rounds: one settled slower than another neither leads nor ties. A model is GO when
 the budget holds at the slow end of that range and at least ``SETTLED_WINDOWS`` windows ran; NO-GO when it
