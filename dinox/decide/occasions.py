@@ -12,12 +12,17 @@ and shows no move: two such figures always differ.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
 from dinox import record as rec
 from dinox.spec import params
 from dinox.store.trial_record import TrialRecord
+
+# The latest runs of one trial compared with each other: a store holding thousands of runs of one trial (another
+# tool's, or a hostile one) is not compared all against all.
+MAX_RUNS = 50
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,8 @@ def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:
             key = (r.tags.get(rec.TRIAL_ID) or r.run_id, r.tags.get(rec.DEVICE_NAME, ""), _gpus(r))
             runs[key].append((sweep, window, r.run_name or r.run_id))
     found: dict[frozenset[str], Move] = {}
-    for measured in runs.values():
+    for every in runs.values():
+        measured = every[-MAX_RUNS:]
         for i, (sweep, (lo, hi), _name) in enumerate(measured):
             for later, (later_lo, later_hi), later_name in measured[i + 1 :]:
                 pair = frozenset((sweep, later))
@@ -70,7 +76,7 @@ def _range(r: TrialRecord) -> tuple[float, float] | None:
     """The slowest and fastest timed window, where two or more ran."""
     m = r.metrics
     lo, hi, windows = m.get(rec.IMAGES_PER_S_MIN), m.get(rec.IMAGES_PER_S_MAX), m.get(rec.WINDOWS)
-    if lo is None or hi is None or windows is None or windows < 2 or not 0 < lo <= hi:
+    if lo is None or hi is None or windows is None or windows < 2 or not 0 < lo <= hi < math.inf:
         return None
     return lo, hi
 

@@ -243,7 +243,7 @@ def decide(
             f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
         )
     _check_something_measured(records)
-    shifts = moves([*(earlier or []), *records])
+    shifts = moves([*(r for r in earlier or [] if not record_problem(r)), *records])
     models = _model_verdicts(records, budget, policy, verified or {}, rematches or {}, shifts)
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
     go = [mv for mv in models if mv.go]

@@ -167,14 +167,12 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     if not mv.tied:
         return out
     overlap = [f"`{c.run_name or c.run_id}`" for c in mv.tied if c.run_id not in mv.moved]
-    lines = (
-        [
+    lines = []
+    if overlap:
+        lines.append(
             f"- Tied with {', '.join(overlap)}: their measured ranges overlap this one's, so the measurement does not "
             "say which is faster"
-        ]
-        if overlap
-        else []
-    )
+        )
     lines += [
         f"- Tied with `{c.run_name or c.run_id}`: measured in another sweep, and the box moved between the two "
         f"({mv.moved[c.run_id].describe()}), so ranges from the two sweeps do not say which is faster"

@@ -515,6 +515,9 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
     # Trial 5's two runs overlapping: the box held still between the sweeps, and the ranges order them.
     steady = decide.decide([six, again_5], days, earlier=[_measured("5a", "t5", "sweep-1", 0, 170.0, 190.0)])
     assert steady.models[0].tied == [] and steady.models[0].moved == {}
+    # An earlier record no sweep could have written (an infinite fastest window) shows nothing.
+    broken = _measured("5a", "t5", "sweep-1", 0, 194.7, float("inf"))
+    assert decide.decide([six, again_5], days, earlier=[broken]).models[0].tied == []
     # One sweep, whatever else moved: ranges measured together are compared as they are.
     same = decide.decide([six, _measured("5b", "t5", "sweep-1", 0, 145.7, 189.4)], days, earlier=[first_5])
     assert same.models[0].tied == []
