@@ -336,10 +336,13 @@ def test_the_timed_windows_do_not_eat_the_batches_ready_after_a_long_first_step(
         loader_batches=8,
         loader_buffered=2 * 4,
     )
+    # The promise, not a timing threshold: eating the eight ready batches, the first window ran at 600+ img/s,
+    # several times the others and the loader alone. One batch caught ready at a window's edge is an eighth of
+    # a window (CI on a loaded box once read the first 215 img/s against the others' 178): well under 1.5x.
     first, *rest = stats.window_images_per_s
-    assert first == pytest.approx(statistics.median(rest), rel=0.2)
-    assert stats.images_per_s == pytest.approx(stats.loader_images_per_s, rel=0.2)
-    assert stats.images_per_s < 220  # the two workers' ceiling; eating the backlog, the first window ran at 600+
+    assert first < 1.5 * statistics.median(rest), stats.window_images_per_s
+    assert stats.images_per_s < 1.5 * stats.loader_images_per_s, (stats.images_per_s, stats.loader_images_per_s)
+    assert stats.images_per_s < 220  # the two workers' ceiling, 200 img/s, and an edge batch
 
 
 def test_settle_takes_the_ready_batches_and_keeps_the_one_it_waited_for():
