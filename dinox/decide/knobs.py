@@ -112,11 +112,23 @@ class Combination:
     changes: tuple[str, ...]  # "model.compile False -> True", ...
     measured: float
     product: float
+    # The pair's own noise, as a single knob's: the larger spread of its two trials' timed windows, and for
+    # trials from two sweeps the box moved between, that move.
+    noise: float = 0.0
+
+    @property
+    def multiplies(self) -> bool:
+        """The measured ratio within the pair's noise of the product: as far as these trials can tell, the
+        single effects multiply."""
+        return within_noise(self.measured / self.product, self.noise)
 
 
-def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[Combination]:
+def combinations(
+    records: list[TrialRecord], effects: list[KnobEffect], shifts: dict[frozenset[str], Move] | None = None
+) -> list[Combination]:
     """Each pair of ok trials that differ in two or more varied params, all in the direction the single
-    effects were measured in (and in nothing else): what they did together, against the product."""
+    effects were measured in (and in nothing else): what they did together, against the product, and the
+    pair's noise (a move between their sweeps, `shifts`, in it as in a single knob's)."""
     single = {(k.field, k.before, k.after): k.ratio for k in effects if k.ratio is not None}
     by_key = {(k.field, k.before, k.after): k for k in effects}
     fields = sorted({k.field for k in effects})
@@ -143,7 +155,7 @@ def combinations(records: list[TrialRecord], effects: list[KnobEffect]) -> list[
                 # A ladder's rungs make each single effect from one pair, the very pairs a combination chains:
                 # the product is the measurement by construction and says nothing.
                 if not (all(len(by_key[k].ratios) == 1 for k in keys) and math.isclose(measured, product)):
-                    found.setdefault(changes, Combination(changes, measured, product))
+                    found.setdefault(changes, Combination(changes, measured, product, _noise(a, b, shifts or {})))
     return sorted(found.values(), key=lambda c: (-len(c.changes), c.changes))
 
 
@@ -215,13 +227,19 @@ def _add(effect: KnobEffect, pair: Pair, shifts: dict[frozenset[str], Move]) -> 
     if rb is None or ra is None:
         return
     effect.ratios.append(ra / rb)
-    moved = between(a, b, shifts)
-    effect.noise.append(max(pair_noise(*(measured_spread(r.metrics) for r in (a, b))), moved.size if moved else 0.0))
+    effect.noise.append(_noise(a, b, shifts))
     label = no_effect(a.tags)  # every pair's changed trial must say so, or the knob did apply somewhere
     effect.unapplied = label if len(effect.ratios) == 1 or effect.unapplied == label else ""
     mb, ma = b.metrics.get(rec.PEAK_MEM_RESERVED_GB), a.metrics.get(rec.PEAK_MEM_RESERVED_GB)
     if mb is not None and ma is not None:
         effect.memory_gb.append(ma - mb)
+
+
+def _noise(a: TrialRecord, b: TrialRecord, shifts: dict[frozenset[str], Move]) -> float:
+    """What a change between two trials must stand out of: the larger of their windows' spreads, or the move
+    between their two sweeps where the box moved."""
+    moved = between(a, b, shifts)
+    return max(pair_noise(*(measured_spread(r.metrics) for r in (a, b))), moved.size if moved else 0.0)
 
 
 def _ips(r: TrialRecord) -> float | None:

@@ -17,6 +17,19 @@ from dinox.store.profile_table import ProfileSummary
 # GO: the budget holds at the slow end of what was measured; NO-GO: it fails even at the fast end; UNSETTLED:
 # the measured range straddles the budget, or too few windows ran to call any range measured.
 Verdict = Literal["GO", "NO-GO", "UNSETTLED"]
+# Why a trial is tied with a model's best: a head-to-head of the two left their order open, the box moved
+# between the two sweeps that measured them, or their measured ranges share a rate.
+TieWhy = Literal["head_to_head", "moved", "overlap"]
+
+
+@dataclass(frozen=True)
+class Tie:
+    """One trial tied with a model's best, and why the measurement cannot order the two."""
+
+    run_id: str
+    run_name: str
+    why: TieWhy
+    detail: str  # the evidence in words: the bout, the move, or the two ranges
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,26 @@ class ModelVerdict:
     devices: int = 1  # how many of it each trial used (hardware.gpus)
     cost: float | None = None  # the whole schedule on the best trial's devices; None without a price
     over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
+
+    def ties(self) -> list[Tie]:
+        """Each tied trial and why it is tied with the best (decision.json and report.md say the same)."""
+        if self.best is None:
+            return []
+        best, bouts = self.best, {b.other: b for b in self.bouts}
+        out = []
+        for c in self.tied:
+            name = c.run_name or c.run_id
+            if c.run_id in bouts:
+                why: TieWhy = "head_to_head"
+                detail = f"measured again head to head: {bouts[c.run_id].describe()}"
+            elif c.run_id in self.moved:
+                why, detail = "moved", self.moved[c.run_id].describe()
+            else:
+                (lo, hi), (c_lo, c_hi) = best.occasion_range, c.occasion_range
+                why = "overlap"
+                detail = f"measured ranges {c_lo:.1f}-{c_hi:.1f} and {lo:.1f}-{hi:.1f} img/s share a rate"
+            out.append(Tie(c.run_id, name, why, detail))
+        return out
 
     @property
     def go(self) -> bool:

@@ -266,7 +266,7 @@ def decide(
         needed_ips=needed,
         memory=memory_checks(records),
         knobs=(effects := knob_effects(records, shifts)),
-        combined=combinations(records, effects),
+        combined=combinations(records, effects, shifts),
         scaling=rows,
         left_out=left_out,
         unstable=_unstable_warning(recommended),

@@ -24,7 +24,9 @@ _JSON = TypeAdapter(dict[str, Any])
 # forecast over the timed windows, each model's span holds the slow and fast ends the verdict reads; needs'
 # images_per_s and a knob's ratio are the windows' figure (were *_p90 and ratio_p90).
 # Within 2, added: recommended.routine (the checkpoints and evaluation passes in its days, routine:); shrunk
-# (trials of `dinox run --shrink`: then settled is false and exit_code 3 whatever the verdict).
+# (trials of `dinox run --shrink`: then settled is false and exit_code 3 whatever the verdict); ties, beside
+# tied_with / tied, saying why each trial is tied (head_to_head, moved, overlap) and the evidence in words;
+# combined[].noise and .multiplies (the measured ratio within the pair's noise of the product).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
@@ -89,7 +91,7 @@ def _payload(d: Decision) -> dict[str, Any]:
         ],
         "projections": [asdict(p) | {"images_per_s": p.ips} for p in d.projections],
         "knobs": [_knob(k) for k in d.knobs],
-        "combined": [asdict(c) for c in d.combined],
+        "combined": [asdict(c) | {"multiplies": c.multiplies} for c in d.combined],
     }
 
 
@@ -127,6 +129,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "params_m": rec.params_m,
         "configuration": rec.best.configuration,
         "tied_with": [c.run_id for c in rec.tied],
+        "ties": [asdict(t) for t in rec.ties()],
         "head_to_head": _bouts(rec),
         "forecast_images_per_s": rec.ips,
         "span": rec.span,
@@ -164,6 +167,7 @@ def _model(mv: ModelVerdict) -> dict[str, Any]:
         "unsettled_why": mv.unsettled_why or None,
         "best": mv.best,
         "tied": [c.run_id for c in mv.tied],
+        "ties": [asdict(t) for t in mv.ties()],
         "span": mv.span,
         "days": mv.days if mv.span else None,
         "device": mv.device,

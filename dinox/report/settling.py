@@ -166,7 +166,8 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     out = [f"- {line}" for line in head_to_head_lines(mv, d)]
     if not mv.tied:
         return out
-    overlap = [f"`{c.run_name or c.run_id}`" for c in mv.tied if c.run_id not in mv.moved]
+    ties = mv.ties()
+    overlap = [f"`{t.run_name}`" for t in ties if t.why == "overlap"]
     lines = []
     if overlap:
         lines.append(
@@ -174,10 +175,15 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
             "say which is faster"
         )
     lines += [
-        f"- Tied with `{c.run_name or c.run_id}`: measured in another sweep, and the box moved between the two "
-        f"({mv.moved[c.run_id].describe()}), so ranges from the two sweeps do not say which is faster"
-        for c in mv.tied
-        if c.run_id in mv.moved
+        f"- Tied with `{t.run_name}`: measured in another sweep, and the box moved between the two ({t.detail}), so "
+        "ranges from the two sweeps do not say which is faster"
+        for t in ties
+        if t.why == "moved"
+    ]
+    lines += [
+        f"- Tied with `{t.run_name}`: measured again head to head, and the rounds did not order the two"
+        for t in ties
+        if t.why == "head_to_head"
     ]
     return [*lines, "- The forecast is the slowest of the tied trials (any of them will do)", *out]
 

@@ -185,12 +185,17 @@ def _knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list
     if combined:
         out += [
             "",
-            "Several changed at once, against the product of their single effects (do the speedups multiply?):",
+            "Several changed at once, against the product of their single effects (do the speedups multiply? within "
+            "the pair's noise, as for one knob, they do as far as these trials can tell):",
             "",
-            "| changes | measured | product of the single effects |",
-            "|---|---|---|",
+            "| changes | measured | product of the single effects | multiply? |",
+            "|---|---|---|---|",
         ]
-        out += [f"| {'; '.join(c.changes)} | {c.measured:.2f}x | {c.product:.2f}x |" for c in combined[:12]]
+        out += [
+            f"| {'; '.join(c.changes)} | {c.measured:.2f}x | {c.product:.2f}x | "
+            f"{'within noise' if c.multiplies else f'no: {c.measured / c.product:.2f}x the product'} |"
+            for c in combined[:12]
+        ]
     return [*out, ""]
 
 

@@ -76,6 +76,8 @@ def test_a_settled_head_to_head_orders_the_tie_and_the_plan_takes_the_rounds_fig
     assert [c.run_id for c in before.contested] == [FIRST, SECOND] and large.tied
     payload = report_json.to_json(before)
     assert payload["head_to_head"] == {"runs": [FIRST, SECOND], "command": "dinox head-to-head SPEC"}
+    (tie,) = payload["recommended"]["ties"]  # why, in the file: their sweep ranges overlap
+    assert tie["run_id"] in {FIRST, SECOND} and tie["why"] == "overlap" and "share a rate" in tie["detail"]
     assert "`dinox head-to-head SPEC` measures the tied trials again, interleaved" in report.render_terminal(before)
 
     rounds = h2h.read(_rounds([23.30, 23.41, 23.38, 23.35, 23.44], [23.62, 23.70, 23.66, 23.58, 23.69]))
@@ -134,6 +136,11 @@ def test_an_unsettled_head_to_head_stays_tied_at_the_slower_pooled_figure_and_is
     assert large.span.forecast_ips == pytest.approx(slower)
     assert d.contested == []  # already measured head to head: tied, said so, not offered again
     assert "tied (" in next(ln for ln in report.render_terminal(d).splitlines() if ln.startswith("leaders: "))
+    (tie,) = report_json.to_json(d)["recommended"]["ties"]  # the rounds, not the sweep's ranges, tie them
+    assert tie["why"] == "head_to_head" and "rounds to" in tie["detail"], tie
+    md = report.render_markdown(d, [])
+    assert f"Tied with `{tie['run_name']}`: measured again head to head, and the rounds did not order" in md
+    assert "their measured ranges overlap" not in md
 
 
 SPEC = TINY.format(name="h2h").replace("batch: {size: 4}", "batch: {size: 4}\nsweep: {grid: {batch.size: [2, 4]}}")
