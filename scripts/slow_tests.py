@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""tests/slow.txt from a run's durations: every test whose setup or call took a second or more.
+"""tests/slow.txt from a run's durations: every test whose setup or call took a second or more, with its seconds
+(setup and call) as a comment: tests/conftest.py marks each `slow`, and runs the modules holding the longest
+ones first (xdist hands each worker a contiguous share; a test of minutes collected last would start late).
 
     python -m pytest -p no:randomly --durations=0 --durations-min=1.0 | python scripts/slow_tests.py > tests/slow.txt
 
@@ -24,7 +26,7 @@ def main() -> int:
             slow[node] = slow.get(node, 0.0) + float(m.group(1))
     print("# Tests measured at a second or more (scripts/slow_tests.py writes this list); marked slow.")
     for node in sorted(slow):
-        print(node)
+        print(f"{node}  # {slow[node]:.1f} s")
     return 0
 
 

@@ -23,10 +23,16 @@ SLOW_FIXTURES = frozenset({"busy", "oom_sweep", "estimates", "measured", "result
 SLOW_LIST = Path(__file__).with_name("slow.txt")
 
 
-def slow_tests() -> set[str]:
-    """Node ids of tests/slow.txt (a `#` starts a comment)."""
-    lines = (ln.split("#", 1)[0].strip() for ln in SLOW_LIST.read_text().splitlines())
-    return {ln for ln in lines if ln}
+def slow_tests() -> dict[str, float]:
+    """Node ids of tests/slow.txt and the seconds each took when the list was written (its comment, `# 12.3 s`;
+    0 where it gives none)."""
+    out = {}
+    for line in SLOW_LIST.read_text().splitlines():
+        node, _, comment = line.partition("#")
+        if node.strip():
+            seconds = comment.strip().removesuffix("s").strip()
+            out[node.strip()] = float(seconds) if seconds.replace(".", "", 1).isdigit() else 0.0
+    return out
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -37,6 +43,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         elif item.nodeid in slow or item.nodeid.split("[")[0] in slow or SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+    # The modules holding the longest tests first, each module whole (its module fixtures set up once): xdist's
+    # worksteal hands each worker a contiguous share and steals from the end of a queue, so a test of minutes
+    # collected last (the docs blocks, the scripts) would start when the other worker has little left to do.
+    longest: dict[str, float] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        seconds = slow.get(item.nodeid, slow.get(item.nodeid.split("[")[0], 0.0))
+        longest[module] = max(longest.get(module, 0.0), seconds)
+    items.sort(key=lambda item: -longest[item.nodeid.split("::")[0]])  # stable: a module's own order kept
 
 
 # A trial small enough that a 2-core CPU measures it in about a second once torch is imported. Without the

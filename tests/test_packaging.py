@@ -298,6 +298,24 @@ def test_the_fast_tier_covers_every_room(request):
     assert [r for r in rooms if not any(f.startswith(f"tests/{r}/test_") for f in files)] == []
 
 
+def test_the_session_runs_the_longest_modules_first_each_module_whole(request):
+    """xdist's worksteal hands each worker a contiguous share of the collected tests: the modules holding the
+    longest tests of tests/slow.txt (with their seconds) come first, so none starts with little else left, and
+    each module's tests stay together (a module fixture set up once)."""
+    from tests.conftest import slow_tests
+
+    seconds = slow_tests()
+    assert all(s >= 0 for s in seconds.values()) and max(seconds.values()) > 60  # the list carries its seconds
+    for node in seconds:
+        assert (ROOT / node.split("::")[0]).is_file(), f"tests/slow.txt names a missing module: {node}"
+    modules = [item.nodeid.split("::")[0] for item in request.session.items]
+    order = list(dict.fromkeys(modules))
+    assert len(order) == len([m for i, m in enumerate(modules) if i == 0 or modules[i - 1] != m])  # whole
+    longest = max(seconds, key=seconds.get).split("::")[0]
+    if longest in order:  # a whole-suite session: the module of the longest test leads
+        assert order[0] == longest
+
+
 def test_decide_store_and_report_name_params_only_through_spec_params():
     """A spec field renamed once emptied decide's columns silently: the rooms that read params back spell no
     field path themselves; dinox.spec.params names each, checked against the spec at import."""
