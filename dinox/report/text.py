@@ -4,12 +4,10 @@ Pure rendering of a Decision; no MLflow, no policy."""
 from __future__ import annotations
 
 from dinox.decide.budget import Budget, fmt_cost, fmt_days
-from dinox.decide.checks import MemoryCheck
-from dinox.decide.knobs import Combination, KnobEffect
-from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
-from dinox.report import money
+from dinox.report import findings, money
+from dinox.report.findings import fmt_settings
 from dinox.report.settling import (
     days_range,
     decision_section,
@@ -22,7 +20,6 @@ from dinox.report.settling import (
     verifications,
 )
 from dinox.spec import params
-from dinox.store.profile_table import markdown as profile_markdown
 from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, inert
 
 
@@ -36,10 +33,6 @@ def _fmt_config(config: dict[str, str]) -> str:
         params.LOADER_PIN_MEMORY: "pin",
     }
     return ", ".join(f"{short.get(k, k)}={v}" for k, v in config.items() if v not in ("None",))
-
-
-def _fmt_settings(settings: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "all trials"
 
 
 def render_terminal(d: Decision) -> str:
@@ -117,24 +110,6 @@ def render_note(d: Decision) -> str:
     return "\n".join(out)
 
 
-def _profile_section(d: Decision) -> list[str]:
-    """The recommended trial's measure.profile tables (an unsettled decision's leading one): where its step's
-    time goes."""
-    mv = d.recommended or (d.unsettled[0] if d.unsettled else None)
-    if mv is None or mv.best is None:
-        return []
-    out = ["## Where the recommended step's time goes", ""]
-    if mv.best.profile is None:
-        # The run's name is the store's (any tool writes it) and this is a command a user pastes: only dinox's own
-        # trial number, as the name starts, goes into it.
-        number = mv.best.run_name.split(" ")[0]
-        which = number if number.isascii() and number.isdigit() else "N"
-        also = "" if which != "N" else " (N: its number, as dinox names its runs)"
-        line = f"Not profiled: `dinox run {d.spec_arg} --profile {which}` traces this trial{also}"
-        return out + [line + " (measure.profile: true for every trial).", ""]  # a code span, as report.md's others
-    return out + [f"Trial {inert(mv.best.run_name)} (run `{mv.best.run_id}`).", ""] + profile_markdown(mv.best.profile)
-
-
 def _policy_line(d: Decision) -> str:
     """report.md's policy bullet: what counts, the forecast, the verdict's range, ties and head-to-heads."""
     return (
@@ -152,51 +127,6 @@ def _policy_line(d: Decision) -> str:
 
 def _cell(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "-"
-
-
-MAX_KNOB_ROWS = 30  # the biggest effects; decision.json keeps every row
-
-
-def _knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list[str]:
-    """The breakdown the field reports guessed at, measured: each varied param, what changing it did."""
-    if not knobs:
-        return []
-    out = [
-        "## What each knob bought, measured",
-        "",
-        f"Pairs of trials equal in everything but one param; the ratio is the change's {IPS_WINDOWS} over the "
-        "trial without it (median, and the range over the pairs). A change inside the pair's own noise (the "
-        "larger spread of its two trials' timed windows, and for trials from two sweeps the box moved between, "
-        "that move) is said to be within noise, not given a number.",
-        "",
-        "| change | ratio | range | pairs | peak memory | status changes |",
-        "|---|---|---|---|---|---|",
-    ]
-    for k in knobs[:MAX_KNOB_ROWS]:
-        ratio = k.unapplied or (
-            "within noise" if k.within_noise else (f"{k.ratio:.2f}x" if k.ratio is not None else "-")
-        )
-        span = f"{min(k.ratios):.2f}-{max(k.ratios):.2f}x" if k.ratios else "-"
-        memory = f"{k.memory:+.2f} GiB" if k.memory is not None else "-"
-        statuses = ", ".join(f"{n} {c}" for c, n in sorted(k.statuses.items())) or "-"
-        out.append(f"| `{k.field}` {k.before} -> {k.after} | {ratio} | {span} | {k.pairs} | {memory} | {statuses} |")
-    if len(knobs) > MAX_KNOB_ROWS:
-        out += ["", f"... and {len(knobs) - MAX_KNOB_ROWS} smaller changes (decision.json has them all)."]
-    if combined:
-        out += [
-            "",
-            "Several changed at once, against the product of their single effects (do the speedups multiply? within "
-            "the pair's noise, as for one knob, they do as far as these trials can tell):",
-            "",
-            "| changes | measured | product of the single effects | multiply? |",
-            "|---|---|---|---|",
-        ]
-        out += [
-            f"| {'; '.join(c.changes)} | {c.measured:.2f}x | {c.product:.2f}x | "
-            f"{'within noise' if c.multiplies else f'no: {c.measured / c.product:.2f}x the product'} |"
-            for c in combined[:12]
-        ]
-    return [*out, ""]
 
 
 def _num(value: float | None, width: int, digits: int) -> str:
@@ -224,10 +154,10 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
     out += ["## Models", ""]
     for mv in d.models:
         out += _model_section(mv, b, d.where(mv))
-    out += _profile_section(d)
-    out += _knobs_section(d.knobs, d.combined)
-    out += _loader_section(d.loader, d.policy.knee_tolerance)
-    out += _memory_section(d.memory)
+    out += findings.profile_section(d)
+    out += findings.knobs_section(d.knobs, d.combined)
+    out += findings.loader_section(d.loader, d.policy.knee_tolerance)
+    out += findings.memory_section(d.memory)
     if d.scaling:
         out += [
             "## Scaling",
@@ -297,7 +227,7 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
     out += _candidates_table(mv)
     for ob in mv.oom:
         fit = f"largest batch that fit: {ob.largest_ok}" if ob.largest_ok is not None else "no batch fit"
-        out.append(f"- OOM boundary ({_fmt_settings(ob.settings)}): {fit}; smallest that did not: {ob.smallest_oom}")
+        out.append(f"- OOM boundary ({fmt_settings(ob.settings)}): {fit}; smallest that did not: {ob.smallest_oom}")
     if mv.oom:
         out.append("")
     return out
@@ -335,82 +265,3 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
         ]
         out.append("| " + " | ".join(cells) + " |")
     return [*out, ""]
-
-
-def _memory_section(checks: list[MemoryCheck]) -> list[str]:
-    if not checks:
-        return []
-    out = ["## Memory: predicted before the sweep, measured in it", ""]
-    out += [
-        "Predicted device memory (`dinox plan`: weights, gradients, optimizer state, saved activations, the "
-        "batch; on the CPU the process too) beside the measured peak (CUDA: peak allocated; CPU: the trial "
-        "process's peak resident set).",
-        "",
-    ]
-    out += [
-        "| trial | model | batch | predicted GiB | measured GiB | measured / predicted | status | predicted OOM |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for c in checks:
-        measured = f"{c.measured_gb:.2f}" if c.measured_gb is not None else "-"
-        ratio = f"{c.ratio:.2f}" if c.ratio is not None else "-"
-        out.append(
-            f"| {c.run} | {c.model} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
-            f"{measured} | {ratio} | {c.status} | {'yes' if c.predicted_oom else 'no'} |"
-        )
-    hits = sum(c.predicted_oom == (c.status == "oom") for c in checks)
-    out += ["", f"The OOM prediction matched the outcome in {hits} of {len(checks)} trials.", ""]
-    return out
-
-
-def _loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
-    if not (f.knees or f.pin or f.io_bound or f.host_bound or f.encodings):
-        return []
-    out = ["## Input pipeline", ""]
-    if f.knees:
-        out += [
-            f"Worker knee (fewest workers within {tolerance:.0%} of the best throughput, all else equal). "
-            '"Loader alone" is what the input pipeline delivers with the model idle (`loader_images_per_s`): '
-            "where it is close to the step's rate, the loader sets the pace.",
-            "",
-        ]
-        out += [
-            "| settings | knee | best | best img/s | img/s by workers | loader alone by workers |",
-            "|---|---|---|---|---|---|",
-        ]
-        for k in f.knees:
-            curve = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.points)
-            ceiling = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.loader_points) or "-"
-            out.append(
-                f"| {_fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
-                f"{curve} | {ceiling} |"
-            )
-        out.append("")
-    if f.pin:
-        out += [f"{f.pin_summary[0].upper()}{f.pin_summary[1:]}.", ""]
-    for e in f.encodings:
-        rates = ", ".join(
-            f"{layout} {ips:.1f} img/s"
-            + (f" (loader alone {alone:.0f})" if (alone := e.loader_images_per_s.get(layout)) else "")
-            for layout, ips in sorted(e.images_per_s.items())
-        )
-        out += [f"Shard encodings ({_fmt_settings(e.settings)}): {rates}.", ""]
-    if f.io_bound:
-        shown = ", ".join(f"{n} ({ips:.0f} img/s" + (f", {why}" if why else "") + ")" for n, _m, ips, why in f.io_bound)
-        out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
-    if f.io_bound_beside:
-        out += [
-            f"> **Warning:** {len(f.io_bound_beside)} io_bound trial(s) were measured beside other trials "
-            f"(`dinox run --devices`): {', '.join(f.io_bound_beside)}. Each had cores of its own, but the disk, "
-            "the page cache and memory bandwidth were shared: measure them alone before trusting their loader "
-            "figures.",
-            "",
-        ]
-    if f.host_bound:
-        shown = ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound)
-        out += [
-            f"host_bound trials ({len(f.host_bound)}): {shown}. The device waits on Python and kernel launches, "
-            "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.",
-            "",
-        ]
-    return out
