@@ -1,7 +1,8 @@
 """The decision: trial records and a budget in, GO / NO-GO out. Pure functions: no MLflow, no torch, no files.
 
 - ``budget``: the schedule and the days and money it must fit in; ``verdict``: the verdict per model and the
-  decision; ``money``: what a schedule costs and what would change the answer.
+  decision; ``reasons``: the decision in words (why this verdict, an unstable best's warning); ``money``:
+  what a schedule costs and what would change the answer.
 - ``grouping``: trials grouped by model and by the params that bound memory; ``checks``: predicted against
   measured memory, scaling across devices; ``loader_findings``: the worker knee and pinned-memory pairs;
   ``knobs``: what each varied param bought, from the pairs of trials equal in everything else.

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dinox import record as rec
-from dinox.contract import one_line
-from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_cost, fmt_days
+from dinox.decide import reasons
+from dinox.decide.budget import SECONDS_PER_DAY, Budget, DecisionError, fmt_days
 from dinox.decide.candidates import bouts, candidate, contested, moved_apart, order, tied, varying
 from dinox.decide.checks import MemoryCheck, ScalingRow, memory_checks, scaling
 from dinox.decide.grouping import device_of, memory_groups, model_key, only_device, telling
@@ -36,10 +36,7 @@ from dinox.decide.loader_findings import LoaderFindings, loader_findings
 from dinox.decide.money import Need, Projection, WhatIf, needs, over_cost, projections, what_if
 from dinox.decide.occasions import Move, moves
 from dinox.decide.types import Candidate, ModelVerdict, OomBoundary, Policy, Span, Verdict
-from dinox.store.trial_record import IPS_WINDOWS, SETTLED_WINDOWS, TrialRecord, record_problem, store_text
-
-# Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
-_NO_FIT = ("oom", "skipped")
+from dinox.store.trial_record import SETTLED_WINDOWS, TrialRecord, record_problem, store_text
 
 
 @dataclass
@@ -242,7 +239,7 @@ def decide(
         raise DecisionError(
             f"none of the {len(left_out)} trial records can be used: {left_out[0][0]}: {left_out[0][1]}"
         )
-    _check_something_measured(records)
+    reasons.check_something_measured(records)
     shifts = moves([*(r for r in earlier or [] if not record_problem(r)), *records])
     models = _model_verdicts(records, budget, policy, verified or {}, rematches or {}, shifts)
     needed = budget.images_needed / (budget.days * SECONDS_PER_DAY * budget.utilization)
@@ -262,14 +259,14 @@ def decide(
         models=models,
         recommended=recommended,
         loader=loader_findings(records, policy.knee_tolerance),
-        reason=_reason(records, models, recommended, unsettled, budget, needed),
+        reason=reasons.reason(records, models, recommended, unsettled, budget, needed),
         needed_ips=needed,
         memory=memory_checks(records),
         knobs=(effects := knob_effects(records, shifts)),
         combined=combinations(records, effects, shifts),
         scaling=rows,
         left_out=left_out,
-        unstable=_unstable_warning(recommended),
+        unstable=reasons.unstable_warning(recommended),
         unsettled=unsettled,
         remeasure=_behind(records, unsettled if recommended is None else bigger, lambda r: r.unsettled),
         capped=_behind(records, unsettled if recommended is None else bigger, lambda r: r.few_windows and r.capped),
@@ -327,88 +324,3 @@ def _cost_or_inf(mv: ModelVerdict) -> float:
 
 def _days(mv: ModelVerdict) -> float:
     return mv.days
-
-
-def status_summary(records: list[TrialRecord]) -> str:
-    """`5 trials: error 4, crashed 1`."""
-    counts = Counter(r.status or "unknown" for r in records)
-    return f"{len(records)} trial{'s' if len(records) != 1 else ''}: " + ", ".join(
-        f"{k} {v}" for k, v in counts.most_common()
-    )
-
-
-def _check_something_measured(records: list[TrialRecord]) -> None:
-    if any(r.status == "ok" for r in records) or all(r.status in _NO_FIT for r in records):
-        return
-    errors = Counter(one_line(r.tags.get(rec.ERROR, ""), 200) for r in records if r.status not in _NO_FIT)
-    error, n = errors.most_common(1)[0]
-    commonest = f"; the commonest error ({n}x): {error}" if error else ""
-    raise DecisionError(f"nothing was measured ({status_summary(records)}){commonest}")
-
-
-def _reason(
-    records: list[TrialRecord],
-    models: list[ModelVerdict],
-    recommended: ModelVerdict | None,
-    unsettled: list[ModelVerdict],
-    budget: Budget,
-    needed: float,
-) -> str:
-    per_device = len({mv.device for mv in models}) > 1
-
-    def where(mv: ModelVerdict) -> str:
-        return f"{mv.label} on {mv.device}" if per_device else mv.label
-
-    if recommended is not None:
-        span = recommended.span
-        assert span is not None
-        cost = f", costing {fmt_cost(recommended.cost)}" if recommended.cost is not None else ""
-        return (
-            f"{recommended.label} is the largest model that finishes {budget.describe()}"
-            f"{f', on {recommended.device}' if per_device else ''}: forecast {span.forecast_ips:.1f} "
-            f"{IPS_WINDOWS} -> {fmt_days(span.days)} days{cost}; even at the slowest window measured "
-            f"({span.slow_ips:.1f} img/s, {fmt_days(span.days_slow)} days) "
-            f"{fmt_days(recommended.margin_days or 0.0)} days to spare"
-        )
-    if unsettled:
-        mv = unsettled[0]
-        span = mv.span
-        assert span is not None
-        return (
-            f"not settled: {where(mv)} would finish {budget.describe()} at its forecast, {span.forecast_ips:.1f} "
-            f"{IPS_WINDOWS} -> {fmt_days(span.days)} days, but {mv.unsettled_why}"
-        )
-    if not any(r.status == "ok" for r in records):
-        tried = sorted({r.batch_size for r in records if r.batch_size is not None})
-        smallest = f"; the smallest batch tried was {tried[0]}" if tried else ""
-        return (
-            f"nothing fits: every configuration ran out of memory ({status_summary(records)}){smallest}. "
-            "Try a smaller batch.size (or auto), model.grad_checkpointing, bf16-mixed or a larger device"
-        )
-    measured = [mv for mv in models if mv.span is not None]
-    if not measured:
-        return "no trial qualifies: none is ok within the policy (see each model's statuses and exclusions)"
-    fastest = max(measured, key=lambda mv: mv.span.fast_ips)  # type: ignore[union-attr]
-    fs = fastest.span
-    assert fs is not None
-    epochs = f", {fastest.epochs_in_budget:.1f} epochs in the budget" if fastest.epochs_in_budget else ""
-    in_time = [mv for mv in measured if mv.over_cost and _days(mv) <= budget.days]
-    money = f"; {where(in_time[0])} meets the deadline but {in_time[0].over_cost}" if in_time else ""
-    return (
-        f"no model finishes {budget.describe()}, even at the fastest window measured; it needs {needed:.1f} "
-        f"{IPS_WINDOWS}. The fastest, {where(fastest)}, reaches {fs.fast_ips:.1f} img/s at its fastest window "
-        f"-> {fmt_days(fs.days_fast)} days (forecast {fs.forecast_ips:.1f} {IPS_WINDOWS}, "
-        f"{fmt_days(fs.days)} days){epochs}{money}"
-    )
-
-
-def _unstable_warning(recommended: ModelVerdict | None) -> str:
-    """An unstable best trial: the GO holds at its slowest window, but its forecast moved between windows."""
-    best = recommended.best if recommended is not None else None
-    if best is None or not best.unstable:
-        return ""
-    spread = f"differ by {best.spread:.0%}" if best.spread is not None else "disagree"
-    return (
-        f"the recommended trial's timed windows {spread}: the GO holds at the slowest of them, but its forecast "
-        "is uncertain; `dinox run SPEC --remeasure-unsettled` on a quiet machine narrows it"
-    )
