@@ -104,31 +104,36 @@ def knob_effects(records: list[TrialRecord], shifts: dict[frozenset[str], Move] 
     return sorted(out, key=lambda e: (-sum(e.statuses.values()), e.within_noise, -abs((e.ratio or 1.0) - 1)))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Combination:
     """Several knobs changed at once: the measured ratio against the product of their single effects (the
-    field reports' "speedups multiply", checked)."""
+    field reports' "speedups multiply", checked), over every pair of trials that made that change."""
 
     changes: tuple[str, ...]  # "model.compile False -> True", ...
-    measured: float
     product: float
-    # The pair's own noise, as a single knob's: the larger spread of its two trials' timed windows, and for
+    ratios: list[float] = field(default_factory=list)  # each pair's after / before, img/s over the windows
+    # Each pair's own noise, as a single knob's: the larger spread of its two trials' timed windows, and for
     # trials from two sweeps the box moved between, that move.
-    noise: float = 0.0
+    noise: list[float] = field(default_factory=list)
+
+    @property
+    def measured(self) -> float:
+        return statistics.median(self.ratios)
 
     @property
     def multiplies(self) -> bool:
-        """The measured ratio within the pair's noise of the product: as far as these trials can tell, the
+        """Every pair's ratio within that pair's noise of the product: as far as these trials can tell, the
         single effects multiply."""
-        return within_noise(self.measured / self.product, self.noise)
+        return all(within_noise(r / self.product, n) for r, n in zip(self.ratios, self.noise, strict=True))
 
 
 def combinations(
     records: list[TrialRecord], effects: list[KnobEffect], shifts: dict[frozenset[str], Move] | None = None
 ) -> list[Combination]:
-    """Each pair of ok trials that differ in two or more varied params, all in the direction the single
-    effects were measured in (and in nothing else): what they did together, against the product, and the
-    pair's noise (a move between their sweeps, `shifts`, in it as in a single knob's)."""
+    """The pairs of ok trials that differ in two or more varied params, all in the direction the single
+    effects were measured in (and in nothing else), by the changes they make: what each pair did together,
+    against the product, and each pair's noise (a move between their sweeps, `shifts`, in it as in a single
+    knob's)."""
     single = {(k.field, k.before, k.after): k.ratio for k in effects if k.ratio is not None}
     by_key = {(k.field, k.before, k.after): k for k in effects}
     fields = sorted({k.field for k in effects})
@@ -155,7 +160,9 @@ def combinations(
                 # A ladder's rungs make each single effect from one pair, the very pairs a combination chains:
                 # the product is the measurement by construction and says nothing.
                 if not (all(len(by_key[k].ratios) == 1 for k in keys) and math.isclose(measured, product)):
-                    found.setdefault(changes, Combination(changes, measured, product, _noise(a, b, shifts or {})))
+                    c = found.setdefault(changes, Combination(changes, product))
+                    c.ratios.append(measured)
+                    c.noise.append(_noise(a, b, shifts or {}))
     return sorted(found.values(), key=lambda c: (-len(c.changes), c.changes))
 
 

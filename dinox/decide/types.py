@@ -29,7 +29,7 @@ class Tie:
     run_id: str
     run_name: str
     why: TieWhy
-    detail: str  # the evidence in words: the bout, the move, or the two ranges
+    detail: str  # the evidence in plain words (no Markdown): the rounds, the move, or the two ranges
 
 
 @dataclass(frozen=True)
@@ -205,10 +205,16 @@ class ModelVerdict:
         for c in self.tied:
             name = c.run_name or c.run_id
             if c.run_id in bouts:
+                b = bouts[c.run_id]
                 why: TieWhy = "head_to_head"
-                detail = f"measured again head to head: {bouts[c.run_id].describe()}"
+                detail = f"measured again head to head: {b.won} rounds to {b.lost}, not settled"
             elif c.run_id in self.moved:
-                why, detail = "moved", self.moved[c.run_id].describe()
+                m = self.moved[c.run_id]
+                why = "moved"
+                detail = (
+                    f"{m.trial} ran {m.before[0]:.1f}-{m.before[1]:.1f} img/s in the earlier sweep and "
+                    f"{m.after[0]:.1f}-{m.after[1]:.1f} in the later"
+                )
             else:
                 (lo, hi), (c_lo, c_hi) = best.occasion_range, c.occasion_range
                 why = "overlap"

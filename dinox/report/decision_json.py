@@ -26,7 +26,8 @@ _JSON = TypeAdapter(dict[str, Any])
 # Within 2, added: recommended.routine (the checkpoints and evaluation passes in its days, routine:); shrunk
 # (trials of `dinox run --shrink`: then settled is false and exit_code 3 whatever the verdict); ties, beside
 # tied_with / tied, saying why each trial is tied (head_to_head, moved, overlap) and the evidence in words;
-# combined[].noise and .multiplies (the measured ratio within the pair's noise of the product).
+# combined[]: measured is the median over every pair that made the changes (was one pair's), with pairs,
+# ratios, noise (each pair's) and multiplies (every pair's ratio within its noise of the product).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
@@ -91,7 +92,9 @@ def _payload(d: Decision) -> dict[str, Any]:
         ],
         "projections": [asdict(p) | {"images_per_s": p.ips} for p in d.projections],
         "knobs": [_knob(k) for k in d.knobs],
-        "combined": [asdict(c) | {"multiplies": c.multiplies} for c in d.combined],
+        "combined": [
+            asdict(c) | {"measured": c.measured, "pairs": len(c.ratios), "multiplies": c.multiplies} for c in d.combined
+        ],
     }
 
 

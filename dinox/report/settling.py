@@ -175,8 +175,8 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
             "say which is faster"
         )
     lines += [
-        f"- Tied with `{t.run_name}`: measured in another sweep, and the box moved between the two ({t.detail}), so "
-        "ranges from the two sweeps do not say which is faster"
+        f"- Tied with `{t.run_name}`: measured in another sweep, and the box moved between the two "
+        f"({mv.moved[t.run_id].describe()}), so ranges from the two sweeps do not say which is faster"
         for t in ties
         if t.why == "moved"
     ]

@@ -137,7 +137,9 @@ def test_an_unsettled_head_to_head_stays_tied_at_the_slower_pooled_figure_and_is
     assert d.contested == []  # already measured head to head: tied, said so, not offered again
     assert "tied (" in next(ln for ln in report.render_terminal(d).splitlines() if ln.startswith("leaders: "))
     (tie,) = report_json.to_json(d)["recommended"]["ties"]  # the rounds, not the sweep's ranges, tie them
-    assert tie["why"] == "head_to_head" and "rounds to" in tie["detail"], tie
+    (bout,) = large.bouts
+    assert tie["why"] == "head_to_head", tie
+    assert tie["detail"] == f"measured again head to head: {bout.won} rounds to {bout.lost}, not settled"
     md = report.render_markdown(d, [])
     assert f"Tied with `{tie['run_name']}`: measured again head to head, and the rounds did not order" in md
     assert "their measured ranges overlap" not in md
