@@ -137,13 +137,7 @@ def decide(
     from dinox.decide.types import Policy
     from dinox.store.backend import resolve_tracking_uri
 
-    base: dict = {}
-    names = list(experiments)
-    if spec_file:
-        _doc, trials = load_trials(spec_file, None)
-        base = trials[0].spec.budget.model_dump() if trials[0].spec.budget is not None else {}
-        name = shrunk_name(trials[0].spec.name) if shrunk else trials[0].spec.name
-        names = names or ([] if run_ids else [name])
+    base, names = _from_spec(spec_file, shrunk, list(experiments), run_ids)
     if not names and not run_ids:
         raise BadInput("give --experiment NAME, --run-id ID or --spec SPEC to say which trials to decide on")
     try:
@@ -166,6 +160,17 @@ def decide(
     from dinox.report.decision_json import exit_code
 
     sys.exit(exit_code(decision))
+
+
+def _from_spec(spec_file: str | None, shrunk: bool, names: list[str], run_ids: tuple[str, ...]) -> tuple[dict, list]:
+    """The spec's budget (what the options then override) and, where neither --experiment nor --run-id named
+    the trials, its experiment (NAME_shrunk with --shrunk)."""
+    if not spec_file:
+        return {}, names
+    _doc, trials = load_trials(spec_file, None)
+    spec = trials[0].spec
+    name = shrunk_name(spec.name) if shrunk else spec.name
+    return (spec.budget.model_dump() if spec.budget is not None else {}), names or ([] if run_ids else [name])
 
 
 # The budget's and the policy's fields as `dinox decide` takes them.

@@ -70,10 +70,7 @@ def verify(
     from dinox.verify import verify as run_verify
     from dinox.verify.run import epoch_images_for, find_trial
 
-    for name, value in (("--minutes", minutes), ("--epochs", epochs), ("--epoch-images", epoch_images)):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise BadInput(f"{name} {value}: must be a positive number")
-    seconds = minutes * 60.0 if minutes is not None else (math.inf if epochs is not None else 180.0)
+    seconds = _slice_seconds(minutes, epochs, epoch_images)
     uri = resolve_tracking_uri(tracking_uri)
     forecast = None
     if run_id is None:
@@ -99,6 +96,14 @@ def verify(
         again = _measure_again(spec_file, sets)
         click.echo(f"       undecided: `{again}` measures the sweep again on the box as it is; verify again then")
     sys.exit(3 if shrink or undecided else 0 if done.held else 1)
+
+
+def _slice_seconds(minutes: float | None, epochs: float | None, epoch_images: int | None) -> float:
+    """The slice's seconds (infinite where --epochs alone ends it; 3 minutes by default), each option checked."""
+    for name, value in (("--minutes", minutes), ("--epochs", epochs), ("--epoch-images", epoch_images)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise BadInput(f"{name} {value}: must be a positive number")
+    return minutes * 60.0 if minutes is not None else (math.inf if epochs is not None else 180.0)
 
 
 def _measure_again(spec_file: str, sets: tuple[str, ...]) -> str:
