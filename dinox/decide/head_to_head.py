@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from dinox import record as rec
-from dinox.store.trial_record import MAX_IMAGES_PER_S_PER_DEVICE, TrialRecord
+from dinox.store.trial_record import MAX_IMAGES_PER_S_PER_DEVICE, TrialRecord, code_span
 
 MIN_ROUNDS = 5
 LOOKS = (5, 7, 9)  # the rounds after which the measuring side asks whether the order is settled
@@ -60,12 +60,12 @@ class Bout:
     order: int  # 1 the first is faster, -1 the other is, 0 tied (not settled)
 
     def describe(self) -> str:
-        rounds = self.won + self.lost
+        rounds, first, other = self.won + self.lost, code_span(self.first_name), code_span(self.other_name)
         if self.order > 0:
-            return f"`{self.first_name}` faster than `{self.other_name}` in {self.won} of {rounds} rounds"
+            return f"{first} faster than {other} in {self.won} of {rounds} rounds"
         if self.order < 0:
-            return f"`{self.other_name}` faster than `{self.first_name}` in {self.lost} of {rounds} rounds"
-        return f"`{self.first_name}` and `{self.other_name}` tied ({self.won} rounds to {self.lost})"
+            return f"{other} faster than {first} in {self.lost} of {rounds} rounds"
+        return f"{first} and {other} tied ({self.won} rounds to {self.lost})"
 
 
 @dataclass

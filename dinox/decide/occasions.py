@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from dinox import record as rec
 from dinox.spec import params
-from dinox.store.trial_record import TrialRecord
+from dinox.store.trial_record import TrialRecord, code_span
 
 # The latest runs of one trial compared with each other: a store holding thousands of runs of one trial (another
 # tool's, or a hostile one) is not compared all against all.
@@ -43,7 +43,7 @@ class Move:
 
     def describe(self) -> str:
         (a, b), (c, d) = self.before, self.after
-        return f"`{self.trial}` ran {a:.1f}-{b:.1f} img/s in the earlier and {c:.1f}-{d:.1f} in the later"
+        return f"{code_span(self.trial)} ran {a:.1f}-{b:.1f} img/s in the earlier and {c:.1f}-{d:.1f} in the later"
 
 
 def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:

@@ -9,7 +9,7 @@ from dinox.decide.knobs import Combination, KnobEffect
 from dinox.decide.loader_findings import LoaderFindings
 from dinox.decide.verdict import Decision
 from dinox.store.profile_table import markdown as profile_markdown
-from dinox.store.trial_record import IPS_WINDOWS, inert
+from dinox.store.trial_record import IPS_WINDOWS, code_span, inert
 
 
 def fmt_settings(settings: dict[str, str]) -> str:
@@ -29,9 +29,10 @@ def profile_section(d: Decision) -> list[str]:
         number = mv.best.run_name.split(" ")[0]
         which = number if number.isascii() and number.isdigit() else "N"
         also = "" if which != "N" else " (N: its number, as dinox names its runs)"
-        line = f"Not profiled: `dinox run {d.spec_arg} --profile {which}` traces this trial{also}"
+        line = f"Not profiled: {code_span(f'dinox run {d.spec_arg} --profile {which}')} traces this trial{also}"
         return out + [line + " (measure.profile: true for every trial).", ""]  # a code span, as report.md's others
-    return out + [f"Trial {inert(mv.best.run_name)} (run `{mv.best.run_id}`).", ""] + profile_markdown(mv.best.profile)
+    out += [f"Trial {inert(mv.best.run_name)} (run {code_span(mv.best.run_id)}).", ""]
+    return out + profile_markdown(mv.best.profile)
 
 
 MAX_KNOB_ROWS = 30  # the biggest effects; decision.json keeps every row
@@ -59,7 +60,8 @@ def knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list[
         span = f"{min(k.ratios):.2f}-{max(k.ratios):.2f}x" if k.ratios else "-"
         memory = f"{k.memory:+.2f} GiB" if k.memory is not None else "-"
         statuses = ", ".join(f"{n} {c}" for c, n in sorted(k.statuses.items())) or "-"
-        out.append(f"| `{k.field}` {k.before} -> {k.after} | {ratio} | {span} | {k.pairs} | {memory} | {statuses} |")
+        change = f"{code_span(k.field)} {inert(k.before)} -> {inert(k.after)}"
+        out.append(f"| {change} | {ratio} | {span} | {k.pairs} | {memory} | {statuses} |")
     if len(knobs) > MAX_KNOB_ROWS:
         out += ["", f"... and {len(knobs) - MAX_KNOB_ROWS} smaller changes (decision.json has them all)."]
     if combined:
@@ -73,7 +75,7 @@ def knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list[
             "|---|---|---|---|",
         ]
         out += [
-            f"| {'; '.join(c.changes)} | {_measured(c)} | {c.product:.2f}x | "
+            f"| {inert('; '.join(c.changes))} | {_measured(c)} | {c.product:.2f}x | "
             f"{'within noise' if c.multiplies else f'no: {c.measured / c.product:.2f}x the product'} |"
             for c in combined[:12]
         ]
@@ -104,7 +106,7 @@ def memory_section(checks: list[MemoryCheck]) -> list[str]:
         measured = f"{c.measured_gb:.2f}" if c.measured_gb is not None else "-"
         ratio = f"{c.ratio:.2f}" if c.ratio is not None else "-"
         out.append(
-            f"| {c.run} | {c.model} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
+            f"| {inert(c.run)} | {inert(c.model)} | {c.batch if c.batch is not None else '-'} | {c.predicted_gb:.2f} | "
             f"{measured} | {ratio} | {c.status} | {'yes' if c.predicted_oom else 'no'} |"
         )
     hits = sum(c.predicted_oom == (c.status == "oom") for c in checks)
@@ -131,7 +133,7 @@ def loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
             curve = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.points)
             ceiling = ", ".join(f"{w}: {ips:.0f}" for w, ips in k.loader_points) or "-"
             out.append(
-                f"| {fmt_settings(k.settings)} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
+                f"| {inert(fmt_settings(k.settings))} | {k.knee_workers} | {k.best_workers} | {k.best_ips:.1f} | "
                 f"{curve} | {ceiling} |"
             )
         out.append("")
@@ -143,20 +145,20 @@ def loader_section(f: LoaderFindings, tolerance: float) -> list[str]:
             + (f" (loader alone {alone:.0f})" if (alone := e.loader_images_per_s.get(layout)) else "")
             for layout, ips in sorted(e.images_per_s.items())
         )
-        out += [f"Shard encodings ({fmt_settings(e.settings)}): {rates}.", ""]
+        out += [f"Shard encodings ({inert(fmt_settings(e.settings))}): {inert(rates)}.", ""]
     if f.io_bound:
-        shown = ", ".join(f"{n} ({ips:.0f} img/s" + (f", {why}" if why else "") + ")" for n, _m, ips, why in f.io_bound)
+        shown = inert(", ".join(f"{n} ({ips:.0f} img/s{f', {y}' if y else ''})" for n, _m, ips, y in f.io_bound))
         out += [f"io_bound trials ({len(f.io_bound)}): {shown}.", ""]
     if f.io_bound_beside:
         out += [
             f"> **Warning:** {len(f.io_bound_beside)} io_bound trial(s) were measured beside other trials "
-            f"(`dinox run --devices`): {', '.join(f.io_bound_beside)}. Each had cores of its own, but the disk, "
+            f"(`dinox run --devices`): {inert(', '.join(f.io_bound_beside))}. Each had cores of its own, but the disk, "
             "the page cache and memory bandwidth were shared: measure them alone before trusting their loader "
             "figures.",
             "",
         ]
     if f.host_bound:
-        shown = ", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound)
+        shown = inert(", ".join(f"{n} ({ips:.0f} img/s)" for n, _m, ips in f.host_bound))
         out += [
             f"host_bound trials ({len(f.host_bound)}): {shown}. The device waits on Python and kernel launches, "
             "not on data: a larger batch, `model.compile` or CUDA graphs are what move these.",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dinox.decide.budget import fmt_cost, fmt_days
 from dinox.decide.verdict import Decision
-from dinox.store.trial_record import IPS_WINDOWS
+from dinox.store.trial_record import IPS_WINDOWS, inert
 
 
 def sections(d: Decision) -> list[str]:
@@ -32,10 +32,10 @@ def _per_device(d: Decision) -> list[str]:
         best = d.largest_go_on(device)
         if best is None or best.span is None:
             open_ = any(mv.device == device for mv in d.unsettled)
-            out.append(f"| {device} | {'UNSETTLED' if open_ else 'NO-GO'} | - | - | - | - |")
+            out.append(f"| {inert(device)} | {'UNSETTLED' if open_ else 'NO-GO'} | - | - | - | - |")
             continue
         out.append(
-            f"| {device} | GO | {best.label} | {best.span.forecast_ips:.1f} | {fmt_days(best.days)} | "
+            f"| {inert(device)} | GO | {inert(best.label)} | {best.span.forecast_ips:.1f} | {fmt_days(best.days)} | "
             f"{_cost(best.cost)} |"
         )
     return [*out, ""]
@@ -61,12 +61,13 @@ def _costs(d: Decision) -> list[str]:
         price = b.price_for(mv.device_name)
         why = f" ({mv.over_cost})" if mv.over_cost else ""
         out.append(
-            f"| {mv.label} | {mv.device} | {_cost(price)} | {fmt_days(mv.days)} | {_cost(mv.cost)} | "
-            f"{mv.verdict}{why} |"
+            f"| {inert(mv.label)} | {inert(mv.device)} | {_cost(price)} | {fmt_days(mv.days)} | {_cost(mv.cost)} | "
+            f"{mv.verdict}{inert(why)} |"
         )
     c = d.cheapest
     if c is not None and c.span is not None:
-        out += ["", f"Cheapest that meets the deadline: **{d.where(c)}**, {fmt_days(c.days)} days for {_cost(c.cost)}."]
+        where = inert(d.where(c))
+        out += ["", f"Cheapest that meets the deadline: **{where}**, {fmt_days(c.days)} days for {_cost(c.cost)}."]
     return [*out, ""]
 
 
@@ -75,7 +76,7 @@ def _what_if(d: Decision) -> list[str]:
     rec = d.recommended
     if rec is not None and rec.span is not None and d.what_if:
         at = f"at its forecast, {rec.span.forecast_ips:.1f} {IPS_WINDOWS}"
-        out += ["## What if", "", f"For **{d.where(rec)}** {at}:", ""]
+        out += ["## What if", "", f"For **{inert(d.where(rec))}** {at}:", ""]
         buys = f"{rec.images_in_budget:,.0f} images" if rec.images_in_budget is not None else "-"
         if rec.epochs_in_budget is not None:
             buys += f" ({rec.epochs_in_budget:.1f} epochs)"
@@ -101,7 +102,10 @@ def _needs(d: Decision) -> list[str]:
         f"| model | device | has {IPS_WINDOWS} | needs | faster by |",
         "|---|---|---|---|---|",
     ]
-    out += [f"| {n.model} | {n.device} | {n.has_ips:.1f} | {n.needs_ips:.1f} | {n.factor:.2f}x |" for n in d.needs]
+    out += [
+        f"| {inert(n.model)} | {inert(n.device)} | {n.has_ips:.1f} | {n.needs_ips:.1f} | {n.factor:.2f}x |"
+        for n in d.needs
+    ]
     return [*out, ""]
 
 
@@ -119,7 +123,7 @@ def _projections(d: Decision) -> list[str]:
     ]
     for p in d.projections:
         out.append(
-            f"| {p.model} | {p.device_name or '-'} | {p.devices} | {p.efficiency:.0%} | {p.single_ips:.1f} | "
-            f"{p.ips:.1f} | {fmt_days(p.days)} | {_cost(p.cost)} |"
+            f"| {inert(p.model)} | {inert(p.device_name or '-')} | {p.devices} | {p.efficiency:.0%} | "
+            f"{p.single_ips:.1f} | {p.ips:.1f} | {fmt_days(p.days)} | {_cost(p.cost)} |"
         )
     return [*out, ""]

@@ -8,7 +8,7 @@ from dinox.decide.budget import SECONDS_PER_DAY, fmt_cost, fmt_days
 from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
 from dinox.spec import params
-from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, store_text
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, code_span, inert, store_text
 
 
 def headline(d: Decision) -> str:
@@ -35,7 +35,7 @@ def verifications(d: Decision) -> list[tuple[ModelVerdict, str]]:
         for c in (mv.best, *mv.tied) if mv.best is not None else ():
             if c.verified is not None:
                 planned = " (planned with the real rate: outside the windows' range)" if c.windows_ips else ""
-                out.append((mv, f"{c.run_name or c.run_id}: {c.verified.describe()}{planned}"))
+                out.append((mv, f"{code_span(c.run_name or c.run_id)}: {c.verified.describe()}{planned}"))
     return out
 
 
@@ -54,26 +54,28 @@ def unsettled_lines(d: Decision) -> list[str]:
     if d.shrunk:
         return [
             "measured shrunk: this decision tries the pipeline; the study's own figures come from "
-            f"`dinox run {d.spec_arg}` without --shrink, on the machine it will train on"
+            f"{code_span(f'dinox run {d.spec_arg}')} without --shrink, on the machine it will train on"
         ]
     out = []
     if d.remeasure:
-        shown = ", ".join(d.remeasure[:6]) + (", ..." if len(d.remeasure) > 6 else "")
-        out.append(f"measure again: {shown}: `{remeasure_command(d)}`")
+        shown = ", ".join(map(code_span, d.remeasure[:6])) + (", ..." if len(d.remeasure) > 6 else "")
+        out.append(f"measure again: {shown}: {code_span(remeasure_command(d))}")
     if d.capped:
-        shown = ", ".join(d.capped[:6]) + (", ..." if len(d.capped) > 6 else "")
+        shown = ", ".join(map(code_span, d.capped[:6])) + (", ..." if len(d.capped) > 6 else "")
         # A --set that capped them is left out of the command (the advice is to raise it), and said.
         caps = frozenset({params.MEASURE_REPEATS, params.MEASURE_MAX_REPEATS})
         given = [s for s in d.sets if s.partition("=")[0].strip() in caps]
-        how = f" (measured with {', '.join(f'--set {store_text(s)}' for s in given)}: leave it out)" if given else ""
+        sets = ", ".join(code_span(f"--set {store_text(s)}") for s in given)
+        how = f" (measured with {sets}: leave it out)" if given else ""
         out.append(
             f"{shown}: a spec that allows fewer than {SETTLED_WINDOWS} timed windows (measure.repeats or "
-            f"max_repeats) never settles a GO: raise it{how}, then `dinox run {d.spec_words(caps)}`"
+            f"max_repeats) never settles a GO: raise it{how}, then {code_span(f'dinox run {d.spec_words(caps)}')}"
         )
     if out:
         return out
     if any(mv.unsettled_why.startswith("too few") for mv in d.unsettled):
-        return [f"no count of timed windows was recorded: measure it with `dinox run {d.spec_arg}` (3 windows or more)"]
+        command = code_span(f"dinox run {d.spec_arg}")
+        return [f"no count of timed windows was recorded: measure it with {command} (3 windows or more)"]
     return [
         "their windows agreed: the budget lies within the measurement's own noise; longer windows "
         "(measure.bench_steps) narrow the range, or plan on the slow end"
@@ -96,10 +98,10 @@ def decision_section(d: Decision) -> list[str]:
     b = d.budget
     out: list[str] = ["## Decision", ""]
     if d.recommended is not None and d.recommended.best is not None:
-        rec, s = d.recommended, d.recommended.span
+        rec, s, verify = d.recommended, d.recommended.span, f"dinox verify {d.spec_arg}"
         assert s is not None
-        out += [f"Proceed with **{rec.label}** ({params_text(rec.params_m)}):", ""]
-        out += [f"- {k}: `{v}`" for k, v in rec.best.configuration.items()]
+        out += [f"Proceed with **{inert(rec.label)}** ({params_text(rec.params_m)}):", ""]
+        out += [f"- {inert(k)}: {code_span(v)}" for k, v in rec.best.configuration.items()]
         out += _tied_lines(rec, d)
         out += [
             f"- Forecast: {s.forecast_ips:.1f} {IPS_WINDOWS} -> **{fmt_days(s.days)} days** of the {b.days:g}-day "
@@ -111,11 +113,11 @@ def decision_section(d: Decision) -> list[str]:
             f"{IPS_P50}"
             + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
             *([f"- Routine, in the days: {rec.best.routine.describe()}"] if rec.best.routine.seconds else []),
-            *([f"- Device: {rec.device}"] if rec.device_name else []),
+            *([f"- Device: {inert(rec.device)}"] if rec.device_name else []),
             *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),
-            f"- MLflow run: `{rec.best.run_id}`",
+            f"- MLflow run: {code_span(rec.best.run_id)}",
             *[f"- Verified: {v}" for mv, v in verifications(d) if mv is rec],
-            *([] if rec.best.verified else [f"- Not verified: `dinox verify {d.spec_arg}` trains it for real"]),
+            *([] if rec.best.verified else [f"- Not verified: {code_span(verify)} trains it for real"]),
             "",
         ]
     elif d.unsettled:
@@ -124,7 +126,7 @@ def decision_section(d: Decision) -> list[str]:
             s = mv.span
             assert s is not None and mv.best is not None
             out.append(
-                f"- **{d.where(mv)}** (`{mv.best.run_name}`): forecast {s.forecast_ips:.1f} "
+                f"- **{inert(d.where(mv))}** ({code_span(mv.best.run_name)}): forecast {s.forecast_ips:.1f} "
                 f"{IPS_WINDOWS} -> {fmt_days(s.days)} days; slowest window {s.slow_ips:.1f} img/s -> "
                 f"{fmt_days(s.days_slow)} days ({'GO' if s.days_slow <= b.days else 'NO-GO'}), fastest "
                 f"{s.fast_ips:.1f} img/s -> {fmt_days(s.days_fast)} days "
@@ -138,7 +140,7 @@ def decision_section(d: Decision) -> list[str]:
         fastest = [mv for mv in d.models if mv.span is not None]
         if fastest:
             f = min(fastest, key=lambda mv: mv.days)
-            out.append(f"- or grant {fmt_days(f.days)} days for the fastest model, {f.label};")
+            out.append(f"- or grant {fmt_days(f.days)} days for the fastest model, {inert(f.label)};")
             if f.epochs_in_budget is not None:
                 out.append(f"- or shorten the schedule to the {f.epochs_in_budget:.1f} epochs the budget buys it.")
         out.append("")
@@ -158,7 +160,7 @@ def head_to_head_lines(mv: ModelVerdict, d: Decision) -> list[str]:
         )
     if d.contested and mv.best is d.contested[0]:
         command = head_to_head_command(d)
-        out.append(f"Tied: `{command}` measures the tied trials again, interleaved, until their order settles")
+        out.append(f"Tied: {code_span(command)} measures the tied trials again, interleaved, until their order settles")
     return out
 
 
@@ -167,7 +169,7 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     if not mv.tied:
         return out
     ties = mv.ties()
-    overlap = [f"`{t.run_name}`" for t in ties if t.why == "overlap"]
+    overlap = [code_span(t.run_name) for t in ties if t.why == "overlap"]
     lines = []
     if overlap:
         lines.append(
@@ -175,13 +177,13 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
             "say which is faster"
         )
     lines += [
-        f"- Tied with `{t.run_name}`: measured in another sweep, and the box moved between the two "
+        f"- Tied with {code_span(t.run_name)}: measured in another sweep, and the box moved between the two "
         f"({mv.moved[t.run_id].describe()}), so ranges from the two sweeps do not say which is faster"
         for t in ties
         if t.why == "moved"
     ]
     lines += [
-        f"- Tied with `{t.run_name}`: measured again head to head, and the rounds did not order the two"
+        f"- Tied with {code_span(t.run_name)}: measured again head to head, and the rounds did not order the two"
         for t in ties
         if t.why == "head_to_head"
     ]

@@ -20,7 +20,7 @@ from dinox.report.settling import (
     verifications,
 )
 from dinox.spec import params
-from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, inert
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, code_span, inert
 
 
 def _fmt_config(config: dict[str, str]) -> str:
@@ -136,7 +136,7 @@ def _num(value: float | None, width: int, digits: int) -> str:
 def render_markdown(d: Decision, plots: list[str]) -> str:
     b = d.budget
     out = [f"# Throughput decision: {headline(d)}", ""]
-    out += ["## Summary", "", f"**{headline(d)}.** {d.reason}.", ""]
+    out += ["## Summary", "", f"**{headline(d)}.** {inert(d.reason)}.", ""]
     out += [x for line in unsettled_lines(d) for x in (f"> **{line}**", "")]  # one quote each, never run together
     if d.unstable:
         out += [f"> **Warning:** {d.unstable}.", ""]
@@ -147,13 +147,13 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
         *([excluded] if excluded else []),
     ]
     if d.sources:
-        out.append(f"- Trials from: {', '.join(d.sources)}.")
+        out.append(f"- Trials from: {', '.join(map(inert, d.sources))}.")
     out.append("")
     out += decision_section(d)
     out += money.sections(d)
     out += ["## Models", ""]
     for mv in d.models:
-        out += _model_section(mv, b, d.where(mv))
+        out += _model_section(mv, b, inert(d.where(mv)))
     out += findings.profile_section(d)
     out += findings.knobs_section(d.knobs, d.combined)
     out += findings.loader_section(d.loader, d.policy.knee_tolerance)
@@ -168,8 +168,8 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
             "|---|---|---|---|---|---|",
         ]
         out += [
-            f"| {row.run} | {row.model} | {row.gpus} | {row.images_per_s:.1f} | {row.single_images_per_s:.1f} | "
-            f"{row.efficiency:.0%} |"
+            f"| {inert(row.run)} | {inert(row.model)} | {row.gpus} | {row.images_per_s:.1f} | "
+            f"{row.single_images_per_s:.1f} | {row.efficiency:.0%} |"
             for row in d.scaling
         ]
         out.append("")
@@ -183,14 +183,14 @@ def render_markdown(d: Decision, plots: list[str]) -> str:
             "or physically impossible), so the decision does not use them:",
             "",
         ]
-        out += [f"- `{run}`: {why}" for run, why in d.left_out] + [""]
+        out += [f"- {code_span(run)}: {inert(why)}" for run, why in d.left_out] + [""]
     if d.notes:
-        out += ["## Notes", ""] + [f"- {n}" for n in d.notes] + [""]
+        out += ["## Notes", ""] + [f"- {inert(n)}" for n in d.notes] + [""]
     return "\n".join(out)
 
 
 def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
-    statuses = ", ".join(f"{v} {k}" for k, v in sorted(mv.statuses.items()))
+    statuses = inert(", ".join(f"{v} {k}" for k, v in sorted(mv.statuses.items())))
     out = [
         f"### {title}: {model_verdict(mv)}",
         "",
@@ -205,7 +205,7 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
             + (f", planned at the slowest of {len(mv.tied) + 1} tied trials" if mv.tied else "")
         )
         if mv.unsettled_why:
-            line += f"; unsettled: {mv.unsettled_why}."
+            line += f"; unsettled: {inert(mv.unsettled_why)}."
         elif s.days_slow <= b.days:
             line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget at the slowest window."
         elif s.days_fast > b.days:
@@ -216,9 +216,9 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
                 else f"; the budget buys {mv.images_in_budget:,.0f} images."
             )
         if mv.cost is not None:
-            line += f" The schedule costs {fmt_cost(mv.cost)} on {mv.device}."
+            line += f" The schedule costs {fmt_cost(mv.cost)} on {inert(mv.device)}."
         if mv.over_cost:
-            line += f" {'NO-GO on cost' if mv.verdict == 'NO-GO' else 'At the slowest window'}: {mv.over_cost}."
+            line += f" {'NO-GO on cost' if mv.verdict == 'NO-GO' else 'At the slowest window'}: {inert(mv.over_cost)}."
         out += [line, ""]
     elif mv.candidates:
         out += ["No trial qualifies under the policy.", ""]
@@ -227,7 +227,8 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
     out += _candidates_table(mv)
     for ob in mv.oom:
         fit = f"largest batch that fit: {ob.largest_ok}" if ob.largest_ok is not None else "no batch fit"
-        out.append(f"- OOM boundary ({fmt_settings(ob.settings)}): {fit}; smallest that did not: {ob.smallest_oom}")
+        settings = inert(fmt_settings(ob.settings))
+        out.append(f"- OOM boundary ({settings}): {fit}; smallest that did not: {ob.smallest_oom}")
     if mv.oom:
         out.append("")
     return out
@@ -242,8 +243,9 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
     common = {k: mv.candidates[0].configuration.get(k) for k in keys if k not in varying}
     out = []
     if common:
-        out += ["Common to these trials: " + ", ".join(f"`{k}={v}`" for k, v in common.items()) + ".", ""]
-    columns = [*varying, IPS_WINDOWS, "windows (slowest-fastest)", IPS_P90, "MFU", "days", "mem", "bound", "note"]
+        out += ["Common to these trials: " + ", ".join(code_span(f"{k}={v}") for k, v in common.items()) + ".", ""]
+    columns = [*map(code_span, varying), IPS_WINDOWS, "windows (slowest-fastest)", IPS_P90, "MFU", "days", "mem"]
+    columns += ["bound", "note"]
     out += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in mv.candidates:
         notes = [c.excluded or ("**best**" if c is mv.best else "tied" if c in mv.tied else "")]
@@ -251,7 +253,7 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
             notes.append(c.verified.describe())
         if c.unstable and not c.excluded:
             notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
-        cells = [c.configuration.get(k, "") for k in varying]
+        cells = [inert(c.configuration.get(k, "")) for k in varying]
         count = f"{c.windows}: " if c.windows is not None else ""
         cells += [
             f"{c.measured_ips:.2f}",
@@ -260,7 +262,7 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
             f"{c.mfu:.1%}" if c.mfu is not None else "-",
             fmt_days(c.days),
             f"{c.memory_share:.0%}" if c.memory_share is not None else "-",
-            f"{c.bound} ({c.bound_evidence})" if c.bound_evidence else c.bound,
+            inert(f"{c.bound} ({c.bound_evidence})" if c.bound_evidence else c.bound),
             "; ".join(n for n in notes if n),
         ]
         out.append("| " + " | ".join(cells) + " |")

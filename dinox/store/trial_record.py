@@ -7,6 +7,7 @@ Runs logged by another tool with the same names (params ``batch.size``, metrics 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -71,10 +72,27 @@ def store_text(text: str) -> str:
 
 
 def inert(text: str) -> str:
-    """Store text inert in Markdown (the UI's descriptions, report.md): no tags, no emphasis, no links (`|` is
-    `¦` already, through store_text)."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return "".join(f"\\{c}" if c in "\\`*_[]" else c for c in text)
+    """Store text inert in Markdown (the UI's descriptions, report.md): no tags, no emphasis, no code, no links
+    (`|` is `¦` already, through store_text). What cannot open anything is left as typed, so the file reads
+    as well as the page: `->` (a lone `>` opens nothing mid-line) and `vit_large_patch14` (an `_` between two
+    letters or digits never opens or closes emphasis, in CommonMark as in Python-Markdown)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    return _MARKUP.sub(r"\\\g<0>", text)
+
+
+# Backslash-escaped by inert: these anywhere, and an `_` unless a letter or digit stands on each side of it.
+_MARKUP = re.compile(r"[\\`*\[\]]|(?<![^\W_])_|_(?![^\W_])")
+
+
+def code_span(text: str) -> str:
+    """Text as one Markdown code span that nothing in it can end early (a run name or a `--set` value with a
+    backtick): fenced by one backtick more than its longest run of them, and padded where it starts or ends with
+    one (CommonMark's code spans; Python-Markdown reads them the same)."""
+    if not text:
+        return ""
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[0] == "`" or text[-1] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 @dataclass(frozen=True)

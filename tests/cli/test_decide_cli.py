@@ -103,11 +103,11 @@ def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
     # terminal summary was cut at the right edge), names inert.
     note = run.data.tags["mlflow.note.content"]
     assert (
-        note.startswith("**GO**: vit\\_large\\_patch14\\_dinov2 (depth=24, embed\\_dim=1024) is the largest")
+        note.startswith("**GO**: vit_large_patch14_dinov2 (depth=24, embed_dim=1024) is the largest")
         and "```" not in note
     )
     assert "| model | forecast img/s | slowest-fastest window | days | days range | verdict |" in note.splitlines()
-    assert any(ln.startswith("| vit\\_large\\_patch14\\_dinov2") and ln.endswith("| GO |") for ln in note.splitlines())
+    assert any(ln.startswith("| vit_large_patch14_dinov2") and ln.endswith("| GO |") for ln in note.splitlines())
     page = (work / "go" / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count('src="data:image/png;base64,') == 3  # with knobs.png
     assert "<table>" in page and "Proceed with <strong>vit_large_patch14_dinov2" in page
@@ -419,20 +419,22 @@ HOSTILE = [
     "evil\u202etxt.exe",
     "m$^{$",
     "[click](javascript:alert(3))",
+    "**bold** `tick",
 ]
 
 
 def test_names_from_the_store_are_data_in_every_output(tmp_path):
     """Any tool can write a run: a model, device, bound or run name with HTML, a newline, a control character,
     mathtext or a link went into report.md unescaped, ran in report.html, broke the tables, reached the
-    terminal, and crashed the plots (exit 1, read as NO-GO)."""
+    terminal, and crashed the plots (exit 1, read as NO-GO); a backtick or emphasis in one restyled the report
+    and ended a command's code span early."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     rows = []
     for i, name in enumerate(HOSTILE):
         row = study.trial({"model.name": name}, 8 * (i + 1), 1, 500.0, run_id=name, bound=name)
         row["tags"]["dinox.device_name"] = HOSTILE[(i + 1) % len(HOSTILE)]
         row["tags"]["dinox.bound_evidence"] = name
-        row["tags"]["dinox.sets"] = "x=$(touch PWNED); m\n# Pwned\x1b[2J"  # printed in decide's commands
+        row["tags"]["dinox.sets"] = "x=$(touch PWNED); m\n# Pwned\x1b[2J`q`"  # printed in decide's commands
         rows.append(row)
     study.log(MlflowClient(uri), "hostile", rows)
     proc = decide(tmp_path, uri, "--experiment", "hostile", "--days", "1", "--target-images", "1000", "--out", "h")
@@ -441,9 +443,12 @@ def test_names_from_the_store_are_data_in_every_output(tmp_path):
     page = (tmp_path / "h" / "report.html").read_text()
     assert "<script" not in page and "<img src=x" not in page and 'href="javascript' not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
+    # Markdown in a name is shown as typed, and a backtick in a --set cannot end the command's code span early.
+    assert "<strong>bold" not in page and "<code>tick" not in page and "**bold** `tick" in page
+    assert "PWNED" in page and "PWNED" not in re.sub(r"<code>[^<]*</code>", "", page)
     report = (tmp_path / "h" / "report.md").read_text()
     assert "\n# Pwned" not in report and "\u202e" not in report
-    assert "--set 'x=$(touch PWNED)' --set" in report, report  # a shell word, quoted, in every command
+    assert "--set 'x=$(touch PWNED)' --set 'm # Pwned [2J`q`'" in report, report  # shell words, quoted
     for table in re.findall(r"((?:^\|.*\|$\n?)+)", report, re.M):  # every row as many cells as its header
         widths = {len(re.findall(r"(?<!\\)\|", line)) for line in table.splitlines()}
         assert len(widths) == 1, table

@@ -456,7 +456,7 @@ def test_a_capped_trial_s_advice_leaves_out_the_set_that_capped_it():
     d.spec_file, d.sets = "s.yaml", ("measure.repeats=1", "data.index_csv=/d/i.csv")
     (line,) = [ln for ln in unsettled_lines(d) if "never settles a GO" in ln]
     assert line.endswith(
-        "raise it (measured with --set measure.repeats=1: leave it out), then "
+        "raise it (measured with `--set measure.repeats=1`: leave it out), then "
         "`dinox run s.yaml --set data.index_csv=/d/i.csv`"
     ), line
     assert d.spec_arg == "s.yaml --set measure.repeats=1 --set data.index_csv=/d/i.csv"  # elsewhere: all of them

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from dinox.store.backend import shown_uri
-from dinox.store.trial_record import TrialRecord, measured_spread, record_problem, store_text
+from dinox.store.trial_record import TrialRecord, code_span, inert, measured_spread, record_problem, store_text
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,31 @@ def test_a_single_window_measured_no_spread_and_store_text_is_one_inert_line():
     assert measured_spread({"window_spread": 0.0, "windows": 1.0}) is None
     assert measured_spread({"window_spread": 0.12, "windows": 3.0}) == 0.12
     assert store_text("a\nb|c\x1b[2J") == "a b¦c [2J"
+
+
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("5 bs=32 w=0", "`5 bs=32 w=0`"),
+        ("a`b", "``a`b``"),
+        ("x=``y`` `z", "```x=``y`` `z```"),
+        ("`edge`", "`` `edge` ``"),
+    ],
+)
+def test_a_code_span_holds_its_text_whole_and_inert_text_styles_nothing(text, span):
+    """A run name or a `--set` with a backtick ended report.md's code span early (the rest of the command then
+    read as text); store text outside one may hold `*`, `_`, `[` or `<` without restyling the page."""
+    import html
+
+    import markdown
+
+    assert code_span(text) == span
+    rendered = markdown.markdown(f"run {code_span(text)} now")
+    assert rendered.count("<code>") == 1 and rendered.endswith("</code> now</p>"), rendered
+    assert html.unescape(rendered.split("<code>")[1].split("</code>")[0]) == text.strip()
+    plain = markdown.markdown(inert(f"**{text}** _x_ [l](javascript:y) <b>"))
+    assert "<strong>" not in plain and "<em>" not in plain and "<a" not in plain and "<b>" not in plain, plain
+    assert "->" in inert("a -> b") and code_span("") == ""
+    name = "vit_large_patch14_dinov2 (embed_dim=1024) _em_ __init__"  # readable as typed where nothing opens
+    assert inert(name) == r"vit_large_patch14_dinov2 (embed_dim=1024) \_em\_ \_\_init\_\_"
+    assert markdown.markdown(inert(name)) == f"<p>{name}</p>"
