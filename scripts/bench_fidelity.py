@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -242,6 +243,36 @@ def paired_windows(spec_text: str, step, sync, a: argparse.Namespace, images: in
         f"fidelity_ratio {statistics.median(ratios):.3f}  (median of the paired windows' dinox / hand loop; dinox "
         f"ahead in {sum(r > 1 for r in ratios)} of {windows}; target between 0.98 and 1.02)"
     )
+    print(within_target(ratios))
+
+
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of `values` (the sign test's order statistics): the k-th
+    smallest and k-th largest, k the largest count with P(Binomial(n, 1/2) < k) <= (1 - level) / 2. None where
+    there are too few values for one (under 6 at 95 %). The pairs' spread on a shared box is no normal curve,
+    so no mean and standard error."""
+    n, tail, k = len(values), 0.0, 0
+    while (step := math.comb(n, k) / 2**n) + tail <= (1 - level) / 2:
+        tail, k = tail + step, k + 1
+    ordered = sorted(values)
+    return (ordered[k - 1], ordered[n - k]) if k else None
+
+
+def within_target(ratios: list[float], low: float = 0.98, high: float = 1.02) -> str:
+    """Whether the paired ratios show the median inside the target, outside it, or cannot say: its 95 % interval
+    inside [low, high], wholly outside, or across an edge (more pairs narrow it)."""
+    interval = median_interval(ratios)
+    if interval is None:
+        return f"median's 95 % interval: too few pairs ({len(ratios)}) for one; within the target: not shown"
+    lo, hi = interval
+    said = (
+        "yes"
+        if low <= lo and hi <= high
+        else "no"
+        if hi < low or lo > high
+        else "not shown (the interval reaches past an edge: more pairs narrow it)"
+    )
+    return f"median's 95 % interval {lo:.3f}-{hi:.3f} over {len(ratios)} pairs; within {low:.2f}-{high:.2f}: {said}"
 
 
 SERVER = None  # dinox's fork server, as `dinox run` uses it: each trial a fresh process, without the imports

@@ -89,6 +89,7 @@ def test_bench_fidelity_user_entry_and_bench_dinov2_print_their_ratios(tmp_path)
     out = run_script("bench_fidelity.py", "--user-entry", "--in-process", "--img", "32", *small, cwd=tmp_path)
     assert re.search(r"^window ratios +(\d+\.\d{3} ){3}\d+\.\d{3}$", out, re.M), out
     assert re.search(r"^fidelity_ratio \d+\.\d{3}  \(median of the paired windows' .* in \d of 4;", out, re.M), out
+    assert "median's 95 % interval: too few pairs (4) for one; within the target: not shown" in out, out
     tiny = ("--img", "32", "--depth", "1", "--locals", "2", "--local-px", "16", *small)
     out = run_script("bench_dinov2.py", *tiny, cwd=tmp_path)
     assert re.search(r"^hand loop images/s\s+\d+\.\d  median \d+\.\d$", out, re.M), out
@@ -96,6 +97,21 @@ def test_bench_fidelity_user_entry_and_bench_dinov2_print_their_ratios(tmp_path)
     out = run_script("bench_dinov2.py", "--in-process", *tiny, cwd=tmp_path)
     assert re.search(r"^window ratios +(\d+\.\d{3} ){3}\d+\.\d{3}$", out, re.M), out
     assert re.search(r"^fidelity_ratio \d+\.\d{3}  \(median of the paired windows' .* in \d of 4;", out, re.M), out
+
+
+def test_the_fidelity_verdict_reads_the_median_s_interval_not_the_median_alone():
+    """A median of 0.992 over 24 pairs spread 0.78-1.21 was reported against the ±2 % target as if it met it;
+    the interval the pairs give the median says whether they show it, refute it or cannot tell."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from bench_fidelity import median_interval, within_target
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert median_interval([float(v) for v in range(1, 25)]) == (7.0, 18.0)  # the sign test's order statistics
+    assert median_interval([1.0] * 5) is None and median_interval([float(v) for v in range(6)]) == (0.0, 5.0)
+    assert within_target([0.99, 1.01] * 10).endswith("within 0.98-1.02: yes")
+    assert within_target([0.95, 0.97] * 10).endswith("within 0.98-1.02: no")
+    assert "not shown" in within_target([0.78, 0.95, 0.99, 1.0, 1.05, 1.21] * 4)
 
 
 def _gpu_check():
