@@ -10,18 +10,16 @@ on a timm ViT, each component switchable (dinox.spec.sections.Dinov2Objective):
   (``param_groups``), and a stochastic depth that computes each residual branch only for the samples it keeps
   (DINOv2's ``drop_add_residual_stochastic_depth``), on the student only.
 
-Masks come from a bank drawn once (block masks as DINOv2's MaskingGenerator makes them): a step picks from it
-on the host, as DINOv2's collate does in its workers, and takes index tensors, so no boolean indexing runs on
-the device; the heads run on DINOv2's padded `upperbound` rows, a figure of the batch alone (so the
-meta-device estimate counts the same work).
+Masks are drawn in the loader's collate, as DINOv2 draws them (dinox.measure.dinov2_masks: ``collate`` wraps
+the loader's), and reach the step with the indices of their patches, so no boolean indexing runs on the device;
+the heads run on DINOv2's padded `upperbound` rows, a figure of the batch alone (so the meta-device estimate,
+which draws its own, counts the same work).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import math
-import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,10 +30,9 @@ from timm.layers import DropPath
 from timm.models._manipulate import checkpoint_seq
 from torch import nn
 
+from dinox.measure.dinov2_masks import MaskCollate, MaskDraw, Masking
 from dinox.measure.heads import DINOHead, attribute_modules
 from dinox.spec.objectives import Dinov2Objective
-
-BANK = 256  # block masks drawn once per masked count bucket
 
 
 class _Tokens(nn.Module):
@@ -130,7 +127,15 @@ class Dinov2:
         self.patch_center = torch.zeros(1, spec.out_dim, device=device)
         self.reduce = True  # off inside `local`
         self.grad_clip = spec.clip_grad
-        self.masks = _MaskBank(spec, self.student.tokens.vit)
+        vit = self.student.tokens.vit
+        side = (spec.global_crop_size or vit.patch_embed.img_size[0]) // vit.patch_embed.patch_size[0]
+        ratio = (spec.mask_ratio_min, spec.mask_ratio_max)
+        self.masking = Masking(side, spec.global_crops, spec.mask_sample_probability, ratio)
+
+    def collate(self, base: Callable[[list], Any] | None) -> Callable[[list], Any] | None:
+        """The loader's collate with DINOv2's mask draw after it, where iBOT masks (the loader's workers pay
+        for the draw, as DINOv2's do)."""
+        return MaskCollate(self.masking, base) if self.spec.ibot else base
 
     # --- the protocol (dinox.measure.objectives.Objective) -------------------------------------------------
 
@@ -190,11 +195,15 @@ class Dinov2:
     # --- the loss ---------------------------------------------------------------------------------------------
 
     def loss(self, batch: Any) -> torch.Tensor:
-        views, _ = batch
+        views, draw = batch
         s, g = self.spec, self.spec.global_crops
         globals_ = torch.cat(views[:g])
-        masks, picked, weights = self.masks.draw(globals_.shape[0], globals_.device) if s.ibot else (None,) * 3
-        rows = self.masks.upperbound(globals_.shape[0]) if s.ibot else 0
+        masks = picked = weights = None
+        rows = 0
+        if s.ibot:
+            if not isinstance(draw, MaskDraw):  # no collate drew them (the meta-device estimate): drawn here
+                draw = self.masking.draw(globals_.shape[0] // g).to(globals_.device)
+            masks, picked, weights, rows = draw.masks, draw.picked, draw.weights, draw.rows
         with torch.no_grad():
             t_g, _t_l, t_patch, _ = self.teacher(globals_, [], None, picked, rows)
             t_cls = self._teacher_probs(t_g.float(), self.center)
@@ -300,63 +309,3 @@ def _skipping_forward(block: nn.Module, rate: float) -> Callable[..., torch.Tens
         return branch(x, lambda t: block.ls2(block.mlp(block.norm2(t))))
 
     return forward
-
-
-class _MaskBank:
-    """Block masks over the patch grid, drawn once (DINOv2's MaskingGenerator: rectangles of 4 patches or more,
-    aspect 0.3 to 3.3, until the count is reached); a step takes `mask_sample_probability` of its global crops
-    masked, their ratios spread over [min, max] as DINOv2's collate spreads them."""
-
-    def __init__(self, spec: Dinov2Objective, vit: nn.Module):
-        self.spec = spec
-        size = spec.global_crop_size or vit.patch_embed.img_size[0]
-        patch = vit.patch_embed.patch_size[0]
-        self.h = self.w = size // patch
-        self.rng = random.Random(0)
-        self.bank = [self._block_mask(self._count(i / BANK)) for i in range(BANK)]
-
-    def _count(self, u: float) -> int:
-        s = self.spec
-        return int(self.h * self.w * (s.mask_ratio_min + u * (s.mask_ratio_max - s.mask_ratio_min)))
-
-    def _block_mask(self, count: int) -> torch.Tensor:
-        mask = torch.zeros(self.h, self.w, dtype=torch.bool, device="cpu")  # host side, whatever the default
-        for _ in range(100):
-            left = count - int(mask.sum())
-            if left <= 0:
-                break
-            area = self.rng.uniform(4, max(4, left))
-            aspect = math.exp(self.rng.uniform(math.log(0.3), math.log(1 / 0.3)))
-            bh, bw = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
-            if 0 < bh <= self.h and 0 < bw <= self.w:
-                top, lft = self.rng.randint(0, self.h - bh), self.rng.randint(0, self.w - bw)
-                mask[top : top + bh, lft : lft + bw] = True
-        return mask.flatten()
-
-    def upperbound(self, n: int) -> int:
-        """The rows the heads run on for `n` global crops: DINOv2 pads the masked tokens to the most its draw can
-        give (each masked crop at the top of its ratio bucket), so every step has the same shapes."""
-        masked = int(n * self.spec.mask_sample_probability)
-        return sum(int(self.h * self.w * hi) for hi in self._buckets(masked)[1:])
-
-    def _buckets(self, masked: int) -> list[float]:
-        s = self.spec
-        return torch.linspace(s.mask_ratio_min, s.mask_ratio_max, masked + 1).tolist()
-
-    def draw(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(masks (n, patches) on the device, the flat indices of the masked patches, each one's weight: one
-        over its image's masked count), as DINOv2's collate_data_and_cast draws them: masked crop i takes a
-        ratio in the i-th of equal buckets over [min, max], the rest none, shuffled."""
-        s, bounds = self.spec, self._buckets(int(n * self.spec.mask_sample_probability))
-        span = max(s.mask_ratio_max - s.mask_ratio_min, 1e-9)
-        rows = []
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            ratio = self.rng.uniform(lo, hi)
-            rows.append(self.bank[min(BANK - 1, int((ratio - s.mask_ratio_min) / span * BANK))])
-        rows += [torch.zeros(self.h * self.w, dtype=torch.bool, device="cpu")] * (n - len(rows))
-        self.rng.shuffle(rows)
-        masks = torch.stack(rows)
-        counts = masks.sum(dim=1)
-        picked = masks.flatten().nonzero().squeeze(1)
-        weights = (1.0 / counts.clamp(min=1).float()).repeat_interleave(counts)
-        return masks.to(device), picked.to(device), weights.to(device)

@@ -42,9 +42,11 @@ class Objective(Protocol):
     def state(self) -> dict[str, Any]: ...
 
 
-# What a user's step must define itself, and what dinox supplies where it does not. Two more are read where
+# What a user's step must define itself, and what dinox supplies where it does not. Three more are read where
 # present: ``param_groups()`` (dicts of params with ``lr_scale`` / ``wd_scale``: per-group learning rates, as
-# DINOv2's layer-wise decay) and ``grad_clip`` (a max gradient norm the loop clips to, after unscaling).
+# DINOv2's layer-wise decay), ``grad_clip`` (a max gradient norm the loop clips to, after unscaling) and
+# ``collate(base)`` (the loader's collate with what the recipe's own adds, run in the loader's workers:
+# DINOv2's masks; `base` is None for torch's default).
 REQUIRED = ("parameters", "loss", "after_optimizer_step", "compile", "distribute")
 OPTIONAL = ("modules", "local", "evaluate", "state")
 

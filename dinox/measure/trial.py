@@ -275,6 +275,8 @@ class TrialRun:
             mixup = self.prep is not None and self.prep.mixup is not None
             objective = objectives.build(model, spec.objective, soft_targets=mixup)
         self.metrics[rec.TRAINABLE_PARAMS_M] = sum(p.numel() for p in objective.parameters()) / 1e6
+        if callable(collate := getattr(objective, "collate", None)):  # what the recipe's collate adds (DINOv2's masks)
+            self.loader.collate_fn = collate(self.loader.collate_fn)  # the workers start in the first warm-up step
         groups = getattr(objective, "param_groups", None)  # per-group learning rates, where it has them
         params = groups() if callable(groups) else list(objective.parameters())
         optimizer, fused = build_optimizer(spec, params, self.dev)

@@ -66,6 +66,8 @@ class UserObjective:
         self.grad_clip = getattr(inner, "grad_clip", None)
         if callable(getattr(inner, "param_groups", None)):
             self.param_groups = inner.param_groups
+        if callable(getattr(inner, "collate", None)):
+            self.collate = inner.collate
 
     def parameters(self) -> Iterable[nn.Parameter]:
         return self.inner.parameters()

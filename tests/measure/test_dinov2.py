@@ -3,10 +3,13 @@ FLOPs count the iBOT head's work on the masked patches on top of the DINO step's
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
+from torch.utils.data import default_collate
 
-from dinox.measure import dinov2, estimate, models, objectives
+from dinox.measure import dinov2_masks, estimate, models, objectives
 from dinox.spec.sections import TrialSpec
 
 HEAD = {"out_dim": 512, "head_hidden_dim": 128, "head_bottleneck_dim": 32, "head_layers": 3}
@@ -45,8 +48,10 @@ def test_the_step_trains_with_each_component_on_and_off(case):
     opt = torch.optim.AdamW([{"params": g["params"], "lr": 1e-3 * g["lr_scale"]} for g in groups])
     teacher_before = [p.clone() for p in step.teacher.parameters()]
     losses, mask_trained = [], []
-    for _ in range(3):
-        loss = step.loss((_views(), None))
+    collate = step.collate(None) or default_collate  # what the loader's workers run: DINOv2's masks drawn there
+    samples = [([v[0] for v in _views(1)], 0) for _ in range(4)]
+    for i in range(3):
+        loss = step.loss(collate(samples) if i else (_views(), None))  # no collate: the step draws its own
         loss.backward()
         token = step.student.tokens.mask_token  # only where iBOT masks (DDP refuses unused parameters)
         mask_trained.append(token is not None and token.grad is not None and bool(token.grad.abs().sum() > 0))
@@ -83,14 +88,39 @@ def test_the_compute_skipping_drop_path_runs_each_branch_on_the_samples_kept():
     assert seen == [4, 8]  # evaluation: every sample
 
 
-def test_block_masks_cover_the_asked_share_of_the_global_crops():
+def test_block_masks_cover_the_asked_share_of_the_global_crops_and_halve_with_the_batch():
+    """DINOv2's collate: of 16 global crops (8 samples x 2) half masked, each within its ratio bucket's top,
+    the rest not; the half batch's draw is the first half of each crop's samples, within its own upperbound."""
     spec = _spec(mask_sample_probability=0.5, mask_ratio_min=0.1, mask_ratio_max=0.5)
-    bank = dinov2._MaskBank(spec.objective, models.build(spec.model, 0, [64, 32]))
-    masks, picked, weights = bank.draw(16, torch.device("cpu"))
-    per_image = masks.sum(dim=1)
-    assert int((per_image > 0).sum()) == 8 and int(per_image.max()) <= 16 * 0.5 + 4  # 4x4 patches at 64 px
-    assert bank.upperbound(16) == sum(int(16 * r) for r in torch.linspace(0.1, 0.5, 9).tolist()[1:])
-    assert picked.numel() == int(masks.sum()) and torch.allclose(weights.sum(), torch.tensor(8.0))
+    masking = objectives.build(models.build(spec.model, 0, [64, 32]), spec.objective).masking
+    assert masking == dinov2_masks.Masking(4, 2, 0.5, (0.1, 0.5))  # 4x4 patches at 64 px
+    random.seed(0)
+    draw = masking.draw(8)
+    per_image = draw.masks.sum(dim=1)
+    # Eight crops asked for masks; DINOv2's generator can place no rectangle of 4 patches or more where a crop's
+    # ratio asks for 1 or 2 of its 16 (ten tries, then it stops): such a crop stays unmasked, as in DINOv2.
+    masked = int((per_image > 0).sum())
+    assert 6 <= masked <= 8 and int(per_image.max()) <= 16 * 0.5
+    assert draw.rows == masking.upperbound(16) == sum(int(16 * r) for r in torch.linspace(0.1, 0.5, 9).tolist()[1:])
+    assert draw.picked.numel() == int(draw.masks.sum()) <= draw.rows
+    assert torch.allclose(draw.weights.sum(), torch.tensor(float(masked)))  # one over each masked crop's count
+    half = draw[:4]
+    assert draw.shape[0] == 8 and half.shape[0] == 4 and half.rows == masking.upperbound(8)
+    assert torch.equal(half.masks, draw.masks.view(2, 8, 16)[:, :4].flatten(0, 1))
+    assert half.picked.numel() == min(int(half.masks.sum()), half.rows)
+    with pytest.raises(IndexError):
+        draw[:3]
+
+
+def test_the_mask_generator_is_dinov2_s():
+    """dinov2/data/masking.py's contract: exactly the count where it fits, rectangles of at least 4 patches, each
+    adding at most max_num_patches; none asked, none drawn."""
+    generator = dinov2_masks.MaskingGenerator(16, 0.5 * 256)
+    assert not generator(0).any()
+    asked = [n for n in (26, 64, 128) for _ in range(20)]
+    counts = [int(generator(n).sum()) for n in asked]
+    assert all(c <= n for c, n in zip(counts, asked, strict=True))
+    assert sum(c == n for c, n in zip(counts, asked, strict=True)) >= 50  # ten tries in a row rarely add nothing
 
 
 def test_plan_counts_the_ibot_head_on_the_masked_patches():
@@ -102,8 +132,8 @@ def test_plan_counts_the_ibot_head_on_the_masked_patches():
     without = estimate.cost_of(_spec(ibot=False, **common))
     assert without.flops_per_image == pytest.approx(dino.flops_per_image, rel=1e-6)
     spec = _spec(**common)
-    bank = dinov2._MaskBank(spec.objective, models.build(spec.model, 0, [64, 32]))
-    masked = bank.upperbound(2 * estimate.SAMPLES)  # the rows the heads run on, whatever the draw
+    masking = objectives.build(models.build(spec.model, 0, [64, 32]), spec.objective).masking
+    masked = masking.upperbound(2 * estimate.SAMPLES)  # the rows the heads run on, whatever the draw
     d, h, b, k = 192, HEAD["head_hidden_dim"], HEAD["head_bottleneck_dim"], HEAD["out_dim"]
     head_forward = 2 * (d * h + h * h + h * b + b * k)
     expected = 4 * head_forward * masked / estimate.SAMPLES
