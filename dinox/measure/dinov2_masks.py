@@ -1,9 +1,8 @@
 """DINOv2's iBOT masks, drawn where DINOv2 draws them: in the loader's collate (``data/collate.py``'s
 collate_data_and_cast, with ``data/masking.py``'s MaskingGenerator), so in its workers where the loader has
-them and in the training process where it has none. The draw is part of the recipe's cost: a step that took its
-masks from a bank drawn once ran 2.7 % faster than a loop written from DINOv2's own code (95 % interval 1.6-4.0 %
-over 160 paired windows, scripts/bench_dinov2.py --in-process), and that loop, its masks taken from a bank as
-well, 1.3 % slower than dinox's: the Python draw, not the step, was the difference.
+them and in the training process where it has none. The draw is part of the recipe's cost: with its masks
+picked from a bank drawn once, dinox's step ran 2.7 % faster than a loop written from DINOv2's own code, and
+drawn here, within 1 % of it (docs/performance.md, scripts/bench_dinov2.py --in-process).
 
 The masks ride in the batch's label place (a DINO step has no labels), as a ``MaskDraw`` the loop's copies,
 pinning and half batch carry as they carry a label tensor; the indices of the masked patches and their weights
