@@ -130,7 +130,7 @@ def decision_section(d: Decision) -> list[str]:
                 f"{IPS_WINDOWS} -> {fmt_days(s.days)} days; slowest window {s.slow_ips:.1f} img/s -> "
                 f"{fmt_days(s.days_slow)} days ({'GO' if s.days_slow <= b.days else 'NO-GO'}), fastest "
                 f"{s.fast_ips:.1f} img/s -> {fmt_days(s.days_fast)} days "
-                f"({'GO' if s.days_fast <= b.days else 'NO-GO'}). Unsettled: {mv.unsettled_why}."
+                f"({'GO' if s.days_fast <= b.days else 'NO-GO'}). Unsettled: {inert(mv.unsettled_why)}."
             )
             out += [f"- {line}" for line in head_to_head_lines(mv, d)]
         out.append("")
