@@ -6,7 +6,8 @@
   meta-device estimate child (parameters, FLOPs, saved activations).
 - ``device``, ``models``, ``objectives``: the device and its flags, timm models, what a micro-batch computes
   (``objectives.Objective``: the protocol, the seam a team's own step plugs into; ``heads``: DINO's head;
-  ``dinov2``: DINOv2's step); ``user_step``: a team's own step,
+  ``dinov2``: DINOv2's step, ``dinov2_masks`` its iBOT masks drawn in the loader's collate as DINOv2 draws
+  them); ``user_step``: a team's own step,
   imported from the spec's entry; ``entry_check``: validate's child that builds it;
   ``runtime``: the spec's process-wide settings applied and read back.
 - ``loading``: the trial's input (dataset, device-side preparation, DataLoader) from its spec.
