@@ -166,3 +166,19 @@ def test_two_ranks_train_it_with_ibot_on_and_off(tmp_path):
         ("False", "ok"),
         ("True", "ok"),
     ], proc.stdout
+
+
+def test_a_dinov2_trial_s_loader_draws_the_masks_in_its_workers(tmp_path):
+    """The trial wraps its loader's collate with the objective's (DINOv2's mask draw, as DINOv2's collate does):
+    a batch from a worker already carries the masks, the patch indices and the half batch's draw."""
+    from dinox.measure.trial import TrialRun
+
+    raw = _spec().model_dump()
+    raw.update(batch={"size": 4}, loader={"num_workers": 1}, measure={"warmup_steps": 1, "bench_steps": 1})
+    run = TrialRun(TrialSpec.model_validate(raw), {}, {}, {}, out_dir=tmp_path)
+    run.setup()
+    assert isinstance(run.loader.collate_fn, dinov2_masks.MaskCollate)
+    views, draw = next(iter(run.loader))
+    assert len(views) == 4 and isinstance(draw, dinov2_masks.MaskDraw) and draw.shape[0] == 4
+    assert draw.masks.shape == (2 * 4, 16) and draw.half is not None and draw[:2].masks.shape == (2 * 2, 16)
+    assert run.make_loop().run(1, 1).windows[0].images_per_s > 0  # the step takes them as they come
