@@ -2,7 +2,8 @@
 collate_data_and_cast, with ``data/masking.py``'s MaskingGenerator), so in its workers where the loader has
 them and in the training process where it has none. The draw is part of the recipe's cost: with its masks
 picked from a bank drawn once, dinox's step ran 2.7 % faster than a loop written from DINOv2's own code, and
-drawn here, within 1 % of it (docs/performance.md, scripts/bench_dinov2.py --in-process).
+drawn here, 0.3 % (the median's 95 % interval -0.8 to +1.3 %: docs/performance.md, scripts/bench_dinov2.py
+--in-process).
 
 The masks ride in the batch's label place (a DINO step has no labels), as a ``MaskDraw`` the loop's copies,
 pinning and half batch carry as they carry a label tensor; the indices of the masked patches and their weights

@@ -246,3 +246,58 @@ def test_each_bad_data_entry_is_one_line(tmp_path, monkeypatch, text, says):
     spec = grid.expand(spec_file.load(str(tmp_path / "d.yaml")))[0].spec
     ((index, field, message),) = entry_check.check([spec])
     assert (index, field) == (0, "data.entry") and says in message and "\n" not in message, message
+
+
+COLLATING = """\
+import torch
+from torch import nn
+from torch.utils.data import default_collate
+
+
+class Step:
+    def __init__(self):
+        self.net, self.seen = nn.Linear(3 * 32 * 32, 10), []
+
+    def parameters(self):
+        return self.net.parameters()
+
+    def loss(self, batch):
+        images, labels = batch
+        self.seen.append(labels.dtype)
+        return nn.functional.cross_entropy(self.net(images.float().flatten(1)), labels.long())
+
+    def after_optimizer_step(self):
+        pass
+
+    def compile(self, fn):
+        self.net = fn(self.net)
+
+    def distribute(self, wrap):
+        self.net = wrap(self.net)
+        return self.net
+
+    def collate(self, base):  # what this recipe's collate adds: here, its labels as int32
+        def collate(samples):
+            images, labels = (base or default_collate)(samples)
+            return images, labels.to(torch.int32)
+        return collate
+
+
+def build(ctx):
+    return Step()
+"""
+
+
+def test_a_user_step_s_collate_wraps_the_trial_s_loader(tmp_path, monkeypatch):
+    """`collate(base)`, read where present (docs/spec.md): the trial's loader runs it, and the step gets what it
+    made (as DINOv2's masks reach dinox's own step)."""
+    from dinox.measure.trial import TrialRun
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "__init__.py").write_text("")
+    (tmp_path / "bad" / "coll.py").write_text(COLLATING)
+    monkeypatch.chdir(tmp_path)
+    run = TrialRun(_spec(tmp_path, "bad.coll:build"), {}, {}, {}, out_dir=tmp_path)
+    run.setup()
+    assert run.make_loop().run(1, 1).windows[0].images_per_s > 0
+    assert run.step.objective.inner.seen and set(run.step.objective.inner.seen) == {torch.int32}
