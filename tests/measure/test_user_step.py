@@ -250,41 +250,28 @@ def test_each_bad_data_entry_is_one_line(tmp_path, monkeypatch, text, says):
 
 COLLATING = """\
 import torch
-from torch import nn
 from torch.utils.data import default_collate
 
+from mypkg.recipe import Step
 
-class Step:
-    def __init__(self):
-        self.net, self.seen = nn.Linear(3 * 32 * 32, 10), []
 
-    def parameters(self):
-        return self.net.parameters()
+class Collating(Step):  # the documented step, and what its recipe's collate adds: here, labels as int32
+    seen = ()
 
     def loss(self, batch):
-        images, labels = batch
-        self.seen.append(labels.dtype)
-        return nn.functional.cross_entropy(self.net(images.float().flatten(1)), labels.long())
+        self.seen = (*self.seen, batch[1].dtype)
+        return super().loss((batch[0], batch[1].long()))
 
-    def after_optimizer_step(self):
-        pass
-
-    def compile(self, fn):
-        self.net = fn(self.net)
-
-    def distribute(self, wrap):
-        self.net = wrap(self.net)
-        return self.net
-
-    def collate(self, base):  # what this recipe's collate adds: here, its labels as int32
+    def collate(self, base):
         def collate(samples):
             images, labels = (base or default_collate)(samples)
             return images, labels.to(torch.int32)
+
         return collate
 
 
 def build(ctx):
-    return Step()
+    return Collating(ctx)
 """
 
 
@@ -293,6 +280,7 @@ def test_a_user_step_s_collate_wraps_the_trial_s_loader(tmp_path, monkeypatch):
     made (as DINOv2's masks reach dinox's own step)."""
     from dinox.measure.trial import TrialRun
 
+    _project(tmp_path)  # the documented module, which the collating step builds on
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "__init__.py").write_text("")
     (tmp_path / "bad" / "coll.py").write_text(COLLATING)
