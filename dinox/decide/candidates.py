@@ -175,5 +175,6 @@ def contested(mv: ModelVerdict | None) -> list[Candidate]:
     """The plan's leader and the trials tied with it, where no head-to-head of them all has run yet."""
     if mv is None or mv.best is None or not mv.tied:
         return []
-    met = {b.other for b in mv.bouts}
-    return [] if all(c.run_id in met for c in mv.tied) else [mv.best, *mv.tied]
+    met = {b.other for b in mv.bouts}  # the leader's bouts
+    others = [c for c in (mv.best, *mv.tied) if c is not mv.lead]
+    return [] if all(c.run_id in met for c in others) else [mv.lead, *others]

@@ -24,7 +24,8 @@ TieWhy = Literal["head_to_head", "moved", "overlap"]
 
 @dataclass(frozen=True)
 class Tie:
-    """One trial tied with a model's best, and why the measurement cannot order the two."""
+    """One trial tied with a model's leader (the leader: with its best), and why the measurement cannot order
+    the two."""
 
     run_id: str
     run_name: str
@@ -176,16 +177,19 @@ class ModelVerdict:
     statuses: dict[str, int]
     candidates: list[Candidate]
     oom: list[OomBoundary]
-    best: Candidate | None = None  # the fastest qualifying trial by its forecast (the configuration shown)
+    best: Candidate | None = None  # the configuration recommended: the leader, or the slowest of its tie
     verdict: Verdict | None = None  # None: no trial qualifies
     unsettled_why: str = ""  # why the verdict is UNSETTLED: too few windows, or a range that straddles the budget
-    # Qualifying trials whose measured range overlaps the best one's (or that a head-to-head with it left
-    # unsettled): not told apart by the measurement, so the plan takes the slowest of them (the best of noisy
-    # figures is biased high: the winner's curse).
+    # Qualifying trials whose measured range overlaps the leader's (or that a head-to-head with it left
+    # unsettled): not told apart by the measurement, so the plan takes the slowest of them, `best` (the best
+    # of noisy figures is biased high: the winner's curse); the leader, when not `best`, is one of these.
     tied: list[Candidate] = field(default_factory=list)
-    # Of those, the ones measured in another sweep than the best, the box moving between the two: the move.
+    # The fastest of `best` and `tied` by its forecast: each tie is measured against it (`best` itself when
+    # nothing is tied).
+    lead: Candidate | None = None
+    # Of the tied trials, the ones measured in another sweep than the leader, the box moving between the two.
     moved: dict[str, Move] = field(default_factory=dict)
-    # Where the leaders were measured again head to head: the best against each other trial of its rounds.
+    # Where the leaders were measured again head to head: the leader against each other trial of its rounds.
     bouts: list[Bout] = field(default_factory=list)
     span: Span | None = None  # the figures the verdict and the forecast use (best, or the slowest tied)
     margin_days: float | None = None
@@ -197,28 +201,31 @@ class ModelVerdict:
     over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
 
     def ties(self) -> list[Tie]:
-        """Each tied trial and why it is tied with the best (decision.json and report.md say the same)."""
-        if self.best is None:
+        """Each tied trial and why it is tied with the leader (the leader itself: with `best`), as decision.json
+        and report.md say it."""
+        if self.best is None or self.lead is None:
             return []
-        best, bouts = self.best, {b.other: b for b in self.bouts}
+        lead, bouts = self.lead, {b.other: b for b in self.bouts}
         out = []
         for c in self.tied:
-            name = c.run_name or c.run_id
-            if c.run_id in bouts:
-                b = bouts[c.run_id]
+            name, other = c.run_name or c.run_id, self.best if c is lead else c  # the pair: lead and other
+            if other.run_id in bouts:
+                b = bouts[other.run_id]
                 why: TieWhy = "head_to_head"
                 detail = f"measured again head to head: {b.won} rounds to {b.lost}, not settled"
-            elif c.run_id in self.moved:
-                m = self.moved[c.run_id]
+            elif other.run_id in self.moved:
+                m = self.moved[other.run_id]
                 why = "moved"
                 detail = (
                     f"{m.trial} ran {m.before[0]:.1f}-{m.before[1]:.1f} img/s in the earlier sweep and "
                     f"{m.after[0]:.1f}-{m.after[1]:.1f} in the later"
                 )
             else:
-                (lo, hi), (c_lo, c_hi) = best.occasion_range, c.occasion_range
+                (lo, hi), (c_lo, c_hi) = lead.occasion_range, other.occasion_range
                 why = "overlap"
                 detail = f"measured ranges {c_lo:.1f}-{c_hi:.1f} and {lo:.1f}-{hi:.1f} img/s share a rate"
+            if other is c and lead is not self.best:
+                detail += f" (with the leader, {lead.run_name or lead.run_id})"
             out.append(Tie(c.run_id, name, why, detail))
         return out
 

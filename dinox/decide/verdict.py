@@ -8,7 +8,8 @@ The policy in one paragraph: only ``ok`` trials count. A trial whose peak reserv
 all its timed windows' wall time: the expected rate) and a measured range (its slowest and fastest window).
 Per model, the fastest qualifying trial by its forecast leads; trials whose ranges overlap the leader's are
 tied with it (the measurement cannot order them), as are those from another sweep where the store shows the
-box moved between the two (``decide.occasions``), and the plan takes the slowest of them. Trials measured
+box moved between the two (``decide.occasions``), and the plan takes the slowest of them, the configuration
+it recommends. Trials measured
 again head to head (``decide.head_to_head``) are planned with their rounds' figures and ordered by the
 rounds: one settled slower than another neither leads nor ties. A model is GO when
 the budget holds at the slow end of that range and at least ``SETTLED_WINDOWS`` windows ran; NO-GO when it
@@ -146,10 +147,14 @@ def _model_verdict(
     qualifying = [c for c in candidates if not c.excluded]
     if qualifying:
         mv.verdict, group = _verdict(qualifying, budget, device, rematches, shifts)
-        mv.best, mv.tied = group[0], group[1:]
-        mv.moved = {c.run_id: m for c in mv.tied if (m := moved_apart(rematches, mv.best, c, shifts))}
-        mv.bouts = bouts(mv.best, qualifying, rematches)
         mv.span = span = _span(group, budget, device)
+        # The plan takes the slowest forecast of a tie, so the tie's trial with that forecast is the one
+        # recommended: the forecast is then its own (what `dinox verify` holds against its training), never a
+        # faster-measured tied trial's planned at another's rate (pessimistic by the tie's width).
+        mv.lead, planned = group[0], min(group, key=lambda c: c.measured_ips)
+        mv.best, mv.tied = planned, [c for c in group if c is not planned]
+        mv.moved = {c.run_id: m for c in group[1:] if (m := moved_apart(rematches, mv.lead, c, shifts))}
+        mv.bouts = bouts(mv.lead, qualifying, rematches)
         mv.unsettled_why = _unsettled_why(mv, budget) if mv.verdict == "UNSETTLED" else ""
         mv.cost = span.cost
         mv.over_cost = over_cost(span.cost_slow, mv.device_name, budget)

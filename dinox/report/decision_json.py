@@ -27,7 +27,9 @@ _JSON = TypeAdapter(dict[str, Any])
 # (trials of `dinox run --shrink`: then settled is false and exit_code 3 whatever the verdict); ties, beside
 # tied_with / tied, saying why each trial is tied (head_to_head, moved, overlap) and the evidence in words;
 # combined[]: measured is the median over every pair that made the changes (was one pair's), with pairs,
-# ratios, noise (each pair's) and multiplies (every pair's ratio within its noise of the product).
+# ratios, noise (each pair's) and multiplies (every pair's ratio within its noise of the product); lead
+# (recommended and each model: the fastest-measured trial of a tie, which the recommendation is not: it is the
+# tie's slowest, the trial the plan's figure comes from).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
@@ -132,6 +134,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "params_m": rec.params_m,
         "configuration": rec.best.configuration,
         "tied_with": [c.run_id for c in rec.tied],
+        "lead": _lead(rec),
         "ties": [asdict(t) for t in rec.ties()],
         "head_to_head": _bouts(rec),
         "forecast_images_per_s": rec.ips,
@@ -147,6 +150,12 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "device": rec.device,
         "cost": rec.cost,
     }
+
+
+def _lead(mv: ModelVerdict) -> str | None:
+    """The fastest-measured trial of a tie (one of tied / tied_with); the plan and the recommendation take the
+    slowest. None where nothing is tied."""
+    return mv.lead.run_id if mv.tied and mv.lead is not None else None
 
 
 def _bouts(mv: ModelVerdict) -> dict[str, Any] | None:
@@ -170,6 +179,7 @@ def _model(mv: ModelVerdict) -> dict[str, Any]:
         "unsettled_why": mv.unsettled_why or None,
         "best": mv.best,
         "tied": [c.run_id for c in mv.tied],
+        "lead": _lead(mv),
         "ties": [asdict(t) for t in mv.ties()],
         "span": mv.span,
         "days": mv.days if mv.span else None,

@@ -158,7 +158,7 @@ def head_to_head_lines(mv: ModelVerdict, d: Decision) -> list[str]:
             f"Measured again head to head, {r.rounds} interleaved rounds: {bouts}; the plan takes the rounds' "
             f"figures ({best.measured_ips:.1f} img/s pooled, where the sweep had measured {r.sweep_ips:.1f})"
         )
-    if d.contested and mv.best is d.contested[0]:
+    if d.contested and mv.lead is d.contested[0]:
         command = head_to_head_command(d)
         out.append(f"Tied: {code_span(command)} measures the tied trials again, interleaved, until their order settles")
     return out
@@ -168,17 +168,30 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     out = [f"- {line}" for line in head_to_head_lines(mv, d)]
     if not mv.tied:
         return out
-    ties = mv.ties()
-    overlap = [code_span(t.run_name) for t in ties if t.why == "overlap"]
-    lines = []
+    ties, lead = mv.ties(), mv.lead
+    assert lead is not None and mv.best is not None
+    # Each tie is with the leader (the fastest forecast); the leader's own is with this one, the plan's trial.
+    pair = {t.run_id: mv.best.run_id if t.run_id == lead.run_id else t.run_id for t in ties}
+    overlap = [t for t in ties if t.why == "overlap"]
     if overlap:
-        lines.append(
-            f"- Tied with {', '.join(overlap)}: their measured ranges overlap this one's, so the measurement does not "
-            "say which is faster"
+        whose = {t.run_id == lead.run_id for t in overlap}
+        whose_s = (
+            "this one's"
+            if whose == {True}
+            else "the leader's"
+            if whose == {False}
+            else "the leader's (its own: this one's)"
         )
+        names = ", ".join(code_span(t.run_name) for t in overlap)
+        lines = [
+            f"- Tied with {names}: their measured ranges overlap {whose_s}, so the measurement does not say "
+            "which is faster"
+        ]
+    else:
+        lines = []
     lines += [
         f"- Tied with {code_span(t.run_name)}: measured in another sweep, and the box moved between the two "
-        f"({mv.moved[t.run_id].describe()}), so ranges from the two sweeps do not say which is faster"
+        f"({mv.moved[pair[t.run_id]].describe()}), so ranges from the two sweeps do not say which is faster"
         for t in ties
         if t.why == "moved"
     ]
@@ -187,7 +200,12 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
         for t in ties
         if t.why == "head_to_head"
     ]
-    return [*lines, "- The forecast is the slowest of the tied trials (any of them will do)", *out]
+    return [
+        *lines,
+        "- The forecast is this one's, the slowest of the tied trials; the leader measured faster, but not surely "
+        "so (any of them will do)",
+        *out,
+    ]
 
 
 def params_text(params_m: float | None) -> str:

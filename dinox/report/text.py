@@ -4,7 +4,7 @@ Pure rendering of a Decision; no MLflow, no policy."""
 from __future__ import annotations
 
 from dinox.decide.budget import Budget, fmt_cost, fmt_days
-from dinox.decide.types import ModelVerdict
+from dinox.decide.types import Candidate, ModelVerdict
 from dinox.decide.verdict import Decision
 from dinox.report import findings, money
 from dinox.report.findings import fmt_settings
@@ -118,11 +118,19 @@ def _policy_line(d: Decision) -> str:
         f"read over the range the windows measured: GO where the budget holds at the slowest window (with at "
         f"least {SETTLED_WINDOWS} windows), NO-GO where it fails at the fastest, UNSETTLED in between (exit 3). "
         "Trials whose ranges overlap the fastest one's are tied with it (as are those measured in another sweep "
-        "where the store shows the box moved between the two), and the plan takes the slowest of them; "
+        "where the store shows the box moved between the two), and the plan takes the slowest of them, the "
+        "trial recommended; "
         "trials measured again head to head (`dinox head-to-head`) are planned with their rounds and ordered by "
         f"them. {IPS_P90} and {IPS_P50} (images per optimizer step / the p90 and p50 step time) are shown, not planned "
         "with" + (f"; effective batch {d.policy.effective_batch} only" if d.policy.effective_batch else "") + "."
     )
+
+
+def _role(mv: ModelVerdict, c: Candidate) -> str:
+    """A trial's part in its model's plan: the best, or in a tie the trial planned with and the leader."""
+    if c is mv.best:
+        return "**planned** (the slowest of the tie)" if mv.tied else "**best**"
+    return ("tied, leads" if c is mv.lead else "tied") if c in mv.tied else ""
 
 
 def _cell(value: float | None) -> str:
@@ -248,7 +256,7 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
     columns += ["bound", "note"]
     out += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for c in mv.candidates:
-        notes = [c.excluded or ("**best**" if c is mv.best else "tied" if c in mv.tied else "")]
+        notes = [c.excluded or _role(mv, c)]
         if c.verified is not None:
             notes.append(c.verified.describe())
         if c.unstable and not c.excluded:

@@ -75,7 +75,9 @@ def test_go_writes_report_json_plots_and_a_decision_run(sqlite_store):
     payload = json.loads((work / "go" / "decision.json").read_text())
     assert payload["verdict"] == "GO" and payload["settled"] is True and payload["exit_code"] == 0
     assert payload["recommended"]["model"] == "vit_large_patch14_dinov2"
-    # 48x4 leads, tied with 64x4 (their windows overlap): the forecast is the slower one's, 23.51 img/s.
+    # 48x4 leads, tied with 64x4 (their windows overlap): the forecast is the slower one's, 23.51 img/s, and
+    # that one is recommended.
+    assert payload["recommended"]["configuration"]["batch.size"] == "64"
     assert payload["recommended"]["days"] == pytest.approx(12.04, abs=0.01)
     assert payload["recommended"]["span"]["days_slow"] == pytest.approx(12.10, abs=0.01)
     giant = next(m for m in payload["models"] if m["model"] == "vit_giant_patch14_dinov2")
@@ -591,16 +593,19 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_in_every_file(tm
     so in the report; decision.json names the tie and its head-to-head."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    study.log(client, "moved", [_swept(0, 194.7, 225.5, "5 bs=32 w=0"), _swept(2, 193.3, 212.0, "6 bs=32 w=2")])
+    _, first = study.log(
+        client, "moved", [_swept(0, 194.7, 225.5, "5 bs=32 w=0"), _swept(2, 193.3, 212.0, "6 bs=32 w=2")]
+    )
     _parent, ids = study.log(client, "moved", [_swept(0, 145.7, 189.4, "5 bs=32 w=0")])
     proc = decide(tmp_path, uri, "--experiment", "moved", *BUDGET, "--no-log", "--out", "d")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "(tied with 1: planned at the slowest)" in proc.stdout
     md = (tmp_path / "d" / "report.md").read_text()
-    assert "Tied with `5 bs=32 w=0`: measured in another sweep, and the box moved between the two" in md
+    # Trial 5, measured again, is the slower of the two: the plan's, and recommended; trial 6 leads, tied.
+    assert "Tied with `6 bs=32 w=2`: measured in another sweep, and the box moved between the two" in md
     assert "ran 194.7-225.5 img/s in the earlier and 145.7-189.4 in the later" in md
     rec = json.loads((tmp_path / "d" / "decision.json").read_text())["recommended"]
-    assert rec["tied_with"] == [ids["5 bs=32 w=0"]]
+    assert rec["run_id"] == ids["5 bs=32 w=0"] and rec["tied_with"] == [first["6 bs=32 w=2"]]
     (tie,) = rec["ties"]
-    assert (tie["run_id"], tie["why"]) == (ids["5 bs=32 w=0"], "moved")
+    assert (tie["run_id"], tie["why"]) == (first["6 bs=32 w=2"], "moved")
     assert tie["detail"] == "5 bs=32 w=0 ran 194.7-225.5 img/s in the earlier sweep and 145.7-189.4 in the later"

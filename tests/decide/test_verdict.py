@@ -24,15 +24,16 @@ def test_study_vit_large_go_vit_giant_no_go():
     d = decide.decide(study.records(study.study()), BUDGET)
     assert d.verdict == "GO"
     large, giant = by_name(d, "vit_large_patch14_dinov2"), by_name(d, "vit_giant_patch14_dinov2")
-    # ViT-L at 48x4 is the fastest by p90: 24,452,700 / (23.54 x 86400) = 12.02 days.
-    assert large.best.configuration["batch.size"] == "48"
-    assert large.best.conservative_ips == pytest.approx(23.54)
-    assert large.best.days == pytest.approx(IMAGES / (23.54 * 86400))
-    assert large.best.days == pytest.approx(12.02, abs=0.01)
+    # ViT-L at 48x4 leads, the fastest by p90: 24,452,700 / (23.54 x 86400) = 12.02 days.
+    assert large.lead.configuration["batch.size"] == "48"
+    assert large.lead.conservative_ips == pytest.approx(23.54)
+    assert large.lead.days == pytest.approx(IMAGES / (23.54 * 86400))
+    assert large.lead.days == pytest.approx(12.02, abs=0.01)
     # 64x4 (23.51, windows 23.39-23.63) overlaps 48x4's range (23.42-23.66): the measurement cannot order the
-    # two, so the plan is the slower one's forecast, and the margin the slowest window of either.
-    assert [c.configuration["batch.size"] for c in large.tied] == ["64"]
-    assert large.days == pytest.approx(IMAGES / (23.51 * 86400))
+    # two, so the plan is the slower one's forecast, and the margin the slowest window of either; the slower
+    # one is recommended, so the forecast is its own.
+    assert large.best.configuration["batch.size"] == "64" and large.tied == [large.lead]
+    assert large.days == large.best.days == pytest.approx(IMAGES / (23.51 * 86400))
     assert large.go and large.margin_days == pytest.approx(15 - IMAGES / (23.51 * 0.995 * 86400))
     assert large.span.fast_ips == pytest.approx(23.54 * 1.005)
     # ViT-G at 32x8 with checkpointing: 52.4 days, and the budget buys 28.6 of the 100 epochs.
@@ -47,7 +48,7 @@ def test_study_vit_large_go_vit_giant_no_go():
     assert "vit_large_patch14_dinov2" in d.reason and "12.0 days" in d.reason
     # Models listed largest first; the median is shown beside the conservative figure.
     assert [m.name for m in d.models] == ["vit_giant_patch14_dinov2", "vit_large_patch14_dinov2"]
-    assert large.best.median_ips == pytest.approx(23.54 / 0.97)
+    assert large.lead.median_ips == pytest.approx(23.54 / 0.97)
 
 
 def test_oom_boundary_is_per_memory_configuration():
@@ -112,7 +113,8 @@ def test_each_epoch_of_the_schedule_pays_the_loader_s_epoch_boundary():
     for row in rows:
         row["metrics"]["epoch_start_s"] = 600.0  # a 10-minute boundary: 100 epochs add 0.69 days
     large = by_name(decide.decide(study.records(rows), by_epochs), "vit_large_patch14_dinov2")
-    assert large.best.days == pytest.approx(12.02 + 100 * 600 / 86400, abs=0.01)
+    assert large.lead.days == pytest.approx(12.02 + 100 * 600 / 86400, abs=0.01)
+    assert large.days == large.best.days == pytest.approx(IMAGES / (23.51 * 86400) + 100 * 600 / 86400)
 
 
 def test_target_images_budget():
@@ -231,8 +233,9 @@ def test_every_configuration_out_of_memory_is_no_go_nothing_fits():
 
 def test_an_unstable_recommendation_is_called_out_in_the_verdict_line_and_the_report():
     rows = study.study()
-    rows[0]["tags"]["dinox.unstable"] = "true"  # ViT-L 48x4, the best
-    rows[0]["metrics"]["window_spread"] = 0.18
+    (planned,) = [r for r in rows if r["run_id"] == "vit_large-64x4-w4-True-ok"]  # tied, the plan's: recommended
+    planned["tags"]["dinox.unstable"] = "true"
+    planned["metrics"]["window_spread"] = 0.18
     d = decide.decide(study.records(rows), BUDGET)
     # The GO holds at the slowest window, so it stands; the forecast's doubt is said beside it.
     assert d.verdict == "GO" and d.settled and "differ by 18%" in d.unstable
@@ -264,8 +267,12 @@ def test_json_has_the_contract_keys():
     assert {"verdict", "recommended", "models", "budget", "policy"} <= set(payload)
     assert payload["verdict"] == "GO"
     rec = payload["recommended"]
-    assert rec["model"] == "vit_large_patch14_dinov2" and rec["run_id"] == "vit_large-48x4-w4-True-ok"
-    assert rec["configuration"]["batch.size"] == "48"
+    # 48x4 and 64x4 tied: the plan takes the slower, 64x4, and recommends it
+    assert rec["model"] == "vit_large_patch14_dinov2" and rec["run_id"] == "vit_large-64x4-w4-True-ok"
+    assert rec["configuration"]["batch.size"] == "64" and rec["tied_with"] == ["vit_large-48x4-w4-True-ok"]
+    assert rec["lead"] == "vit_large-48x4-w4-True-ok"  # the tie's fastest-measured, named beside it
+    giant = next(m for m in payload["models"] if m["model"] == "vit_giant_patch14_dinov2")
+    assert giant["tied"] == [] and giant["lead"] is None
     assert payload["budget"]["images_needed"] == IMAGES
     assert {m["model"]: m["verdict"] for m in payload["models"]} == {
         "vit_giant_patch14_dinov2": "NO-GO",
@@ -294,7 +301,7 @@ def test_unstable_trials_are_flagged_and_excluded_on_request():
     best["tags"]["dinox.unstable"] = "true"
     best["metrics"]["window_spread"] = 0.23
     flagged = decide.decide(study.records(rows), BUDGET)
-    assert by_name(flagged, "vit_large_patch14_dinov2").best.run_id == best["run_id"]  # flagged, still counted
+    assert by_name(flagged, "vit_large_patch14_dinov2").lead.run_id == best["run_id"]  # flagged, still counted
     assert "unstable (windows differ by 23%)" in report.render_markdown(flagged, [])
     strict = decide.decide(study.records(rows), BUDGET, decide.Policy(exclude_unstable=True))
     large_mv = by_name(strict, "vit_large_patch14_dinov2")
@@ -499,11 +506,12 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
     days = budget.Budget(days=1, target_images=100 * 86400)
     moved = decide.decide([six, again_5], days, earlier=[first_5])
     (mv,) = moved.models
-    assert mv.best.run_id == "6" and [c.run_id for c in mv.tied] == ["5b"]
-    assert mv.span.forecast_ips == pytest.approx((145.7 + 189.4) / 2)  # planned at the slower of the two
+    assert mv.lead.run_id == "6" and mv.best.run_id == "5b" and [c.run_id for c in mv.tied] == ["6"]
+    # planned at the slower of the two, and that one recommended
+    assert mv.span.forecast_ips == mv.best.measured_ips == pytest.approx((145.7 + 189.4) / 2)
     assert [c.run_id for c in moved.contested] == ["6", "5b"]  # the head-to-head that would order them
     said = report.render_markdown(moved, [])
-    assert "Tied with `5b bs=32 w=0`: measured in another sweep, and the box moved between the two" in said
+    assert "Tied with `6 bs=32 w=2`: measured in another sweep, and the box moved between the two" in said
     assert "`5b bs=32 w=0` ran 194.7-225.5 img/s in the earlier and 145.7-189.4 in the later" in said
     # The workers' knob is read from that same pair: 1.21x, inside the box's 25 % move, is noise.
     (knob,) = moved.knobs
