@@ -15,7 +15,7 @@ from urllib.parse import quote
 from dinox import record as rec
 from dinox.spec import params
 from dinox.store import profile_table
-from dinox.store.trial_record import IPS_P90, IPS_WINDOWS
+from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, inert, store_text
 
 NOTE_TAG = "mlflow.note.content"
 UNSETTLED_WHY = "their timed windows disagreed beyond measure.unstable_threshold, so their figures may move"
@@ -57,7 +57,8 @@ def trial_note(
 ) -> str:
     """The trial run's description: its line, and under it measure.profile's tables with a link to the trace
     (MLflow's own artifact download, relative to the UI's root)."""
-    note = f"**{status}** {label}: {trial_body(status, bound, metrics, error, tags)}"
+    body = trial_body(status, bound, metrics, error, tags)
+    note = f"**{_md(status)}** {_md(label)}: {_md(body)}"
     summary = profile_table.ProfileSummary.parse((tags or {}).get(rec.PROFILE))
     if summary is None:
         return note
@@ -88,7 +89,7 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
     shaky = sum(1 for r in rows if r["status"] == "ok" and str(r.get("unstable")) == "true")
     lines = [
-        f"**{name}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
+        f"**{_md(name)}**: {len(rows)} trial{'s' if len(rows) != 1 else ''} measured ({counts or 'none'})"
         + (f", {resumed} already recorded" if resumed else "")
         + (f", {shaky} of the ok ones unsettled" if shaky else "")
         + ".",
@@ -99,8 +100,8 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     if ranked and (best := ranked[0])["status"] == "ok" and rec.IMAGES_PER_S in best:
         steady = "its timed windows unsettled" if str(best.get("unstable")) == "true" else "its timed windows agreed"
         lines += [
-            f"Best by its forecast: **{best['label']}**, {float(best[rec.IMAGES_PER_S]):.1f} {IPS_WINDOWS}"
-            f"{_window_range(best)}, {best.get('bound') or '-'}, {steady}. `dinox decide` reads the verdict over "
+            f"Best by its forecast: **{_md(best['label'])}**, {float(best[rec.IMAGES_PER_S]):.1f} {IPS_WINDOWS}"
+            f"{_window_range(best)}, {_md(best.get('bound') or '-')}, {steady}. `dinox decide` reads the verdict over "
             "the windows' range.",
             "",
         ]
@@ -111,16 +112,22 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
     for i, r in enumerate(ranked, 1):
         ok = r["status"] == "ok" and rec.IMAGES_PER_S in r
         p90 = p90_images_per_s(r)
-        ips = f"{float(r[rec.IMAGES_PER_S]):.1f}" if ok else f"{r['status']}: {_cut(r)}"
+        ips = f"{float(r[rec.IMAGES_PER_S]):.1f}" if ok else f"{_md(r['status'])}: {_md(_cut(r))}"
         if ok and str(r.get("unstable")) == "true" and rec.WINDOW_SPREAD in r:
             ips += f" (unsettled: {float(r[rec.WINDOW_SPREAD]):.0%} apart)"
         span = _window_range(r).strip(" ()") if ok else "-"
         p90_text = f"{p90:.1f}" if ok and p90 is not None else "-"
         peak = f"{float(r[rec.PEAK_MEM_RESERVED_GB]):.2f}" if rec.PEAK_MEM_RESERVED_GB in r else "-"
-        lines.append(f"| {i} | {r['label']} | {ips} | {span or '-'} | {p90_text} | {r.get('bound') or '-'} | {peak} |")
+        bound = _md(r.get("bound") or "-")
+        lines.append(f"| {i} | {_md(r['label'])} | {ips} | {span or '-'} | {p90_text} | {bound} | {peak} |")
     if shaky:
         lines += ["", f"Unsettled: {UNSETTLED_WHY}."]
     return "\n".join(lines)
+
+
+def _md(value: object) -> str:
+    """A value from the spec, a trial or the store, inert in the Description MLflow renders as Markdown."""
+    return inert(store_text(str(value)))
 
 
 def _window_range(r: dict[str, Any]) -> str:

@@ -77,11 +77,14 @@ def inert(text: str) -> str:
     as well as the page: `->` (a lone `>` opens nothing mid-line) and `vit_large_patch14` (an `_` between two
     letters or digits never opens or closes emphasis, in CommonMark as in Python-Markdown)."""
     text = text.replace("&", "&amp;").replace("<", "&lt;")
-    return _MARKUP.sub(r"\\\g<0>", text)
+    # `~~` strikes text through in the MLflow UI (showdown's GitHub flavour); Python-Markdown keeps a `\~` as
+    # typed, so an entity, which both render as the character.
+    return _TILDES.sub("&#126;", _MARKUP.sub(r"\\\g<0>", text))
 
 
 # Backslash-escaped by inert: these anywhere, and an `_` unless a letter or digit stands on each side of it.
 _MARKUP = re.compile(r"[\\`*\[\]]|(?<![^\W_])_|_(?![^\W_])")
+_TILDES = re.compile(r"~(?=~)|(?<=~)~")
 
 
 def code_span(text: str) -> str:

@@ -72,3 +72,6 @@ def test_a_code_span_holds_its_text_whole_and_inert_text_styles_nothing(text, sp
     name = "vit_large_patch14_dinov2 (embed_dim=1024) _em_ __init__"  # readable as typed where nothing opens
     assert inert(name) == r"vit_large_patch14_dinov2 (embed_dim=1024) \_em\_ \_\_init\_\_"
     assert markdown.markdown(inert(name)) == f"<p>{name}</p>"
+    # `~~` strikes through in the MLflow UI's GitHub flavour: an entity each renderer shows as the character
+    struck = inert("a ~~b~~ c~d")
+    assert "~~" not in struck and "c~d" in struck and html.unescape(markdown.markdown(struck)) == "<p>a ~~b~~ c~d</p>"

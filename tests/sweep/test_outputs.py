@@ -1,6 +1,6 @@
 """What the UI shows of a sweep: the trial line, the parent's ranked description and summary metrics."""
 
-from dinox.store.descriptions import sweep_metrics, sweep_note, trial_body
+from dinox.store.descriptions import sweep_metrics, sweep_note, trial_body, trial_note
 
 OK = {
     "label": "size=8",
@@ -57,3 +57,20 @@ def test_summary_metrics_and_the_one_line_result():
     shaky = trial_body("ok", "io_bound", {**metrics, "images_per_s_max": 2.4}, "", {**tags, "dinox.unstable": "true"})
     assert shaky.startswith("1.5 img/s (windows) (unsettled: windows 0.9-2.4 img/s), step p50")
     assert trial_body("error", "", {}, "boom") == "boom"
+
+
+def test_names_and_errors_are_data_in_the_descriptions_mlflow_renders():
+    """A label, a sweep name, a bound or an error from a spec, a trial or the store reached the Description as
+    Markdown: bold, a struck-through run, a link, a tag, a `|` that split a table row. Now each is inert."""
+    import markdown
+
+    hostile = "**b** ~~s~~ [l](javascript:x) <i>|"
+    rows = [dict(OK, label=hostile, bound=hostile), dict(OOM, label=hostile, error=hostile)]
+    note = sweep_note(hostile, rows)
+    line = trial_note(hostile, "ok", hostile, {"images_per_s": 1.0, "step_s_p50": 1.0, "step_s_p90": 1.0}, "")
+    for text in (note, line):
+        html = markdown.markdown(text, extensions=["tables"])
+        assert "~~" not in text and "<b>" not in html and "<i>" not in html and "<a" not in html, html
+        assert "<strong>b</strong>" not in html and "**b**" in html, html  # shown as typed, styling nothing
+    rows_of_table = [ln for ln in note.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    assert [ln.count(" | ") for ln in rows_of_table] == [6, 6]  # no `|` from the data splits a cell
