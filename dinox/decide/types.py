@@ -191,7 +191,7 @@ class ModelVerdict:
     moved: dict[str, Move] = field(default_factory=dict)
     # Where the leaders were measured again head to head: the leader against each other trial of its rounds.
     bouts: list[Bout] = field(default_factory=list)
-    span: Span | None = None  # the figures the verdict and the forecast use (best, or the slowest tied)
+    span: Span | None = None  # best's forecast, the slowest window of best and tied, the leader's fastest
     margin_days: float | None = None
     epochs_in_budget: float | None = None
     images_in_budget: float | None = None

@@ -9,9 +9,8 @@ all its timed windows' wall time: the expected rate) and a measured range (its s
 Per model, the fastest qualifying trial by its forecast leads; trials whose ranges overlap the leader's are
 tied with it (the measurement cannot order them), as are those from another sweep where the store shows the
 box moved between the two (``decide.occasions``), and the plan takes the slowest of them, the configuration
-it recommends. Trials measured
-again head to head (``decide.head_to_head``) are planned with their rounds' figures and ordered by the
-rounds: one settled slower than another neither leads nor ties. A model is GO when
+it recommends. Trials measured again head to head (``decide.head_to_head``) are planned with their rounds'
+figures and ordered by the rounds: one settled slower than another neither leads nor ties. A model is GO when
 the budget holds at the slow end of that range and at least ``SETTLED_WINDOWS`` windows ran; NO-GO when it
 fails even at the fast end; UNSETTLED otherwise. The recommendation is the largest model that is GO; with
 none, the decision is UNSETTLED when some model is, else NO-GO.
