@@ -271,6 +271,9 @@ def test_json_has_the_contract_keys():
     assert rec["model"] == "vit_large_patch14_dinov2" and rec["run_id"] == "vit_large-64x4-w4-True-ok"
     assert rec["configuration"]["batch.size"] == "64" and rec["tied_with"] == ["vit_large-48x4-w4-True-ok"]
     assert rec["lead"] == "vit_large-48x4-w4-True-ok"  # the tie's fastest-measured, named beside it
+    # The forecast `dinox verify` holds against the recommended trial's training is that trial's own figure.
+    (own,) = [r["metrics"]["images_per_s"] for r in study.study() if r["run_id"] == rec["run_id"]]
+    assert rec["forecast_images_per_s"] == pytest.approx(own) == rec["span"]["forecast_ips"]
     giant = next(m for m in payload["models"] if m["model"] == "vit_giant_patch14_dinov2")
     assert giant["tied"] == [] and giant["lead"] is None
     assert payload["budget"]["images_needed"] == IMAGES
