@@ -121,7 +121,9 @@ def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.
         f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
         f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"
     )
-    if forecast.source.startswith("decision"):  # the plan may be a tied trial's: this trial's own windows too
+    # A decision's plan may be a head-to-head's pooled figure (or, before ties recommended their slowest, a tied
+    # trial's): this trial's own windows too, where they differ from it.
+    if forecast.source.startswith("decision") and not math.isclose(own_ips, forecast.ips, rel_tol=1e-6):
         click.echo(f"       against this trial's own windows ({own_ips:.1f} img/s): {done.own_error:+.1%}")
     if done.moved and done.check_error is not None:  # the box's move set aside: what the method alone missed by
         click.echo(
