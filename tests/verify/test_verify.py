@@ -173,6 +173,9 @@ def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
     slower = decide.decide(study.records(rows), b, verified={best: _verify_run(best, 19.0, 0.24)})
     large = next(m for m in slower.models if m.name.startswith("vit_large"))
     assert large.lead.run_id != best  # 19 img/s real: now behind the 64x4 trial, which leads
+    # Its range (19-23.66) still overlaps 64x4's: tied, and the tie's slowest, planned at what real training
+    # ran, is the one recommended (its forecast is the one held against training).
+    assert large.best.run_id == best and large.days == large.best.days
     planned = next(c for c in large.candidates if c.run_id == best)
     assert planned.measured_ips == 19.0 and planned.windows_ips == pytest.approx(23.54)
     assert planned.slow_ips == 19.0 and "off by 24.0%" in planned.verified.describe()
