@@ -180,7 +180,7 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
             if whose == {True}
             else "the leader's"
             if whose == {False}
-            else "the leader's (its own: this one's)"
+            else "the leader's, whose own overlaps this one's"
         )
         names = ", ".join(code_span(t.run_name) for t in overlap)
         lines = [

@@ -532,3 +532,22 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
     # One sweep, whatever else moved: ranges measured together are compared as they are.
     same = decide.decide([six, _measured("5b", "t5", "sweep-1", 0, 145.7, 189.4)], days, earlier=[first_5])
     assert same.models[0].tied == []
+
+
+def test_a_three_way_tie_recommends_its_slowest_and_says_what_each_tie_rests_on():
+    """Ties are judged against the leader (the fastest forecast); the plan and the recommendation are the tie's
+    slowest. A trial tied with the leader need not overlap the slowest: each tie names the pair it rests on."""
+    lead = _measured("a", "ta", "s", 0, 190.0, 210.0)  # forecast 200, the leader
+    middle = _measured("c", "tc", "s", 2, 195.0, 215.0)  # forecast 205 ...
+    middle.metrics["images_per_s"] = 195.0  # ... made 195: overlaps the leader's range, not the slowest's
+    slow = _measured("b", "tb", "s", 4, 170.0, 192.0)  # forecast 181: overlaps the leader's range only
+    d = decide.decide([lead, middle, slow], budget.Budget(days=1, target_images=100 * 86400))
+    (mv,) = d.models
+    assert (mv.lead.run_id, mv.best.run_id) == ("a", "b") and {c.run_id for c in mv.tied} == {"a", "c"}
+    assert mv.span.forecast_ips == mv.best.measured_ips == pytest.approx(181.0)
+    ties = {t.run_id: t for t in mv.ties()}
+    assert ties["a"].detail == "measured ranges 170.0-192.0 and 190.0-210.0 img/s share a rate"  # the lead's: with b
+    assert ties["c"].detail.endswith("share a rate (with the leader, a bs=32 w=0)")  # c's: with the leader
+    said = report.render_markdown(d, [])
+    assert "their measured ranges overlap the leader's, whose own overlaps this one's" in said
+    assert [c.run_id for c in d.contested] == ["a", "b", "c"]  # the head-to-head: the leader first
