@@ -5,7 +5,7 @@ report.md's Decision section. Shared by the terminal, the run's Description and 
 from __future__ import annotations
 
 from dinox.decide.budget import SECONDS_PER_DAY, fmt_cost, fmt_days
-from dinox.decide.types import ModelVerdict
+from dinox.decide.types import ModelVerdict, Tie
 from dinox.decide.verdict import Decision
 from dinox.spec import params
 from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, code_span, inert, store_text
@@ -189,14 +189,20 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
         ]
     else:
         lines = []
+
+    def other(t: Tie) -> str:  # whom the tie is with
+        return "this one" if t.run_id == lead.run_id else "the leader"
+
     lines += [
-        f"- Tied with {code_span(t.run_name)}: measured in another sweep, and the box moved between the two "
-        f"({mv.moved[pair[t.run_id]].describe()}), so ranges from the two sweeps do not say which is faster"
+        f"- Tied with {code_span(t.run_name)}: measured in another sweep than {other(t)}, and the box moved "
+        f"between the two ({mv.moved[pair[t.run_id]].describe()}), so ranges from the two sweeps do not say "
+        "which is faster"
         for t in ties
         if t.why == "moved"
     ]
     lines += [
-        f"- Tied with {code_span(t.run_name)}: measured again head to head, and the rounds did not order the two"
+        f"- Tied with {code_span(t.run_name)}: measured again head to head with {other(t)}, and the rounds did not "
+        "order the two"
         for t in ties
         if t.why == "head_to_head"
     ]

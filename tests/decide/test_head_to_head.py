@@ -141,7 +141,8 @@ def test_an_unsettled_head_to_head_stays_tied_at_the_slower_pooled_figure_and_is
     assert tie["why"] == "head_to_head", tie
     assert tie["detail"] == f"measured again head to head: {bout.won} rounds to {bout.lost}, not settled"
     md = report.render_markdown(d, [])
-    assert f"Tied with `{tie['run_name']}`: measured again head to head, and the rounds did not order" in md
+    # The tied trial here is the leader, with this one (the recommended, the slower pooled)
+    assert f"Tied with `{tie['run_name']}`: measured again head to head with this one, and the rounds did not" in md
     assert "their measured ranges overlap" not in md
 
 

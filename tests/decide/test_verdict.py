@@ -514,7 +514,7 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
     assert mv.span.forecast_ips == mv.best.measured_ips == pytest.approx((145.7 + 189.4) / 2)
     assert [c.run_id for c in moved.contested] == ["6", "5b"]  # the head-to-head that would order them
     said = report.render_markdown(moved, [])
-    assert "Tied with `6 bs=32 w=2`: measured in another sweep, and the box moved between the two" in said
+    assert "Tied with `6 bs=32 w=2`: measured in another sweep than this one, and the box moved between" in said
     assert "`5b bs=32 w=0` ran 194.7-225.5 img/s in the earlier and 145.7-189.4 in the later" in said
     # The workers' knob is read from that same pair: 1.21x, inside the box's 25 % move, is noise.
     (knob,) = moved.knobs
