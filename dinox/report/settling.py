@@ -173,8 +173,12 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     # Each tie is with the leader (the fastest forecast); the leader's own is with this one, the plan's trial.
     pair = {t.run_id: mv.best.run_id if t.run_id == lead.run_id else t.run_id for t in ties}
     overlap = [t for t in ties if t.why == "overlap"]
+
+    def with_this(t: Tie) -> bool:  # the tie is with this one: it is the leader's own, or this one leads
+        return t.run_id == lead.run_id or lead is mv.best
+
     if overlap:
-        whose = {t.run_id == lead.run_id for t in overlap}
+        whose = {with_this(t) for t in overlap}
         whose_s = (
             "this one's"
             if whose == {True}
@@ -191,7 +195,7 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
         lines = []
 
     def other(t: Tie) -> str:  # whom the tie is with
-        return "this one" if t.run_id == lead.run_id else "the leader"
+        return "this one" if with_this(t) else "the leader"
 
     lines += [
         f"- Tied with {code_span(t.run_name)}: measured in another sweep than {other(t)}, and the box moved "
@@ -206,10 +210,10 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
         for t in ties
         if t.why == "head_to_head"
     ]
+    faster = "the leader measured faster, but not surely so" if lead is not mv.best else "none measured faster"
     return [
         *lines,
-        "- The forecast is this one's, the slowest of the tied trials; the leader measured faster, but not surely "
-        "so (any of them will do)",
+        f"- The forecast is this one's, the slowest of the tied trials; {faster} (any of them will do)",
         *out,
     ]
 

@@ -551,3 +551,15 @@ def test_a_three_way_tie_recommends_its_slowest_and_says_what_each_tie_rests_on(
     said = report.render_markdown(d, [])
     assert "their measured ranges overlap the leader's, whose own overlaps this one's" in said
     assert [c.run_id for c in d.contested] == ["a", "b", "c"]  # the head-to-head: the leader first
+
+
+def test_a_tie_of_equal_figures_recommends_the_leader_and_says_none_measured_faster():
+    """Two trials at the very same forecast: the slowest of the tie is the leader itself, and the report does not
+    call either faster."""
+    a, b = _measured("a", "ta", "s", 0, 190.0, 210.0), _measured("b", "tb", "s", 2, 190.0, 210.0)
+    d = decide.decide([a, b], budget.Budget(days=1, target_images=100 * 86400))
+    (mv,) = d.models
+    assert mv.lead is mv.best and [c.run_id for c in mv.tied] == ["b"]
+    said = report.render_markdown(d, [])
+    assert "Tied with `b bs=32 w=2`: their measured ranges overlap this one's" in said
+    assert "the slowest of the tied trials; none measured faster (any of them will do)" in said
