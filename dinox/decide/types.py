@@ -200,6 +200,11 @@ class ModelVerdict:
     cost: float | None = None  # the whole schedule on the best trial's devices; None without a price
     over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
 
+    def paired(self, c: Candidate) -> Candidate:
+        """The trial beside the leader in `c`'s tie (the leader's bouts and moves are keyed by it): `best` for the
+        leader itself, else `c`."""
+        return self.best if c is self.lead and self.best is not None else c
+
     def ties(self) -> list[Tie]:
         """Each tied trial and why it is tied with the leader (the leader itself: with `best`), as decision.json
         and report.md say it."""
@@ -208,7 +213,7 @@ class ModelVerdict:
         lead, bouts = self.lead, {b.other: b for b in self.bouts}
         out = []
         for c in self.tied:
-            name, other = c.run_name or c.run_id, self.best if c is lead else c  # the pair: lead and other
+            name, other = c.run_name or c.run_id, self.paired(c)
             if other.run_id in bouts:
                 b = bouts[other.run_id]
                 why: TieWhy = "head_to_head"

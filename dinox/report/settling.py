@@ -171,7 +171,7 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     ties, lead = mv.ties(), mv.lead
     assert lead is not None and mv.best is not None
     # Each tie is with the leader (the fastest forecast); the leader's own is with this one, the plan's trial.
-    pair = {t.run_id: mv.best.run_id if t.run_id == lead.run_id else t.run_id for t in ties}
+    pair = {c.run_id: mv.paired(c).run_id for c in mv.tied}
     overlap = [t for t in ties if t.why == "overlap"]
 
     def with_this(t: Tie) -> bool:  # the tie is with this one: it is the leader's own, or this one leads
