@@ -234,7 +234,14 @@ RECOMPILES_IN_WINDOWS = _metric(
 )
 SETTLE_S = _metric("trial", "settle_s", "draining batches the workers had ready before the timed windows")
 LOADER_START_S = _metric("trial", "loader_start_s", "starting the loader's workers")
-EPOCH_START_S = _metric("trial", "epoch_start_s", "an epoch boundary, measured apart (charged once per real epoch)")
+EPOCH_START_S = _metric(
+    "trial", "epoch_start_s", "an epoch boundary measured apart: workers idle, the iterator restarted, its first batch"
+)
+EPOCH_BOUNDARY_S = _metric(
+    "trial",
+    "epoch_boundary_s",
+    "what an epoch boundary adds to a run: epoch_start_s less a steady fetch's wait (charged once per real epoch)",
+)
 CHECKPOINT_S = _metric(
     "trial", "checkpoint_s", "one checkpoint save, written and fsynced (routine.checkpoint_every_steps)"
 )
@@ -338,7 +345,7 @@ _SLOWEST += (LOADER_COST_HIGH, TRANSFER_COST, TRANSFER_COST_LOW, TRANSFER_COST_H
 _SLOWEST += (DEVICE_MEM_TOTAL_GB, HOST_PEAK_RSS_GB, PREDICTED_DEVICE_MEM_GB, PREDICTED_ACTIVATIONS_GB)
 _SLOWEST += (PREDICTED_LOADER_HOST_GB, PARAMS_M, TRAINABLE_PARAMS_M, LOSS, FLOPS_PER_IMAGE)
 _SLOWEST += (PEAK_TFLOPS, BATCH_AUTO_PROBES_M, BATCH_AUTO_FIT, WARMUP_S, FIRST_STEP_S, FIRST_FETCH_S, COMPILE_S)
-_SLOWEST += (SETTLE_S, LOADER_START_S, EPOCH_START_S, CHECKPOINT_S, CHECKPOINT_GB, EVAL_START_S)
+_SLOWEST += (SETTLE_S, LOADER_START_S, EPOCH_START_S, EPOCH_BOUNDARY_S, CHECKPOINT_S, CHECKPOINT_GB, EVAL_START_S)
 _SLOWEST += (EPOCH_BOUNDARIES, DATA_SAMPLES, STARTUP_S, SETUP_S, DATA_SETUP_S, BUILD_S, MEASURE_S, TEARDOWN_S)
 _SLOWEST += (TRIAL_WALL_S,)
 RANKS: dict[str, RankRule] = {

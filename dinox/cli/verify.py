@@ -156,7 +156,8 @@ def _recommended(folder: str):  # noqa: ANN202 - (run id, Forecast)
             float(span["forecast_ips"]),
             float(span["slow_ips"]),
             float(span["fast_ips"]),
-            float(best.get("epoch_start_s") or 0.0),
+            # A decision.json from before epoch_boundary_s charged the restart's whole first batch.
+            float(best.get("epoch_boundary_s", best.get("epoch_start_s")) or 0.0),
             f"decision {shown}",
             float(routine.get("checkpoint_s") or 0.0),
             float(routine.get("eval_s") or 0.0),

@@ -63,11 +63,11 @@ class Budget(BudgetSpec):
             return float(self.target_images)
         return float(self.dataset_size) * float(self.epochs)  # type: ignore[arg-type]
 
-    def days_for(self, images_per_s: float, epoch_start_s: float = 0.0, routine_s: float = 0.0) -> float:
-        """Days for the schedule at `images_per_s`, each of its epochs also paying `epoch_start_s` (the loader's
-        epoch boundary, measured apart from the timed windows; a schedule given in images has no epochs), and
-        the run's routine (its checkpoints and evaluation passes) `routine_s` in all."""
-        boundaries = (self.epochs or 0.0) * max(0.0, epoch_start_s)
+    def days_for(self, images_per_s: float, epoch_boundary_s: float = 0.0, routine_s: float = 0.0) -> float:
+        """Days for the schedule at `images_per_s`, each of its epochs also paying `epoch_boundary_s` (what the
+        loader's epoch boundary adds, measured apart from the timed windows; a schedule given in images has no
+        epochs), and the run's routine (its checkpoints and evaluation passes) `routine_s` in all."""
+        boundaries = (self.epochs or 0.0) * max(0.0, epoch_boundary_s)
         seconds = self.images_needed / images_per_s + boundaries + max(0.0, routine_s)
         return seconds / (SECONDS_PER_DAY * self.utilization)
 

@@ -91,12 +91,13 @@ def candidate(
         profile=ProfileSummary.parse(r.tags.get(rec.PROFILE)),
         windows=int(windows) if windows is not None else None,
         epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
+        epoch_boundary_s=r.epoch_boundary_s,
         sweep=r.tags.get(rec.PARENT_RUN, ""),
     )
     _apply_head_to_head(c, rematch)
     _apply_verification(c, verify)
     c.routine = routine_cost(r.params, m, budget, effective)
-    c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_start_s, c.routine.seconds) for ips in c.rates)
+    c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_boundary_s, c.routine.seconds) for ips in c.rates)
     return c
 
 

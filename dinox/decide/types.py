@@ -79,7 +79,8 @@ class Candidate:
     windows: int | None = None  # timed windows measured (None: a record from before the count was kept)
     days_slow: float = math.inf  # the schedule at the slowest window's rate: the verdict's margin
     days_fast: float = math.inf  # ... at the fastest window's rate
-    epoch_start_s: float = 0.0  # an epoch boundary's cost, paid once an epoch on top of the rate
+    epoch_start_s: float = 0.0  # an epoch boundary measured apart: the restarted loader's first batch
+    epoch_boundary_s: float = 0.0  # what a boundary adds to the run, paid once an epoch on top of the rate
     routine: RoutineCost = RoutineCost()  # the run's checkpoints and evaluation passes over the schedule
     verified: Verification | None = None  # real training of this trial (dinox verify), where it ran
     windows_ips: float | None = None  # the windows' own rate, where a verification outside them replaced it

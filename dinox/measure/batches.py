@@ -4,6 +4,7 @@ would, and the epochs that ended are counted), and steady before a window is tim
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -61,16 +62,33 @@ class Batches:
         DataLoader has no public count of them: its multiprocessing iterator keeps them in its result queues
         (the workers', and the pin-memory thread's where one runs) and, arrived out of order, in _task_info.
         Read from those (torch 2.x), never relied on: a loader without them is timed instead."""
-        it = self._it
-        queues = {id(q): q for q in (getattr(it, "_worker_result_queue", None), getattr(it, "_data_queue", None))}
-        info = getattr(it, "_task_info", None)
-        if self._held is not None or None in queues.values() or not isinstance(info, dict):
-            return None
-        try:
-            queued = sum(q.qsize() for q in queues.values())
-        except (NotImplementedError, OSError, AttributeError):  # qsize is missing on macOS's sem_getvalue
+        info = getattr(self._it, "_task_info", None)
+        queued = self._queued()
+        if self._held is not None or queued is None or not isinstance(info, dict):
             return None
         return queued + sum(1 for v in info.values() if isinstance(v, tuple) and len(v) == 2)
+
+    def _queued(self) -> int | None:
+        """Finished batches still in the iterator's result queues (None: not countable)."""
+        it = self._it
+        queues = {id(q): q for q in (getattr(it, "_worker_result_queue", None), getattr(it, "_data_queue", None))}
+        if None in queues.values():
+            return None
+        try:
+            return sum(q.qsize() for q in queues.values())
+        except (NotImplementedError, OSError, AttributeError):  # qsize is missing on macOS's sem_getvalue
+            return None
+
+    def _until_workers_idle(self) -> None:
+        """Wait, untimed, until the workers have finished every batch they were asked for: how a real epoch's
+        end finds them (its sampler spent, every index handed out and loaded). Mid-epoch, as here, they still
+        owe their prefetched batches, and a restart would wait for those first: up to prefetch_factor batch
+        loads a worker that no real boundary pays. Bounded; uncountable (not torch's iterator): no wait."""
+        for _ in range(5000):  # 1 ms apart: at most ~5 s, never a hang on a stuck worker
+            owed, queued = getattr(self._it, "_tasks_outstanding", None), self._queued()
+            if not isinstance(owed, int) or queued is None or queued >= owed:
+                return
+            time.sleep(0.001)
 
     def drop_held(self) -> None:
         self._held = None
@@ -78,8 +96,10 @@ class Batches:
     def epoch_start(self) -> float:
         """Seconds from ending an epoch to the next epoch's first batch: the old iterator let go (its workers
         shut down, unless persistent), a new one started (non-persistent workers forked again), its first
-        batch made. What each epoch boundary of a real run costs beyond a steady fetch."""
+        batch made, from workers idle as a real epoch's end leaves them. A steady fetch's own wait is part of
+        that first batch: what a boundary adds to a run is this less that (Loop.run)."""
         self._held = None
+        self._until_workers_idle()
         t = self._clock()
         self._it = None  # type: ignore[assignment]  # the DataLoader iterator's __del__ shuts its workers down
         self._it = iter(self._loader)

@@ -40,7 +40,7 @@ import torch
 from dinox.measure.ahead import CopyAhead
 from dinox.measure.batches import Batches
 from dinox.measure.timeline import HostEvent, Timeline, WindowRecorder
-from dinox.measure.windows import LoopStats, Repeats, Window, in_process_rate
+from dinox.measure.windows import LoopStats, Repeats, Window, boundary_cost, in_process_rate
 
 
 def timeline_for(device: torch.device) -> tuple[Timeline, str]:
@@ -215,6 +215,7 @@ class Loop:
             epoch_boundaries=boundaries,
             settle_s=self.settle_s,
             epoch_start_s=epoch_start_s,
+            epoch_boundary_s=boundary_cost(epoch_start_s, windows, self.accumulation),
             loader_ready=self.batches.ready,
         )
 

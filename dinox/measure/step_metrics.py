@@ -56,6 +56,7 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
             rec.SETTLE_S: stats.settle_s,
             rec.EPOCH_BOUNDARIES: stats.epoch_boundaries,
             rec.EPOCH_START_S: stats.epoch_start_s,
+            rec.EPOCH_BOUNDARY_S: stats.epoch_boundary_s,
         }
     )
     if compiled:

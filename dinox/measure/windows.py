@@ -53,6 +53,21 @@ def in_process_rate(windows: list[Window]) -> float | None:
     return sum(images for images, _ in steps) / waited if waited > 0 else None
 
 
+def boundary_cost(epoch_start_s: float, windows: list[Window], fetches_per_step: int) -> float:
+    """What an epoch boundary adds to a run's time: the restart's first batch (`epoch_start_s`, from idle
+    workers) less the wait for the loader a steady fetch already pays, which the timed rate holds. A loader in
+    the step's own process waits out its whole batch every fetch: only the restart itself is extra. Workers
+    that keep ahead of the step owe nothing steady: the whole first batch is extra. Workers the step outruns
+    already cost it their lag each fetch: the step's compute is what the boundary adds (the workers idle
+    through the epoch's last step; the step then waits one batch). On a device with its own queue the step
+    may hide part of it, so there this errs high. Without a timed step: the restart whole."""
+    steps = [s for w in windows for s in w.steps]
+    if not steps:
+        return epoch_start_s
+    waited = sum(s.data for s in steps) / (len(steps) * max(1, fetches_per_step))
+    return max(0.0, epoch_start_s - waited)
+
+
 def held_share(windows: list[Window]) -> float | None:
     """The share of the windows' step intervals the device sat idle while the host waited in next(loader)
     (None: no step interval seen)."""
@@ -106,6 +121,7 @@ class LoopStats:
     epoch_boundaries: int = 0  # loader epochs that ended inside the timed windows
     settle_s: float = 0.0  # untimed: draining the batches ready and a step before each timed window
     epoch_start_s: float = 0.0  # an epoch boundary: the loader's iterator ended and a new one's first batch
+    epoch_boundary_s: float = 0.0  # what that adds to a run's time beyond the steady fetch's wait (boundary_cost)
     loader_ready: int = 0  # batches the loader's workers can hold ready (0: it loads in the step's process)
 
     @property

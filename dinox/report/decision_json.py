@@ -145,6 +145,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "days": rec.days,
         "margin_days": rec.margin_days,
         "epoch_start_s": rec.best.epoch_start_s,
+        "epoch_boundary_s": rec.best.epoch_boundary_s,
         "routine": asdict(rec.best.routine) | {"seconds": rec.best.routine.seconds},
         "profile": rec.best.profile,
         "device": rec.device,

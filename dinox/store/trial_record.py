@@ -136,6 +136,13 @@ class TrialRecord:
         return f"loader {cost:.0%} (windows)" if cost is not None and math.isfinite(cost) else ""
 
     @property
+    def epoch_boundary_s(self) -> float:
+        """What each epoch boundary adds to a run, as decide and verify charge it; a record from before
+        epoch_boundary_s: the restart's whole first batch (epoch_start_s), which errs high."""
+        m = self.metrics
+        return m.get(rec.EPOCH_BOUNDARY_S, m.get(rec.EPOCH_START_S, 0.0))
+
+    @property
     def few_windows(self) -> bool:
         """An ok trial with too few timed windows to show a spread: decide never calls GO on one."""
         windows = self.metrics.get(rec.WINDOWS)
@@ -192,15 +199,17 @@ def record_problem(r: TrialRecord) -> str | None:
     for name in (rec.IMAGES_PER_S, rec.STEP_S_P50, rec.STEP_S_P90, rec.DEVICE_MEM_TOTAL_GB):
         if name in m and not (math.isfinite(m[name]) and m[name] > 0):
             return f"{name} {m[name]!r} is not a finite positive number"
-    for name in (rec.PEAK_MEM_RESERVED_GB, rec.PEAK_MEM_ALLOCATED_GB, rec.PARAMS_M, rec.EPOCH_START_S):
+    boundary = (rec.EPOCH_START_S, rec.EPOCH_BOUNDARY_S)
+    for name in (rec.PEAK_MEM_RESERVED_GB, rec.PEAK_MEM_ALLOCATED_GB, rec.PARAMS_M, *boundary):
         if name in m and not (math.isfinite(m[name]) and m[name] >= 0):
             return f"{name} {m[name]!r} is not a finite number >= 0"
     if r.status != "ok":
         return None
     if rec.IMAGES_PER_S not in m:
         return "an ok trial without images_per_s"
-    if m.get(rec.EPOCH_START_S, 0.0) > MAX_STEP_S:
-        return f"epoch_start_s {m['epoch_start_s']:.3g} is longer than any trial"
+    for name in boundary:
+        if m.get(name, 0.0) > MAX_STEP_S:
+            return f"{name} {m[name]:.3g} is longer than any trial"
     if m[rec.IMAGES_PER_S] > MAX_IMAGES_PER_S_PER_DEVICE * gpus:
         return f"images_per_s {m['images_per_s']:.3g} is more than 10^7 per device"
     for name in (rec.STEP_S_P50, rec.STEP_S_P90):

@@ -33,12 +33,12 @@ class VerifyError(DinoxError):
 @dataclass(frozen=True)
 class Forecast:
     """What decide forecast for the trial: the rate (images over all its timed windows, or the plan's where
-    the decision planned at a tied trial's), its slowest and fastest window, and an epoch boundary's cost."""
+    the decision planned at a tied trial's), its slowest and fastest window, and what an epoch boundary adds."""
 
     ips: float
     slow_ips: float
     fast_ips: float
-    epoch_start_s: float = 0.0
+    epoch_boundary_s: float = 0.0
     source: str = ""
     checkpoint_s: float = 0.0  # one checkpoint save, as the trial measured it (routine:)
     eval_s: float = 0.0  # one evaluation pass of routine.eval_images, as decide charges it
@@ -52,7 +52,7 @@ class Forecast:
         slow, fast = m.get(rec.IMAGES_PER_S_MIN) or ips, m.get(rec.IMAGES_PER_S_MAX) or ips
         checkpoint_s, eval_s = unit_costs(r.params, m)  # the slice's cadence gives the counts
         return cls(
-            ips, min(slow, ips), max(fast, ips), m.get(rec.EPOCH_START_S, 0.0), f"trial run {r.run_id}",
+            ips, min(slow, ips), max(fast, ips), r.epoch_boundary_s, f"trial run {r.run_id}",
             checkpoint_s, eval_s,
         )  # fmt: skip
 
@@ -63,7 +63,7 @@ def slice_forecast(
     """Seconds the slice takes by the forecast, at the slowest and at the fastest window: the images at that
     rate plus each epoch boundary it crossed and each checkpoint and evaluation pass it ran, as decide
     charges them over the whole schedule."""
-    fixed = boundaries * f.epoch_start_s + checkpoints * f.checkpoint_s + evals * f.eval_s
+    fixed = boundaries * f.epoch_boundary_s + checkpoints * f.checkpoint_s + evals * f.eval_s
     return tuple(images / ips + fixed for ips in (f.ips, f.slow_ips, f.fast_ips))  # type: ignore[return-value]
 
 

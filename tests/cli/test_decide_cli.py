@@ -324,9 +324,11 @@ def test_records_other_tools_logged_with_impossible_figures_are_left_out(sqlite_
     proc = decide(work, uri, "--experiment", "hostile", *BUDGET, "--out", "hostile", "--no-log")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert proc.stdout.startswith("GO: vit_large_patch14_dinov2 ")
-    assert "left out 11 record(s) that cannot be trusted" in proc.stdout
+    assert f"left out {len(HOSTILE)} record(s) that cannot be trusted" in proc.stdout
     payload = json.loads((work / "hostile" / "decision.json").read_text())
-    assert len(payload["left_out"]) == 11 and payload["recommended"]["days"] == pytest.approx(12.04, abs=0.01)
+    assert len(payload["left_out"]) == len(HOSTILE) == 13 and payload["recommended"]["days"] == pytest.approx(
+        12.04, abs=0.01
+    )
     bad = decide(work, uri, "--experiment", "hostile", "--days", "15", "--epochs", "nan", "--dataset-size", "5")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --epochs: Input should be a finite number (got nan)"
 

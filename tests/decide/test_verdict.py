@@ -103,11 +103,12 @@ def test_utilization_stretches_the_days():
 
 
 def test_each_epoch_of_the_schedule_pays_the_loader_s_epoch_boundary():
-    """epoch_start_s, measured apart from the timed windows: 100 epochs x 3 s on top of the steps' days; a
-    schedule given in images has no epochs to charge."""
+    """What a boundary adds (epoch_boundary_s, measured apart from the timed windows): 100 epochs x 3 s on top of
+    the steps' days; a schedule given in images has no epochs to charge. A record from before epoch_boundary_s
+    is charged its epoch_start_s whole."""
     by_epochs = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
     steps_only = by_epochs.days_for(23.5)
-    assert by_epochs.days_for(23.5, epoch_start_s=3.0) == pytest.approx(steps_only + study.EPOCHS * 3.0 / 86400)
+    assert by_epochs.days_for(23.5, epoch_boundary_s=3.0) == pytest.approx(steps_only + study.EPOCHS * 3.0 / 86400)
     assert budget.Budget(days=15, target_images=10**6).days_for(23.5, 3.0) == pytest.approx(10**6 / 23.5 / 86400)
     rows = study.study()
     for row in rows:
@@ -115,6 +116,11 @@ def test_each_epoch_of_the_schedule_pays_the_loader_s_epoch_boundary():
     large = by_name(decide.decide(study.records(rows), by_epochs), "vit_large_patch14_dinov2")
     assert large.lead.days == pytest.approx(12.02 + 100 * 600 / 86400, abs=0.01)
     assert large.days == large.best.days == pytest.approx(IMAGES / (23.51 * 86400) + 100 * 600 / 86400)
+    for row in rows:  # of the 10-minute restart, the run pays 4: the rest was each steady fetch's own wait
+        row["metrics"]["epoch_boundary_s"] = 240.0
+    large = by_name(decide.decide(study.records(rows), by_epochs), "vit_large_patch14_dinov2")
+    assert large.days == large.best.days == pytest.approx(IMAGES / (23.51 * 86400) + 100 * 240 / 86400)
+    assert large.best.epoch_start_s == 600.0 and large.best.epoch_boundary_s == 240.0
 
 
 def test_target_images_budget():
@@ -360,6 +366,8 @@ HOSTILE = [
     (_hostile("batch-0", {"batch.size": "0"}), "batch.size '0' is not a positive integer"),
     (_hostile("batch-neg", {"batch.size": "-32", "batch.effective": "-256"}), "batch.size '-32' is not a positive"),
     (_hostile("gpus-inf", {"hardware.gpus": "inf"}), "hardware.gpus 'inf' is not a positive integer"),
+    (_hostile("neg-boundary", metrics={"epoch_boundary_s": -5.0}), "epoch_boundary_s -5.0 is not a finite number"),
+    (_hostile("huge-boundary", metrics={"epoch_boundary_s": 1e12}), "epoch_boundary_s 1e+12 is longer than any"),
 ]
 
 
@@ -374,7 +382,7 @@ def test_records_that_cannot_be_true_are_left_out_with_the_reason():
     assert d.verdict == "GO" and d.recommended.name == "vit_large_patch14_dinov2"
     assert not by_name(d, "vit_giant_patch14_dinov2").go
     assert all(c.conservative_ips > 0 and c.days > 0 for mv in d.models for c in mv.candidates)
-    assert "left out 11 record(s) that cannot be trusted: nan-ips: images_per_s nan" in report.render_terminal(d)
+    assert "left out 13 record(s) that cannot be trusted: nan-ips: images_per_s nan" in report.render_terminal(d)
     assert "## Records left out" in report.render_markdown(d, [])
 
 

@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader, Dataset
 from dinox.measure import loop as bench
 from dinox.measure.batches import Batches
 from dinox.measure.step_metrics import decided, summarize
-from dinox.measure.windows import Repeats, pooled, quantile
+from dinox.measure.timeline import StepTimes
+from dinox.measure.windows import Repeats, Window, boundary_cost, pooled, quantile
 from dinox.spec.sections import MeasureSpec
 
 
@@ -222,6 +223,8 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
     # a loader without workers gets no window of its own: the timed steps' fetches were it.
     assert fetched[0] == (1 + 2 * 4) * 2 * 2 + 2
     assert stats.epoch_start_s == pytest.approx(0.010)  # a new epoch's first batch: 2 samples x 5 ms
+    # ... which every fetch without workers waits out anyway: a boundary adds only the restart, free here.
+    assert stats.epoch_boundary_s == pytest.approx(0.0)
     timed = stats.images_per_s
     assert timed == pytest.approx(2 * 2 / 0.040)  # a step: two micro-batches of 10 ms fetch + 10 ms compute
     assert stats.images == 2 * 4 * 2 * 2  # only the timed windows count
@@ -400,3 +403,63 @@ def test_epochs_that_end_inside_the_timed_windows_are_counted():
     stats = loop(DataLoader(Images(8), batch_size=4), lambda b: None, warmup=1, steps=5)  # 1 epoch = 2 micro
     assert stats.epoch_boundaries == 5  # 10 micro-batches from the epoch's second: 5 more epochs ended
     assert loop(DataLoader(Images(400), batch_size=4), lambda b: None, warmup=1, steps=5).epoch_boundaries == 0
+
+
+def _window(data_s: float, period_s: float, steps: int = 4) -> Window:
+    step = StepTimes(period_s, 0.0, period_s - data_s, 0.0, data_s, data_s, data_s, 0.0)
+    return Window(period_s * steps, steps * 8, [step] * steps)
+
+
+def test_a_boundary_adds_the_first_batch_less_the_wait_a_steady_fetch_already_pays():
+    """What an epoch boundary adds to a run (epoch_start_s: the restarted loader's first batch, 0.2 s here) is
+    charged on top of a rate that already holds each steady fetch's wait for the loader. No wait (workers ahead
+    of a 0.3 s step): the whole first batch. A 0.05 s wait a fetch (one worker at 0.2 s a batch, the step's
+    compute 0.15 s): the step's compute is what the boundary adds. Loading in the step's process (its whole
+    0.2 s every fetch): nothing but the restart. Two fetches a step (accumulation 2) wait half the step's each."""
+    assert boundary_cost(0.2, [_window(0.0, 0.3)], 1) == pytest.approx(0.2)
+    assert boundary_cost(0.2, [_window(0.05, 0.2)], 1) == pytest.approx(0.15)
+    assert boundary_cost(0.2, [_window(0.2, 0.25)], 1) == pytest.approx(0.0)
+    assert boundary_cost(0.2, [_window(0.1, 0.4)], 2) == pytest.approx(0.15)
+    assert boundary_cost(0.2, [_window(0.3, 0.35)], 1) == 0.0  # a slow restart never earns time back
+    assert boundary_cost(0.2, [], 1) == pytest.approx(0.2)  # no timed step: the restart whole
+
+
+class _Counted(Dataset):
+    """Each sample takes 0.2 s in the worker; `done` counts the samples finished, across the worker process."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self.done = multiprocessing.get_context("fork").Value("i", 0)
+
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, i: int):
+        time.sleep(0.2)
+        with self.done.get_lock():
+            self.done.value += 1
+        return torch.zeros(2)
+
+
+def test_an_epoch_start_is_timed_from_idle_workers_as_a_real_epoch_end_leaves_them():
+    """Mid-epoch, a persistent worker still owes its prefetched batches, and a restarted iterator waits for them
+    before its first batch: a cost no real boundary pays (there the sampler is spent and the worker idle). The
+    restart is timed only once the worker owes nothing: between the clock's two readings the worker finishes
+    the new epoch's first sample, not the two it owed (counted, not timed: a loaded box cannot move it)."""
+    data = _Counted()
+    seen: list[int] = []
+
+    def clock() -> float:
+        seen.append(data.done.value)
+        return time.perf_counter()
+
+    loader = DataLoader(data, batch_size=1, num_workers=1, persistent_workers=True, prefetch_factor=2)
+    batches = Batches(loader, clock, ready=2)
+    batches.next()  # the worker now owes the two batches it prefetches after it
+    seen.clear()
+    assert batches.epoch_start() > 0
+    before, after = seen
+    assert before == 3, seen  # the owed two finished before the clock started
+    assert after - before in (1, 2), seen  # the new epoch's first sample (its second may have finished too)
+    del batches, loader

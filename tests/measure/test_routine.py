@@ -48,7 +48,7 @@ def test_decide_charges_the_routine_over_the_schedule(measured):
     assert (routine["checkpoints"], routine["evals"]) == (20, 2)
     assert routine["checkpoint_s"] == pytest.approx(m["checkpoint_s"])
     assert routine["eval_s"] == pytest.approx(m["eval_start_s"] + 12 / m["eval_images_per_s"])
-    seconds = 240 / best["forecast_images_per_s"] + 2 * m["epoch_start_s"] + routine["seconds"]
+    seconds = 240 / best["forecast_images_per_s"] + 2 * m["epoch_boundary_s"] + routine["seconds"]
     assert best["days"] == pytest.approx(seconds / 86400)
     report = (work / "decision" / "report.md").read_text()
     assert "- Routine, in the days: 20 checkpoints x " in report and "+ 2 evaluation passes x " in report
@@ -70,7 +70,7 @@ def test_verify_runs_the_routine_at_its_cadence_and_forecasts_it(measured):
     eval_s = t["eval_start_s"] + 12 / t["eval_images_per_s"]
     forecast = (
         m["verify_images"] / t["images_per_s"]
-        + m["verify_epochs_ended"] * t["epoch_start_s"]
+        + m["verify_epochs_ended"] * t["epoch_boundary_s"]
         + m["verify_checkpoints"] * t["checkpoint_s"]
         + m["verify_evals"] * eval_s
     )

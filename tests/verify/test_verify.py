@@ -46,7 +46,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     assert tags["dinox.verify_moved"] == str(moved).lower(), (check, low, high)
     assert proc.returncode == (0 if "held within" in said else 3 if moved else 1), said
     # The same slice at the check windows' rate: the method's own error, the box's moves set aside.
-    at_check = m["verify_images"] / check + m["verify_epochs_ended"] * t["epoch_start_s"]
+    at_check = m["verify_images"] / check + m["verify_epochs_ended"] * t["epoch_boundary_s"]
     assert m["check_windows_error"] == pytest.approx((at_check - m["verify_wall_s"]) / m["verify_wall_s"])
     assert said.startswith("UNDECIDED: ") == (proc.returncode == 3), said
     assert tags["dinox.verifies"] == trial.info.run_id and tags["dinox.trial_id"] == trial.data.tags["dinox.trial_id"]
@@ -58,7 +58,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     assert epochs[0]["images"] == 16 - (1 + 3 * 3) * 4 % 16 and epochs[0]["partial"] == 1.0
     assert m["verify_images"] == m["verify_steps"] * 4 and m["verify_wall_s"] >= 0.15 * 60
     # The forecast for the same slice is the trial's own figure plus the epoch boundaries it crossed.
-    forecast = m["verify_images"] / t["images_per_s"] + m["verify_epochs_ended"] * t["epoch_start_s"]
+    forecast = m["verify_images"] / t["images_per_s"] + m["verify_epochs_ended"] * t["epoch_boundary_s"]
     assert m["forecast_s"] == pytest.approx(forecast)
     assert m["forecast_error"] == pytest.approx((forecast - m["verify_wall_s"]) / m["verify_wall_s"])
     assert m["forecast_slow_s"] >= m["forecast_s"] >= m["forecast_fast_s"]
@@ -99,8 +99,24 @@ def test_a_spec_that_changed_since_is_refused_naming_the_trial(measured):
 
 
 def test_the_slice_forecast_charges_each_boundary_at_each_end():
-    f = Forecast(100.0, 80.0, 125.0, epoch_start_s=2.0)
+    f = Forecast(100.0, 80.0, 125.0, epoch_boundary_s=2.0)
     assert slice_forecast(f, 1000, 3) == pytest.approx((16.0, 18.5, 14.0))
+
+
+def test_what_a_boundary_adds_is_read_from_the_decision_or_record_and_an_older_one_charges_the_restart_whole(
+    tmp_path,
+):
+    """epoch_boundary_s (the restart less a steady fetch's wait) where the decision or the trial has it; a
+    decision.json or a trial record from before it: epoch_start_s, the restart's whole first batch."""
+    from dinox.cli.verify import _recommended
+
+    best = {"run_id": "r1", "span": {"forecast_ips": 100.0, "slow_ips": 80.0, "fast_ips": 125.0}, "epoch_start_s": 2.0}
+    for given, charged in (({}, 2.0), ({"epoch_boundary_s": 0.5}, 0.5)):
+        (tmp_path / "decision.json").write_text(json.dumps({"verdict": "GO", "recommended": best | given}))
+        source = f"decision {tmp_path / 'decision.json'}"
+        assert _recommended(str(tmp_path)) == ("r1", Forecast(100.0, 80.0, 125.0, charged, source))
+        older = TrialRecord("r1", "1", metrics={"images_per_s": 100.0, "epoch_start_s": 2.0} | given)
+        assert Forecast.of_record(older).epoch_boundary_s == charged
 
 
 def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
