@@ -5,7 +5,7 @@ report.md's Decision section. Shared by the terminal, the run's Description and 
 from __future__ import annotations
 
 from dinox.decide.budget import SECONDS_PER_DAY, fmt_cost, fmt_days
-from dinox.decide.types import ModelVerdict, Tie
+from dinox.decide.types import Candidate, ModelVerdict, Tie
 from dinox.decide.verdict import Decision
 from dinox.spec import params
 from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, SETTLED_WINDOWS, code_span, inert, store_text
@@ -93,6 +93,19 @@ def excluded_line(d: Decision) -> str:
     )
 
 
+def _boundary_line(c: Candidate, epochs: float | None) -> list[str]:
+    """What the forecast charges the schedule's epoch boundaries, where it charges any."""
+    if not epochs or c.epoch_boundary_s <= 0:
+        return []
+    less = (
+        f", {c.epoch_start_s:.3g} s, less the wait a steady fetch already pays"
+        if c.epoch_start_s > c.epoch_boundary_s
+        else ""
+    )
+    each = f"{c.epoch_boundary_s:.3g} s (the restarted loader's first batch{less})"
+    return [f"- Epoch boundaries, in the days: {epochs:g} x {each}"]
+
+
 def decision_section(d: Decision) -> list[str]:
     """What to do: the recommended configuration, what would settle it, or what would make a model fit."""
     b = d.budget
@@ -112,6 +125,7 @@ def decision_section(d: Decision) -> list[str]:
             f"- Shown, not planned with: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} "
             f"{IPS_P50}"
             + (f"; {rec.best.tflops:.1f} TFLOPs, MFU {rec.best.mfu:.1%}" if rec.best.mfu is not None else ""),
+            *_boundary_line(rec.best, b.epochs),
             *([f"- Routine, in the days: {rec.best.routine.describe()}"] if rec.best.routine.seconds else []),
             *([f"- Device: {inert(rec.device)}"] if rec.device_name else []),
             *([f"- Cost: {fmt_cost(rec.cost)} for the whole schedule"] if rec.cost is not None else []),

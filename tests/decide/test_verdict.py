@@ -116,11 +116,18 @@ def test_each_epoch_of_the_schedule_pays_the_loader_s_epoch_boundary():
     large = by_name(decide.decide(study.records(rows), by_epochs), "vit_large_patch14_dinov2")
     assert large.lead.days == pytest.approx(12.02 + 100 * 600 / 86400, abs=0.01)
     assert large.days == large.best.days == pytest.approx(IMAGES / (23.51 * 86400) + 100 * 600 / 86400)
+    said = "- Epoch boundaries, in the days: 100 x 600 s (the restarted loader's first batch)\n"
+    assert said in report.render_markdown(decide.decide(study.records(rows), by_epochs), [])
     for row in rows:  # of the 10-minute restart, the run pays 4: the rest was each steady fetch's own wait
         row["metrics"]["epoch_boundary_s"] = 240.0
-    large = by_name(decide.decide(study.records(rows), by_epochs), "vit_large_patch14_dinov2")
+    d = decide.decide(study.records(rows), by_epochs)
+    large = by_name(d, "vit_large_patch14_dinov2")
     assert large.days == large.best.days == pytest.approx(IMAGES / (23.51 * 86400) + 100 * 240 / 86400)
     assert large.best.epoch_start_s == 600.0 and large.best.epoch_boundary_s == 240.0
+    said = "- Epoch boundaries, in the days: 100 x 240 s (the restarted loader's first batch, 600 s, less the wait a"
+    assert said in report.render_markdown(d, [])
+    by_images = decide.decide(study.records(rows), budget.Budget(days=15, target_images=10**7))  # no epochs
+    assert by_images.recommended is not None and "Epoch boundaries" not in report.render_markdown(by_images, [])
 
 
 def test_target_images_budget():
