@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dinox.decide.budget import SECONDS_PER_DAY, Budget, fmt_cost
+from dinox.store.trial_record import IPS_WINDOWS
 
 if TYPE_CHECKING:
     from dinox.decide.checks import ScalingRow
@@ -52,6 +53,7 @@ class Need:
     device: str
     has_ips: float
     needs_ips: float
+    has_unit: str = IPS_WINDOWS  # what has_ips is of: the windows, or real training where it replaced them
 
     @property
     def factor(self) -> float:
@@ -68,7 +70,8 @@ def needs(models: list[ModelVerdict], budget: Budget) -> list[Need]:
         if budget.max_cost is not None and price is not None:
             # The cost caps the days too: devices x days x 24 x price <= max_cost.
             seconds = min(seconds, budget.max_cost / (mv.devices * 24.0 * price) * SECONDS_PER_DAY * budget.utilization)
-        need = Need(mv.label, mv.device, mv.span.forecast_ips, budget.images_needed / seconds)
+        unit = mv.best.forecast_unit if mv.best is not None else IPS_WINDOWS
+        need = Need(mv.label, mv.device, mv.span.forecast_ips, budget.images_needed / seconds, unit)
         if need.factor > 1:  # an UNSETTLED one fast enough at its forecast needs evidence, not speed
             out.append(need)
     return out

@@ -52,7 +52,8 @@ def reason(
         return (
             f"{recommended.label} is the largest model that finishes {budget.describe()}"
             f"{f', on {recommended.device}' if per_device else ''}: forecast {span.forecast_ips:.1f} "
-            f"{IPS_WINDOWS} -> {fmt_days(span.days)} days{cost}; even at the slowest window measured "
+            f"{recommended.best.forecast_unit} -> {fmt_days(span.days)} days{cost}; even at the slowest "
+            f"{recommended.best.range_ends} "
             f"({span.slow_ips:.1f} img/s, {fmt_days(span.days_slow)} days) "
             f"{fmt_days(recommended.margin_days or 0.0)} days to spare"
         )
@@ -62,7 +63,7 @@ def reason(
         assert span is not None
         return (
             f"not settled: {where(mv)} would finish {budget.describe()} at its forecast, {span.forecast_ips:.1f} "
-            f"{IPS_WINDOWS} -> {fmt_days(span.days)} days, but {mv.unsettled_why}"
+            f"{mv.best.forecast_unit if mv.best else IPS_WINDOWS} -> {fmt_days(span.days)} days, but {mv.unsettled_why}"
         )
     if not any(r.status == "ok" for r in records):
         tried = sorted({r.batch_size for r in records if r.batch_size is not None})

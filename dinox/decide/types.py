@@ -13,6 +13,7 @@ from dinox.decide.head_to_head import Bout
 from dinox.decide.occasions import Move
 from dinox.decide.routine import RoutineCost
 from dinox.store.profile_table import ProfileSummary
+from dinox.store.trial_record import IPS_REAL, IPS_WINDOWS
 
 # GO: the budget holds at the slow end of what was measured; NO-GO: it fails even at the fast end; UNSETTLED:
 # the measured range straddles the budget, or too few windows ran to call any range measured.
@@ -92,6 +93,18 @@ class Candidate:
     def rates(self) -> tuple[float, float, float]:
         """(forecast, slow end, fast end), images/s."""
         return self.measured_ips, self.slow_ips, self.fast_ips
+
+    @property
+    def forecast_unit(self) -> str:
+        """What its forecast's rate is, as printed beside it: the timed windows', or real training's where a
+        verification outside the windows' range replaced it."""
+        return IPS_REAL if self.windows_ips is not None else IPS_WINDOWS
+
+    @property
+    def range_ends(self) -> str:
+        """What its slowest and fastest rate are of: its timed windows, widened to real training's rate where
+        a verification replaced the forecast."""
+        return "rate measured in windows or real training" if self.windows_ips is not None else "window measured"
 
     @property
     def slow_ips(self) -> float:

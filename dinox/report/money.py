@@ -5,6 +5,7 @@ rendering of a Decision."""
 from __future__ import annotations
 
 from dinox.decide.budget import fmt_cost, fmt_days
+from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
 from dinox.store.trial_record import IPS_WINDOWS, inert
 
@@ -35,7 +36,8 @@ def _per_device(d: Decision) -> list[str]:
             out.append(f"| {inert(device)} | {'UNSETTLED' if open_ else 'NO-GO'} | - | - | - | - |")
             continue
         out.append(
-            f"| {inert(device)} | GO | {inert(best.label)} | {best.span.forecast_ips:.1f} | {fmt_days(best.days)} | "
+            f"| {inert(device)} | GO | {inert(best.label)} | {best.span.forecast_ips:.1f}{_unless_windows(best)} | "
+            f"{fmt_days(best.days)} | "
             f"{_cost(best.cost)} |"
         )
     return [*out, ""]
@@ -75,7 +77,7 @@ def _what_if(d: Decision) -> list[str]:
     out: list[str] = []
     rec = d.recommended
     if rec is not None and rec.span is not None and d.what_if:
-        at = f"at its forecast, {rec.span.forecast_ips:.1f} {IPS_WINDOWS}"
+        at = f"at its forecast, {rec.span.forecast_ips:.1f} {rec.best.forecast_unit if rec.best else IPS_WINDOWS}"
         out += ["## What if", "", f"For **{inert(d.where(rec))}** {at}:", ""]
         buys = f"{rec.images_in_budget:,.0f} images" if rec.images_in_budget is not None else "-"
         if rec.epochs_in_budget is not None:
@@ -103,7 +105,8 @@ def _needs(d: Decision) -> list[str]:
         "|---|---|---|---|---|",
     ]
     out += [
-        f"| {inert(n.model)} | {inert(n.device)} | {n.has_ips:.1f} | {n.needs_ips:.1f} | {n.factor:.2f}x |"
+        f"| {inert(n.model)} | {inert(n.device)} | {n.has_ips:.1f}{_real(n.has_unit)} | {n.needs_ips:.1f} | "
+        f"{n.factor:.2f}x |"
         for n in d.needs
     ]
     return [*out, ""]
@@ -127,3 +130,12 @@ def _projections(d: Decision) -> list[str]:
             f"{p.single_ips:.1f} | {p.ips:.1f} | {fmt_days(p.days)} | {_cost(p.cost)} |"
         )
     return [*out, ""]
+
+
+def _real(unit: str) -> str:
+    """A cell under an img/s (windows) header whose figure is real training's says so."""
+    return "" if unit == IPS_WINDOWS else unit.removeprefix("img/s")
+
+
+def _unless_windows(mv: ModelVerdict) -> str:
+    return _real(mv.best.forecast_unit) if mv.best is not None else ""

@@ -15,10 +15,12 @@ from dinox import record as rec
 from dinox.spec import params
 
 # A trial's three throughputs, named the same way wherever they appear (sweep lines, terminal, report, plots,
-# docs): measured over the timed windows, and from the p90 and p50 step times (the p90 one drives the verdict).
+# docs): measured over the timed windows (the forecast), and from the p90 and p50 step times (shown only).
 IPS_WINDOWS = "img/s (windows)"
 IPS_P90 = "img/s (p90 step)"
 IPS_P50 = "img/s (p50 step)"
+# ... and the forecast where real training (dinox verify) ran outside the windows' range and replaced it.
+IPS_REAL = "img/s (real training)"
 
 # The fewest timed windows whose range a verdict may rest on (docs/measuring.md says where the rule comes
 # from): torch.utils.benchmark judges a spread only past 3 samples, and one or two windows leave no measured

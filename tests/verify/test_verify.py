@@ -196,6 +196,22 @@ def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
     assert planned.measured_ips == 19.0 and planned.windows_ips == pytest.approx(23.54)
     assert planned.slow_ips == 19.0 and "off by 24.0%" in planned.verified.describe()
     assert "off by 24.0%" in report.render_markdown(slower, [])
+    # Wherever the figure is printed, it says it is real training's, and the range's ends what they are of.
+    slower_md = report.render_markdown(slower, [])
+    assert "Forecast: 19.0 img/s (real training) -> **" in slower_md and "19.0 img/s (windows)" not in slower_md
+    assert "at the slowest rate measured in windows or real training" in slower_md
+    held = decide.decide(study.records(rows), b, verified={best: _verify_run(best, 23.0, 0.02)})
+    said = "forecast 23.0 img/s (real training) -> 12.3 days; even at the slowest rate measured in windows or real "
+    assert held.recommended.best.run_id == best and said in held.reason, held.reason
+    md = report.render_markdown(held, [])
+    assert "- Forecast: 23.0 img/s (real training) -> **12.3 days**" in md
+    assert "- Margin: at the slowest rate measured in windows or real training, 23.0 img/s" in md
+    assert "(windows) -> **12.0" not in md  # the windows' figure is not the plan's: never printed as it
+    assert "forecast 23.5 img/s (windows)" in decide.decide(study.records(rows), b).reason  # unverified: windows
+    giant = "vit_giant-32x8-w4-True-ok"  # NO-GO at 5.37-5.43 img/s; trained at 4.0: its needs row says whose
+    trained = decide.decide(study.records(rows), b, verified={giant: _verify_run(giant, 4.0, 0.3)})
+    md = report.render_markdown(trained, [])
+    assert "| an unnamed device | 4.0 (real training) | 18.9 | 4.72x |" in md
 
 
 def _is_verify_child(p) -> bool:
