@@ -207,6 +207,10 @@ def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
     assert "- Forecast: 23.0 img/s (real training) -> **12.3 days**" in md
     assert "- Margin: at the slowest rate measured in windows or real training, 23.0 img/s" in md
     assert "(windows) -> **12.0" not in md  # the windows' figure is not the plan's: never printed as it
+    assert "(tied with 1: planned at the slowest) (forecast: real training's rate, outside its windows)" in (
+        report.render_terminal(held)
+    )
+    assert "| 23.0 (real training) | 23.0-23.6 |" in report.render_note(held)
     assert "forecast 23.5 img/s (windows)" in decide.decide(study.records(rows), b).reason  # unverified: windows
     giant = "vit_giant-32x8-w4-True-ok"  # NO-GO at 5.37-5.43 img/s; trained at 4.0: its needs row says whose
     trained = decide.decide(study.records(rows), b, verified={giant: _verify_run(giant, 4.0, 0.3)})
