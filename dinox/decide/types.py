@@ -214,6 +214,11 @@ class ModelVerdict:
     cost: float | None = None  # the whole schedule on the best trial's devices; None without a price
     over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
 
+    @property
+    def real_forecast(self) -> bool:
+        """Its forecast is real training's rate (a verification of `best` outside its windows), not the windows'."""
+        return self.best is not None and self.best.forecast_unit == IPS_REAL
+
     def paired(self, c: Candidate) -> Candidate:
         """The trial beside the leader in `c`'s tie (the leader's bouts and moves are keyed by it): `best` for the
         leader itself, else `c`."""

@@ -5,9 +5,8 @@ rendering of a Decision."""
 from __future__ import annotations
 
 from dinox.decide.budget import fmt_cost, fmt_days
-from dinox.decide.types import ModelVerdict
 from dinox.decide.verdict import Decision
-from dinox.store.trial_record import IPS_WINDOWS, inert
+from dinox.store.trial_record import IPS_REAL, IPS_WINDOWS, REAL_MARK, inert
 
 
 def sections(d: Decision) -> list[str]:
@@ -36,7 +35,8 @@ def _per_device(d: Decision) -> list[str]:
             out.append(f"| {inert(device)} | {'UNSETTLED' if open_ else 'NO-GO'} | - | - | - | - |")
             continue
         out.append(
-            f"| {inert(device)} | GO | {inert(best.label)} | {best.span.forecast_ips:.1f}{_unless_windows(best)} | "
+            f"| {inert(device)} | GO | {inert(best.label)} | {best.span.forecast_ips:.1f}"
+            f"{REAL_MARK if best.real_forecast else ''} | "
             f"{fmt_days(best.days)} | "
             f"{_cost(best.cost)} |"
         )
@@ -105,8 +105,8 @@ def _needs(d: Decision) -> list[str]:
         "|---|---|---|---|---|",
     ]
     out += [
-        f"| {inert(n.model)} | {inert(n.device)} | {n.has_ips:.1f}{_real(n.has_unit)} | {n.needs_ips:.1f} | "
-        f"{n.factor:.2f}x |"
+        f"| {inert(n.model)} | {inert(n.device)} | {n.has_ips:.1f}{REAL_MARK if n.has_unit == IPS_REAL else ''} | "
+        f"{n.needs_ips:.1f} | {n.factor:.2f}x |"
         for n in d.needs
     ]
     return [*out, ""]
@@ -130,12 +130,3 @@ def _projections(d: Decision) -> list[str]:
             f"{p.single_ips:.1f} | {p.ips:.1f} | {fmt_days(p.days)} | {_cost(p.cost)} |"
         )
     return [*out, ""]
-
-
-def _real(unit: str) -> str:
-    """A cell under an img/s (windows) header whose figure is real training's says so."""
-    return "" if unit == IPS_WINDOWS else unit.removeprefix("img/s")
-
-
-def _unless_windows(mv: ModelVerdict) -> str:
-    return _real(mv.best.forecast_unit) if mv.best is not None else ""

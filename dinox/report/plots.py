@@ -245,8 +245,9 @@ def _days(d: Decision, path: Path) -> Path:
     ax.scatter([x for _, x in forecast], [i for i, _ in forecast], marker="|", s=300, color="black", zorder=3)
     for i, mv in enumerate(d.models):
         cost = f", cost {fmt_cost(mv.cost)}" if mv.cost is not None else ""
+        at = " at real training's rate" if mv.real_forecast else ""
         text = (
-            f" {fmt_days(fast[i])}-{fmt_days(slow[i])} days, forecast {fmt_days(mv.days)} ({mv.verdict}"
+            f" {fmt_days(fast[i])}-{fmt_days(slow[i])} days, forecast {fmt_days(mv.days)}{at} ({mv.verdict}"
             f"{', shrunk' if d.shrunk else ''}){cost}"
             if mv.span
             else " no qualifying trial"
@@ -254,10 +255,13 @@ def _days(d: Decision, path: Path) -> Path:
         ax.text(fast[i] + widths[i] + xmax * 0.01, i, text, va="center", fontsize=8, bbox=_LABEL_BOX)
     unit = "day" if d.budget.days == 1 else "days"
     ax.axvline(d.budget.days, color="black", linestyle="--", label=f"budget: {d.budget.days:g} {unit}")
-    ax.scatter([], [], marker="|", s=120, color="black", label="forecast (all windows)")
+    real = any(mv.real_forecast for mv in d.models)
+    tick = "forecast: all windows, or real training's rate (dinox verify)" if real else "forecast (all windows)"
+    ax.scatter([], [], marker="|", s=120, color="black", label=tick)
     priced = any(mv.cost is not None for mv in d.models)
     ax.set_xlim(0, xmax * (1.7 if priced else 1.5))  # room for the annotations
-    ax.set_xlabel("days for the schedule: bar from the fastest to the slowest timed window of the plan's trials")
+    ends = "rate in windows or real training" if real else "timed window"
+    ax.set_xlabel(f"days for the schedule: bar from the fastest to the slowest {ends} of the plan's trials")
     settled = " on SHRUNK trials (not the study's)" if d.shrunk else "" if d.settled else " (not settled)"
     ax.set_title(f"{d.verdict}{settled}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()

@@ -20,7 +20,7 @@ from dinox.report.settling import (
     verifications,
 )
 from dinox.spec import params
-from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_REAL, IPS_WINDOWS, SETTLED_WINDOWS, code_span, inert
+from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, REAL_MARK, SETTLED_WINDOWS, code_span, inert
 
 
 def _fmt_config(config: dict[str, str]) -> str:
@@ -33,11 +33,6 @@ def _fmt_config(config: dict[str, str]) -> str:
         params.LOADER_PIN_MEMORY: "pin",
     }
     return ", ".join(f"{short.get(k, k)}={v}" for k, v in config.items() if v not in ("None",))
-
-
-def _real(mv: ModelVerdict) -> bool:
-    """Its forecast is real training's rate (dinox verify ran outside the windows' range), not the windows'."""
-    return mv.best is not None and mv.best.forecast_unit == IPS_REAL
 
 
 def render_terminal(d: Decision) -> str:
@@ -62,7 +57,7 @@ def render_terminal(d: Decision) -> str:
             f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {_num(s and s.days, 7, 1)} "
             f"{days_range(mv):>12}  {cost}{model_verdict(mv):<9} {statuses}"
             + (f" (tied with {len(mv.tied)}: planned at the slowest)" if mv.tied else "")
-            + (" (forecast: real training's rate, outside its windows)" if _real(mv) else "")
+            + (" (forecast: real training's rate, outside its windows)" if mv.real_forecast else "")
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}")
     if excluded := excluded_line(d):
@@ -105,7 +100,7 @@ def render_note(d: Decision) -> str:
     ]
     for mv in d.models:
         s = mv.span
-        cells = [inert(d.where(mv)), _cell(s and s.forecast_ips) + (" (real training)" if _real(mv) else "")]
+        cells = [inert(d.where(mv)), _cell(s and s.forecast_ips) + (REAL_MARK if mv.real_forecast else "")]
         cells.append(f"{s.slow_ips:.1f}-{s.fast_ips:.1f}" if s is not None else "-")
         cells += [fmt_days(s.days) if s is not None else "-", days_range(mv)]
         if priced:

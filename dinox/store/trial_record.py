@@ -20,7 +20,8 @@ IPS_WINDOWS = "img/s (windows)"
 IPS_P90 = "img/s (p90 step)"
 IPS_P50 = "img/s (p50 step)"
 # ... and the forecast where real training (dinox verify) ran outside the windows' range and replaced it.
-IPS_REAL = "img/s (real training)"
+REAL_MARK = " (real training)"  # beside a figure in an img/s (windows) column that is real training's instead
+IPS_REAL = f"img/s{REAL_MARK}"
 
 # The fewest timed windows whose range a verdict may rest on (docs/measuring.md says where the rule comes
 # from): torch.utils.benchmark judges a spread only past 3 samples, and one or two windows leave no measured

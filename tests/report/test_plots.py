@@ -169,3 +169,31 @@ def test_two_trials_at_one_batch_and_one_rate_have_names_that_do_not_overlap(tmp
     named, _frame, _lines = _drawn(rows, tmp_path, monkeypatch, "throughput_vs_batch.png", "num_workers=")
     assert sorted(text for text, _, _ in named) == 2 * ["num_workers=0"] + 2 * ["num_workers=2"]
     _apart(named)
+
+
+def test_days_vs_budget_says_a_forecast_is_real_training_s_where_verify_replaced_it(tmp_path, monkeypatch):
+    """A trial verified outside its windows is planned at real training's rate: its bar's text, the tick's
+    legend and the axis say so, never "all windows" alone."""
+    from dinox.report import plots
+    from tests.verify.test_verify import _verify_run
+
+    seen = {}
+    real_save = plots._save
+
+    def keep(fig, path):
+        ax = fig.axes[0]
+        seen[path.name] = (ax.get_legend_handles_labels()[1], ax.get_xlabel(), [t.get_text() for t in ax.texts])
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    rows = study.study()
+    plots.write_plots(decide.decide(study.records(rows), BUDGET), study.records(rows), tmp_path)
+    legend, axis, _texts = seen["days_vs_budget.png"]
+    assert "forecast (all windows)" in legend and axis.endswith("slowest timed window of the plan's trials")
+    best = rows[0]["run_id"]  # ViT-L 48x4, windows 23.42-23.66 img/s; trained at 23.0 (NO-GO on this budget)
+    d = decide.decide(study.records(rows), BUDGET, verified={best: _verify_run(best, 23.0, 0.02)})
+    plots.write_plots(d, study.records(rows), tmp_path)
+    legend, axis, texts = seen["days_vs_budget.png"]
+    assert "forecast: all windows, or real training's rate (dinox verify)" in legend, legend
+    assert axis.endswith("slowest rate in windows or real training of the plan's trials"), axis
+    assert any(t.endswith("forecast 50.3 at real training's rate (NO-GO)") for t in texts), texts
