@@ -189,13 +189,15 @@ class Loop:
         if ablation_steps:
             self._phase("ablation windows")
             full, half = self._half_batch(ablation_steps)
+        # The epoch start before the loader alone: after the rounds the workers have usually caught up (a real
+        # epoch's end finds them idle), where the loader alone would leave them owing a full prefetch.
+        epoch_start_s = self.batches.epoch_start()
         loader_ips = None
         if loader_batches and self.batches.ready:
             self._phase("loader alone")
             loader_ips = self._loader_alone(loader_batches)
         elif loader_batches:  # loading in this process: the timed steps' fetches were the loader alone
             loader_ips = in_process_rate(windows)
-        epoch_start_s = self.batches.epoch_start()
         untimed = [*compute_only, *no_loader, *([copies] if copies is not None else [])]
         ablation_s = sum(w.wall_s for w in untimed) + (perf() - t)
         return LoopStats(
