@@ -22,8 +22,8 @@ stages' costs clear of the threshold by the timed windows' spread; or, after one
 themselves showed, dinox.measure.bound.direct_decided), the later timed windows run without theirs: ablation
 is spent until the label is known. After the rounds, on a device with a timeline of its own, the
 compute-only windows at the full and at half the batch (a step the device paces from one the host's kernel
-launches pace); last the loader alone, with the model idle and the workers warm: the rate the input
-pipeline can feed. Only the timed windows count in images_per_s.
+launches pace); then an epoch boundary (the iterator restarted from idle workers, as an epoch's end leaves
+them); last the loader alone, with the model idle and the workers warm: the rate the input pipeline can feed. Only the timed windows count in images_per_s.
 """
 
 from __future__ import annotations
