@@ -94,8 +94,9 @@ class Budget(BudgetSpec):
 
 
 def fmt_days(days: float) -> str:
-    """Days to a precision that means something: 12.0, 0.54, 0.053."""
-    return f"{days:.1f}" if days >= 1 else f"{days:.2g}"
+    """Days to a precision that means something: 12.0, 0.54, 0.053; 1.0 where two figures would round to a
+    bare 1 ("1 days")."""
+    return f"{days:.1f}" if days >= 0.995 else f"{days:.2g}"
 
 
 def fmt_cost(cost: float) -> str:

@@ -23,7 +23,8 @@ themselves showed, dinox.measure.bound.direct_decided), the later timed windows 
 is spent until the label is known. After the rounds, on a device with a timeline of its own, the
 compute-only windows at the full and at half the batch (a step the device paces from one the host's kernel
 launches pace); then an epoch boundary (the iterator restarted from idle workers, as an epoch's end leaves
-them); last the loader alone, with the model idle and the workers warm: the rate the input pipeline can feed. Only the timed windows count in images_per_s.
+them); last the loader alone, with the model idle and the workers warm: the rate the input pipeline can feed.
+Only the timed windows count in images_per_s.
 """
 
 from __future__ import annotations

@@ -578,3 +578,9 @@ def test_a_tie_of_equal_figures_recommends_the_leader_and_says_none_measured_fas
     said = report.render_markdown(d, [])
     assert "Tied with `b bs=32 w=2`: their measured ranges overlap this one's" in said
     assert "the slowest of the tied trials; none measured faster (any of them will do)" in said
+
+
+def test_days_are_printed_to_a_precision_that_means_something_and_never_as_a_bare_1():
+    assert [budget.fmt_days(x) for x in (12.02, 0.54, 0.0532, 0.9975, 0.994, 1.0)] == [
+        "12.0", "0.54", "0.053", "1.0", "0.99", "1.0",
+    ]  # fmt: skip
