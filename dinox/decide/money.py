@@ -70,8 +70,7 @@ def needs(models: list[ModelVerdict], budget: Budget) -> list[Need]:
         if budget.max_cost is not None and price is not None:
             # The cost caps the days too: devices x days x 24 x price <= max_cost.
             seconds = min(seconds, budget.max_cost / (mv.devices * 24.0 * price) * SECONDS_PER_DAY * budget.utilization)
-        unit = mv.best.forecast_unit if mv.best is not None else IPS_WINDOWS
-        need = Need(mv.label, mv.device, mv.span.forecast_ips, budget.images_needed / seconds, unit)
+        need = Need(mv.label, mv.device, mv.span.forecast_ips, budget.images_needed / seconds, mv.forecast_unit)
         if need.factor > 1:  # an UNSETTLED one fast enough at its forecast needs evidence, not speed
             out.append(need)
     return out

@@ -63,7 +63,7 @@ def reason(
         assert span is not None
         return (
             f"not settled: {where(mv)} would finish {budget.describe()} at its forecast, {span.forecast_ips:.1f} "
-            f"{mv.best.forecast_unit if mv.best else IPS_WINDOWS} -> {fmt_days(span.days)} days, but {mv.unsettled_why}"
+            f"{mv.forecast_unit} -> {fmt_days(span.days)} days, but {mv.unsettled_why}"
         )
     if not any(r.status == "ok" for r in records):
         tried = sorted({r.batch_size for r in records if r.batch_size is not None})

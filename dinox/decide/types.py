@@ -215,9 +215,19 @@ class ModelVerdict:
     over_cost: str = ""  # why the cost rules it out (budget.max_cost); "" when it does not
 
     @property
+    def forecast_unit(self) -> str:
+        """What its forecast's rate is (`best`'s): the timed windows', or real training's."""
+        return self.best.forecast_unit if self.best is not None else IPS_WINDOWS
+
+    @property
+    def range_ends(self) -> str:
+        """What the ends of its range are of (`best`'s): see Candidate.range_ends."""
+        return self.best.range_ends if self.best is not None else "window measured"
+
+    @property
     def real_forecast(self) -> bool:
         """Its forecast is real training's rate (a verification of `best` outside its windows), not the windows'."""
-        return self.best is not None and self.best.forecast_unit == IPS_REAL
+        return self.forecast_unit == IPS_REAL
 
     def paired(self, c: Candidate) -> Candidate:
         """The trial beside the leader in `c`'s tie (the leader's bouts and moves are keyed by it): `best` for the

@@ -77,7 +77,7 @@ def _what_if(d: Decision) -> list[str]:
     out: list[str] = []
     rec = d.recommended
     if rec is not None and rec.span is not None and d.what_if:
-        at = f"at its forecast, {rec.span.forecast_ips:.1f} {rec.best.forecast_unit if rec.best else IPS_WINDOWS}"
+        at = f"at its forecast, {rec.span.forecast_ips:.1f} {rec.forecast_unit}"
         out += ["## What if", "", f"For **{inert(d.where(rec))}** {at}:", ""]
         buys = f"{rec.images_in_budget:,.0f} images" if rec.images_in_budget is not None else "-"
         if rec.epochs_in_budget is not None:

@@ -209,7 +209,7 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
     if mv.span is not None:
         s = mv.span
         line = (
-            f"Forecast: {s.forecast_ips:.1f} {mv.best.forecast_unit if mv.best else IPS_WINDOWS} -> "
+            f"Forecast: {s.forecast_ips:.1f} {mv.forecast_unit} -> "
             f"**{fmt_days(s.days)} days** (measured range "
             f"{s.slow_ips:.1f}-{s.fast_ips:.1f} img/s -> {days_range(mv)} days)"
             + (f", planned at the slowest of {len(mv.tied) + 1} tied trials" if mv.tied else "")
@@ -217,8 +217,7 @@ def _model_section(mv: ModelVerdict, b: Budget, title: str) -> list[str]:
         if mv.unsettled_why:
             line += f"; unsettled: {inert(mv.unsettled_why)}."
         elif s.days_slow <= b.days:
-            ends = mv.best.range_ends if mv.best else "window measured"
-            line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget at the slowest {ends}."
+            line += f", {fmt_days(mv.margin_days or 0.0)} days within the budget at the slowest {mv.range_ends}."
         elif s.days_fast > b.days:
             line += f", {fmt_days(s.days_fast - b.days)} days over the budget even at the fastest window"
             line += (
