@@ -115,10 +115,12 @@ class VerifyOutcome:
     def verdict(self) -> str:
         word = "held within" if self.held else "off by"
         inside = self.fast_s <= self.wall_s <= self.slow_s
+        n = self.epochs_ended
+        charged = f", charged {self.forecast.epoch_boundary_s:.3g} s each" if n else ""
         text = (
             f"forecast {word} {abs(self.error):.1%} ({'pessimistic' if self.error > 0 else 'optimistic'}): "
             f"{self.forecast_s:.1f} s forecast, {self.wall_s:.1f} s real for {self.images:,.0f} images "
-            f"({self.epochs_ended} epoch boundar{'y' if self.epochs_ended == 1 else 'ies'}); the real time is "
+            f"({n} epoch boundar{'y' if n == 1 else 'ies'}{charged}); the real time is "
             f"{'inside' if inside else 'outside'} the measured range {self.fast_s:.1f}-{self.slow_s:.1f} s"
         )
         if self.moved:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 
 import pytest
@@ -117,6 +118,12 @@ def test_what_a_boundary_adds_is_read_from_the_decision_or_record_and_an_older_o
         assert _recommended(str(tmp_path)) == ("r1", Forecast(100.0, 80.0, 125.0, charged, source))
         older = TrialRecord("r1", "1", metrics={"images_per_s": 100.0, "epoch_start_s": 2.0} | given)
         assert Forecast.of_record(older).epoch_boundary_s == charged
+    from dinox.verify.run import VerifyOutcome
+
+    crossed = VerifyOutcome("t", "v", 11.2, 1000.0, 3, 0, 11.5, 12.0, 11.0, 90.0, Forecast(100.0, 95.0, 105.0, 0.5))
+    assert "for 1,000 images (3 epoch boundaries, charged 0.5 s each); the real time is" in crossed.verdict()
+    none = dataclasses.replace(crossed, epochs_ended=0)
+    assert "for 1,000 images (0 epoch boundaries); the real time" in none.verdict()
 
 
 def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
