@@ -162,6 +162,12 @@ def _recommended(folder: str):  # noqa: ANN202 - (run id, Forecast)
             float(routine.get("checkpoint_s") or 0.0),
             float(routine.get("eval_s") or 0.0),
         )
-        return str(best["run_id"]), forecast
+        run_id = str(best["run_id"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise BadInput(f"{shown}: not a dinox decision ({type(e).__name__}: {e})") from None
+    rates, costs = (forecast.ips, forecast.slow_ips, forecast.fast_ips), (forecast.epoch_boundary_s, forecast.eval_s)
+    if not all(math.isfinite(x) and x > 0 for x in rates) or not all(
+        math.isfinite(x) and x >= 0 for x in (*costs, forecast.checkpoint_s)
+    ):  # a forecast no decide writes: NaN or a negative rate would pass as a figure
+        raise BadInput(f"{shown}: not a dinox decision (its forecast holds a rate or cost that is not a finite figure)")
+    return run_id, forecast

@@ -109,6 +109,7 @@ def test_what_a_boundary_adds_is_read_from_the_decision_or_record_and_an_older_o
 ):
     """epoch_boundary_s (the restart less a steady fetch's wait) where the decision or the trial has it; a
     decision.json or a trial record from before it: epoch_start_s, the restart's whole first batch."""
+    from dinox.cli.common import BadInput
     from dinox.cli.verify import _recommended
 
     best = {"run_id": "r1", "span": {"forecast_ips": 100.0, "slow_ips": 80.0, "fast_ips": 125.0}, "epoch_start_s": 2.0}
@@ -118,6 +119,14 @@ def test_what_a_boundary_adds_is_read_from_the_decision_or_record_and_an_older_o
         assert _recommended(str(tmp_path)) == ("r1", Forecast(100.0, 80.0, 125.0, charged, source))
         older = TrialRecord("r1", "1", metrics={"images_per_s": 100.0, "epoch_start_s": 2.0} | given)
         assert Forecast.of_record(older).epoch_boundary_s == charged
+    for forged in (
+        {"epoch_boundary_s": -1.0},
+        {"epoch_boundary_s": float("nan")},
+        {"span": best["span"] | {"slow_ips": 0}},
+    ):
+        (tmp_path / "decision.json").write_text(json.dumps({"verdict": "GO", "recommended": best | forged}))
+        with pytest.raises(BadInput, match="not a dinox decision .its forecast holds a rate or cost that is not a fi"):
+            _recommended(str(tmp_path))
     from dinox.verify.run import VerifyOutcome
 
     crossed = VerifyOutcome("t", "v", 11.2, 1000.0, 3, 0, 11.5, 12.0, 11.0, 90.0, Forecast(100.0, 95.0, 105.0, 0.5))
