@@ -222,7 +222,7 @@ def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
     md = report.render_markdown(held, [])
     assert "- Forecast: 23.0 img/s (real training) -> **12.3 days**" in md
     assert "- Margin: at the slowest rate measured in windows or real training, 23.0 img/s" in md
-    assert "(windows) -> **12.0" not in md  # the windows' figure is not the plan's: never printed as it
+    assert "23.0 img/s (windows)" not in md  # real training's figure, never printed as a window's
     assert "(tied with 1: planned at the slowest) (forecast: real training's rate, outside its windows)" in (
         report.render_terminal(held)
     )
