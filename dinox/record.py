@@ -234,13 +234,9 @@ RECOMPILES_IN_WINDOWS = _metric(
 )
 SETTLE_S = _metric("trial", "settle_s", "draining batches the workers had ready before the timed windows")
 LOADER_START_S = _metric("trial", "loader_start_s", "starting the loader's workers")
-EPOCH_START_S = _metric(
-    "trial", "epoch_start_s", "an epoch boundary measured apart: workers idle, the iterator restarted, its first batch"
-)
+EPOCH_START_S = _metric("trial", "epoch_start_s", "an epoch boundary apart: idle workers restarted, a first batch")
 EPOCH_BOUNDARY_S = _metric(
-    "trial",
-    "epoch_boundary_s",
-    "what an epoch boundary adds to a run: epoch_start_s less a steady fetch's wait (charged once per real epoch)",
+    "trial", "epoch_boundary_s", "what a boundary adds: epoch_start_s less a steady fetch's wait"
 )
 CHECKPOINT_S = _metric(
     "trial", "checkpoint_s", "one checkpoint save, written and fsynced (routine.checkpoint_every_steps)"

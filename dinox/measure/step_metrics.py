@@ -33,36 +33,39 @@ def _idle_share(windows: list[Window]) -> float | None:
     return sum(s.idle for s in steps) / period if steps and period > 0 else None
 
 
-def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
-    out = Summary(step_s=stats.periods)
+def _figures(stats: LoopStats, compiled: bool) -> dict[str, float]:
+    """The timed windows' figures (throughput, step times, the time split) and the trial's timeline."""
     p50 = stats.quantile(0.5)
-    out.metrics.update(
-        {
-            rec.IMAGES_PER_S: stats.images_per_s,
-            rec.STEP_S_P50: p50,
-            rec.STEP_S_P90: stats.quantile(0.9),
-            rec.DATA_S: stats.mean("data"),
-            rec.H2D_S: stats.mean("copy"),
-            rec.COMPUTE_S: stats.mean("compute"),
-            rec.WINDOW_S: stats.window_s,
-            rec.IMAGES_PER_S_MIN: min(stats.window_images_per_s),
-            rec.IMAGES_PER_S_MAX: max(stats.window_images_per_s),
-            rec.WINDOW_SPREAD: stats.spread,
-            rec.WINDOWS: len(stats.windows),
-            rec.WARMUP_S: stats.warmup_s,
-            rec.LOADER_START_S: stats.loader_start_s,
-            rec.FIRST_STEP_S: stats.first_step_s,
-            rec.FIRST_FETCH_S: stats.first_fetch_s,
-            rec.SETTLE_S: stats.settle_s,
-            rec.EPOCH_BOUNDARIES: stats.epoch_boundaries,
-            rec.EPOCH_START_S: stats.epoch_start_s,
-            rec.EPOCH_BOUNDARY_S: stats.epoch_boundary_s,
-        }
-    )
+    figures = {
+        rec.IMAGES_PER_S: stats.images_per_s,
+        rec.STEP_S_P50: p50,
+        rec.STEP_S_P90: stats.quantile(0.9),
+        rec.DATA_S: stats.mean("data"),
+        rec.H2D_S: stats.mean("copy"),
+        rec.COMPUTE_S: stats.mean("compute"),
+        rec.WINDOW_S: stats.window_s,
+        rec.IMAGES_PER_S_MIN: min(stats.window_images_per_s),
+        rec.IMAGES_PER_S_MAX: max(stats.window_images_per_s),
+        rec.WINDOW_SPREAD: stats.spread,
+        rec.WINDOWS: len(stats.windows),
+        rec.WARMUP_S: stats.warmup_s,
+        rec.LOADER_START_S: stats.loader_start_s,
+        rec.FIRST_STEP_S: stats.first_step_s,
+        rec.FIRST_FETCH_S: stats.first_fetch_s,
+        rec.SETTLE_S: stats.settle_s,
+        rec.EPOCH_BOUNDARIES: stats.epoch_boundaries,
+        rec.EPOCH_START_S: stats.epoch_start_s,
+        rec.EPOCH_BOUNDARY_S: stats.epoch_boundary_s,
+    }
     if compiled:
         # The first step less its waits for the workers' first batches and less a steady step: compilation
         # (and the autotuning of the compiled kernels), not the loader's start-up.
-        out.metrics[rec.COMPILE_S] = max(0.0, stats.first_step_s - stats.first_fetch_s - p50)
+        figures[rec.COMPILE_S] = max(0.0, stats.first_step_s - stats.first_fetch_s - p50)
+    return figures
+
+
+def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
+    out = Summary(step_s=stats.periods, metrics=_figures(stats, compiled))
     device_timeline = stats.clock != "host"
     if device_timeline and stats.steps:
         out.metrics.update(_device_split(stats))
