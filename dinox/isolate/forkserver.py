@@ -159,6 +159,13 @@ class ForkServer:
                 raise EOFError
             self._buffer += chunk
 
+    def restart(self) -> None:
+        """A new zygote in place of this one, taking the environment (OpenMP's policy) as it is now: OpenMP reads
+        it once, when torch loads. Between trials only: a child still running keeps its own session."""
+        with self._lock:
+            self.close()
+            self._start()
+
     def close(self) -> None:
         with self._lock:
             if self.proc is None:

@@ -312,11 +312,24 @@ class Sweep:
 
     # --- one trial ------------------------------------------------------------------------------------
 
+    def _follow_the_box(self, trial: Trial) -> None:
+        """Trials one at a time: the box read again before each (a neighbour may have come or gone since the
+        last reading), and the fork server started again where the children's OpenMP policy must change.
+        Side by side, the other lanes' trials are this sweep's own load: the first reading stands."""
+        if self.lanes is not None and len(self.lanes.slots) > 1:
+            return
+        line = contention.follow(os.environ, f"trial {trial.run_name}")
+        if line:
+            self.echo(line)
+            if self.server is not None:
+                self.server.restart()
+
     def _measure_or_resume(self, trial: Trial, lane: Lane) -> None:
         if trial.trial_id in self.done:
             self.report.resumed.append((trial, self.done[trial.trial_id].status))
             self._echo_recorded(trial)
             return
+        self._follow_the_box(trial)
         search: BatchSearch | None = None
         failure: TrialResult | None = None
         if trial.spec.batch.auto:

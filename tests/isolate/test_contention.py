@@ -2,34 +2,114 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 from dinox.isolate import contention
 
 
-def test_a_user_s_own_policy_is_kept():
+@pytest.fixture
+def box(monkeypatch):
+    """The box's readings, in order, as busy_cores would give them; the module's last reading forgotten."""
+    readings: list[float] = []
+    monkeypatch.setattr(contention, "_last", None)
+    monkeypatch.setattr(contention, "busy_cores", lambda: readings.pop(0))
+    return readings
+
+
+def test_a_user_s_own_policy_is_kept(box):
     assert contention.omp_env({"OMP_WAIT_POLICY": "ACTIVE"}) == {contention.WHY_VAR: "the user's"}
     assert contention.recorded({"OMP_WAIT_POLICY": "ACTIVE", contention.WHY_VAR: "the user's"}) == "ACTIVE (the user's)"
     assert contention.recorded({}) == "unset"
+    assert contention.follow({"OMP_WAIT_POLICY": "ACTIVE"}, "trial 1") == ""  # never read: `box` holds none
+
+
+@contextlib.contextmanager
+def neighbours(n: int):
+    """`n` processes spinning a core each that are not this one's descendants (a shell starts them and exits,
+    as another user's would be); killed by pid after."""
+    spin = f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'
+    out = subprocess.run(
+        ["sh", "-c", f"for i in $(seq {n}); do {spin}; done"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pids = [int(pid) for pid in out.split()]
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_two_spinning_processes_read_as_a_busy_box():
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
+    with neighbours(2):
         busy = contention.busy_cores(interval=0.5)
-    finally:
-        for s in spinners:
-            s.kill()
-            s.wait()
     assert busy >= contention.BUSY_CORES, busy
 
 
-def test_the_policy_follows_the_reading(monkeypatch):
-    monkeypatch.setattr(contention, "_measured", lambda: 1.2)
+def test_this_process_s_own_descendants_are_its_own_work_and_a_neighbour_s_are_not():
+    """The fork server importing torch while the sweep opens, a trial's loader workers: dinox's own work. The
+    reading subtracts every descendant's CPU time (a grandchild's too), and nothing of another user's."""
+    import psutil
+
+    # A child shell that waits on its own spinning child: the spinner is this process's grandchild.
+    tree = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "while True: pass"; :'])
+    try:
+        with neighbours(1):
+            grandchild = None
+            for _ in range(100):
+                kids = psutil.Process(tree.pid).children()
+                if kids:
+                    grandchild = kids[0].pid
+                    break
+                time.sleep(0.05)
+            others = [
+                p.pid
+                for p in psutil.process_iter(["cmdline"])
+                if "while True: pass" in " ".join(p.info["cmdline"] or [])
+            ]
+            own = contention._own_cpu(psutil.Process())
+    finally:
+        tree.kill()
+        for kid in psutil.Process(tree.pid).children() if tree.poll() is None else []:
+            kid.kill()
+        tree.wait()
+        if grandchild is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(grandchild, signal.SIGKILL)
+    assert grandchild is not None and {os.getpid(), tree.pid, grandchild} <= set(own), own
+    neighbour = [pid for pid in others if pid not in (grandchild, tree.pid)]
+    assert len(neighbour) == 1 and neighbour[0] not in own, (others, own)
+
+
+def test_the_policy_follows_the_reading(box):
+    box += [1.2]
     env = contention.omp_env({})
     assert env["OMP_WAIT_POLICY"] == "PASSIVE"
-    assert contention.recorded(env) == "PASSIVE (set by dinox: 1.2 cores busy before the trials)"
+    assert contention.recorded(env) == "PASSIVE (set by dinox: 1.2 cores busy when read)"
     assert "1.2 cores in use by other processes" in contention.notice({})
-    monkeypatch.setattr(contention, "_measured", lambda: 0.1)
+    box += [0.1]
+    contention.reread()
     assert "OMP_WAIT_POLICY" not in contention.omp_env({}) and contention.notice({}) == ""
+
+
+def test_a_neighbour_that_comes_and_goes_between_trials_is_followed_without_flapping(box):
+    box += [0.0, 0.9, 0.4, 0.2, 0.4]
+    assert contention.notice({}) == ""  # quiet at the first reading
+    became = contention.follow({}, "trial 2 bs=8 w=0")
+    assert became.startswith("dinox: the box became busy before trial 2 bs=8 w=0 (0.9 cores in use"), became
+    assert contention.omp_env({})["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert contention.follow({}, "trial 3") == ""  # 0.4: under the threshold, not quiet enough to spin again
+    assert contention.omp_env({})["OMP_WAIT_POLICY"] == "PASSIVE"
+    quiet = contention.follow({}, "trial 4")
+    assert quiet.startswith("dinox: the box is quiet again before trial 4 (0.2 cores"), quiet
+    assert "OMP_WAIT_POLICY" not in contention.omp_env({})
+    assert contention.follow({}, "trial 5") == ""  # 0.4 from spinning: not busy enough to sleep
