@@ -19,6 +19,7 @@ from pathlib import Path
 from dinox import record as rec
 from dinox.decide.head_to_head import GROUP_FORMAT, LOOKS, MAX_ROUNDS, HeadToHead, Round
 from dinox.errors import DinoxError
+from dinox.isolate import contention
 from dinox.isolate.forkserver import ForkServer
 from dinox.isolate.runner import run_trial
 from dinox.plan.grid import Trial
@@ -78,6 +79,11 @@ def head_to_head(
     server.start()
     try:
         for number in range(1, max_rounds + 1):
+            # The box read again before each round (both leaders of a round under one OpenMP policy): a
+            # neighbour that arrived since would make spinning threads measure it, not the leaders.
+            if line := contention.follow(os.environ, f"round {number}"):
+                say(line)
+                server.restart()
             for x in order_of_round(leaders, number):
                 h.rounds.append(_measure(uri, group, number, x, trials[x.record.run_id], folder, server))
                 r = h.rounds[-1]
