@@ -11,11 +11,12 @@ wait). On a quiet box torch's default stays: there passive threads cost a small 
 model; ~10 % at 96 px, batch 32), which a user's own loop does not pay. A value the user set is theirs and is
 kept. Each trial records what it ran with (``dinox.omp_wait_policy``).
 
-The box is read before the first child starts and again before each trial that runs alone (``reread``): a
-neighbour that arrives after the first reading made the quickstart's first trial read 1.7 img/s (quiet: 66),
-settled, with its threads spinning. Once the children sleep, the box must fall below half the threshold
-before they spin again, so a box that hovers at it does not flip the policy (and restart the fork server)
-at every trial.
+The box is read before the first child starts, and again before each trial that runs alone (``follow``):
+a neighbour that arrived after the first reading made the quickstart's first trial read 1.7 img/s (quiet:
+66), settled, with its threads spinning. The reading before a trial is what other processes used while the
+trial before it ran (``trial_ended``), so it costs no time; before the first trial, a quarter second. Once
+the children sleep, the box must fall below half the threshold before they spin again, so a box that hovers
+at it does not flip the policy (and restart the fork server) at every trial.
 """
 
 from __future__ import annotations
@@ -32,30 +33,54 @@ QUIET_AGAIN = BUSY_CORES / 2
 WHY_VAR = "DINOX_OMP_WHY"  # how the policy came to be, for the child's record
 
 
-def busy_cores(interval: float = 0.25) -> float:
-    """Cores' worth of CPU time other processes used over `interval` on the cores this process may use. This
-    process and its descendants are not others: the fork server importing torch, a trial ending."""
+@dataclass(frozen=True)
+class Mark:
+    """The box's CPU seconds on this process's cores, and this process tree's own, at one moment."""
+
+    at: float
+    box: float  # busy CPU seconds of the cores this process may use, since boot
+    own: float  # CPU seconds of this process and its descendants, the reaped ones' included
+
+
+def mark() -> Mark:
+    import time
+
     import psutil
 
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    me = psutil.Process()
-    before = _own_cpu(me)
-    per_cpu = psutil.cpu_percent(interval=interval, percpu=True)
-    after = _own_cpu(me)
-    mine = sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items()) / interval
-    used = sum(p for i, p in enumerate(per_cpu) if cores is None or i in cores) / 100.0
-    return max(0.0, used - mine)
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    box = 0.0
+    for i, t in enumerate(psutil.cpu_times(percpu=True)):
+        if cores is None or i in cores:  # busy as psutil counts it: all but idle and iowait (guest is in user)
+            idle = t.idle + getattr(t, "iowait", 0.0) + getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
+            box += sum(t) - idle
+    return Mark(time.monotonic(), box, sum(_own_cpu(psutil.Process()).values()))
+
+
+def busy_between(start: Mark, end: Mark) -> float:
+    """Cores' worth of CPU time other processes used between two marks. This process and its descendants are
+    not others (the fork server importing torch, a trial and its loader workers): a child reaped meanwhile is
+    in its parent's children's times, so the tree's total holds its whole life."""
+    return max(0.0, (end.box - start.box - (end.own - start.own)) / max(end.at - start.at, 1e-9))
+
+
+def busy_cores(interval: float = 0.25) -> float:
+    """Cores' worth of CPU time other processes used over `interval` on the cores this process may use."""
+    import time
+
+    start = mark()
+    time.sleep(interval)
+    return busy_between(start, mark())
 
 
 def _own_cpu(me) -> dict[int, float]:
-    """CPU seconds of this process and each of its descendants, by pid (one that started since counts whole)."""
+    """CPU seconds of this process and each of its descendants, by pid, with the children each has reaped."""
     import psutil
 
     out: dict[int, float] = {}
     for proc in [me, *me.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
-            out[proc.pid] = times.user + times.system
+            t = proc.cpu_times()
+            out[proc.pid] = t.user + t.system + t.children_user + t.children_system
     return out
 
 
@@ -66,6 +91,15 @@ class Reading:
 
 
 _last: Reading | None = None
+# Between `follow` and `trial_ended`: the mark at a trial's start; then what other processes used over the
+# trial, which the next `follow` takes instead of reading the box for a quarter second of its own.
+_trial_start: Mark | None = None
+_over_trial: float | None = None
+MIN_SPAN_S = 0.25  # a trial shorter than a reading: the next `follow` reads the box itself
+
+
+def _decide(busy: float, was_passive: bool) -> Reading:
+    return Reading(busy, busy >= (QUIET_AGAIN if was_passive else BUSY_CORES))
 
 
 def _read(was_passive: bool) -> Reading:
@@ -73,7 +107,7 @@ def _read(was_passive: bool) -> Reading:
         busy = busy_cores()
     except Exception:  # noqa: BLE001 - no reading (no /proc, psutil refused): the box counts as quiet
         busy = 0.0
-    return Reading(busy, busy >= (QUIET_AGAIN if was_passive else BUSY_CORES))
+    return _decide(busy, was_passive)
 
 
 def _reading() -> Reading:
@@ -84,9 +118,24 @@ def _reading() -> Reading:
 
 
 def reread() -> None:
-    """Read the box again: the next `omp_env` answers for the box as it is now."""
-    global _last
-    _last = _read(was_passive=_last is not None and _last.passive)
+    """Read the box again (or take the reading over the last trial): the next `omp_env` answers for it."""
+    global _last, _over_trial
+    was = _last is not None and _last.passive
+    _last = _decide(_over_trial, was) if _over_trial is not None else _read(was)
+    _over_trial = None
+
+
+def trial_ended(parent: Mapping[str, str]) -> None:
+    """The trial `follow` was called before has ended, its child reaped: what other processes used while it
+    ran is the next `follow`'s reading."""
+    global _trial_start, _over_trial
+    start, _trial_start = _trial_start, None
+    if start is None or "OMP_WAIT_POLICY" in parent:
+        return
+    with contextlib.suppress(Exception):  # no reading: the next `follow` reads the box itself
+        end = mark()
+        if end.at - start.at >= MIN_SPAN_S:
+            _over_trial = busy_between(start, end)
 
 
 def omp_env(parent: Mapping[str, str]) -> dict[str, str]:
@@ -119,13 +168,17 @@ def notice(parent: Mapping[str, str]) -> str:
 
 
 def follow(parent: Mapping[str, str], before: str) -> str:
-    """Read the box again before trial `before` (its label); one line for the terminal where the children's
-    policy changed since the last reading, "" where it did not (or the user set it)."""
+    """Read the box again before trial `before` (its label): what other processes used while the last trial
+    ran (`trial_ended`), else a quarter second read now. One line for the terminal where the children's policy
+    changed since the last reading, "" where it did not (or the user set it)."""
     if "OMP_WAIT_POLICY" in parent:
         return ""
+    global _trial_start
     was = _reading().passive
     reread()
     now = _reading()
+    with contextlib.suppress(Exception):  # no mark: the next `follow` reads the box itself
+        _trial_start = mark()
     if now.passive == was:
         return ""
     if now.passive:

@@ -312,11 +312,15 @@ class Sweep:
 
     # --- one trial ------------------------------------------------------------------------------------
 
+    def _alone(self) -> bool:
+        """Trials run one at a time (no lanes side by side)."""
+        return self.lanes is None or len(self.lanes.slots) == 1
+
     def _follow_the_box(self, trial: Trial) -> None:
         """Trials one at a time: the box read again before each (a neighbour may have come or gone since the
         last reading), and the fork server started again where the children's OpenMP policy must change.
         Side by side, the other lanes' trials are this sweep's own load: the first reading stands."""
-        if self.lanes is not None and len(self.lanes.slots) > 1:
+        if not self._alone():
             return
         line = contention.follow(os.environ, f"trial {trial.run_name}")
         if line:
@@ -343,6 +347,8 @@ class Sweep:
             flight.monitor = self.recorder.watch(flight.run_id, lane.gpus_of(trial, self.estimates.machine))
         result, log_path, measured = self._measure(trial, search, failure, lane, flight)
         flight.stop_monitor()
+        if self._alone():
+            contention.trial_ended(os.environ)  # what the box did meanwhile: the next trial's reading
         if search is not None:
             search.annotate(result)
         self.book.record(flight, result, log_path)

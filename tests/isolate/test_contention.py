@@ -19,6 +19,8 @@ def box(monkeypatch):
     """The box's readings, in order, as busy_cores would give them; the module's last reading forgotten."""
     readings: list[float] = []
     monkeypatch.setattr(contention, "_last", None)
+    monkeypatch.setattr(contention, "_trial_start", None)
+    monkeypatch.setattr(contention, "_over_trial", None)
     monkeypatch.setattr(contention, "busy_cores", lambda: readings.pop(0))
     return readings
 
@@ -113,3 +115,22 @@ def test_a_neighbour_that_comes_and_goes_between_trials_is_followed_without_flap
     assert quiet.startswith("dinox: the box is quiet again before trial 4 (0.2 cores"), quiet
     assert "OMP_WAIT_POLICY" not in contention.omp_env({})
     assert contention.follow({}, "trial 5") == ""  # 0.4 from spinning: not busy enough to sleep
+
+
+def test_the_reading_before_a_trial_is_what_others_used_while_the_last_one_ran(box, monkeypatch):
+    """No quarter second of its own between trials: the box's and the tree's CPU seconds at the trial's start
+    and end (here given), the tree's own work taken out."""
+    marks = [contention.Mark(10.0, 100.0, 5.0), contention.Mark(20.0, 125.0, 13.0)]
+    monkeypatch.setattr(contention, "mark", lambda: marks.pop(0))
+    box += [0.0]
+    assert contention.follow({}, "trial 1") == ""  # quiet when read (a quarter second), and the trial starts
+    contention.trial_ended({})  # 10 s: the box 25 CPU s busy, 8 of them this tree's: 1.7 cores others'
+    line = contention.follow({}, "trial 2")
+    assert line.startswith("dinox: the box became busy before trial 2 (1.7 cores"), line
+    assert not box and not marks  # two marks, one reading of its own: the first
+
+
+def test_busy_between_takes_the_tree_s_own_seconds_out_and_never_reads_below_zero():
+    start = contention.Mark(0.0, 50.0, 10.0)
+    assert contention.busy_between(start, contention.Mark(2.0, 54.0, 13.0)) == 0.5
+    assert contention.busy_between(start, contention.Mark(2.0, 52.0, 13.0)) == 0.0
