@@ -88,6 +88,7 @@ def head_to_head(
                 h.rounds.append(_measure(uri, group, number, x, trials[x.record.run_id], folder, server))
                 r = h.rounds[-1]
                 say(f"round {number}: {x.name}: {r.images_per_s:.1f} img/s (windows {r.slow_ips:.1f}-{r.fast_ips:.1f})")
+            contention.trial_ended(os.environ)  # what the box did over the round: the next round's reading
             if (number in LOOKS or number == max_rounds) and h.settled():
                 break
     finally:
