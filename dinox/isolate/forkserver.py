@@ -28,8 +28,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from dinox.isolate import lifeline
-from dinox.isolate.contention import omp_env
+from dinox.isolate import contention, lifeline
 
 
 class ForkedChild:
@@ -80,7 +79,7 @@ class ForkServer:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,  # the zygote's own failures (an import error) reach the terminal
-            env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **omp_env(os.environ))),
+            env=lifeline.child_env(dict(os.environ, PYTHONUNBUFFERED="1", **contention.omp_env(os.environ))),
             start_new_session=True,  # a Ctrl-C at the terminal is the parent's to handle, not the zygote's
         )
         self._buffer = b""
@@ -159,12 +158,16 @@ class ForkServer:
                 raise EOFError
             self._buffer += chunk
 
-    def restart(self) -> None:
-        """A new zygote in place of this one, taking the environment (OpenMP's policy) as it is now: OpenMP reads
-        it once, when torch loads. Between trials only: a child still running keeps its own session."""
-        with self._lock:
-            self.close()
-            self._start()
+    def follow_the_box(self, before: str) -> str:
+        """Between trials only: the box read again before `before` (contention.follow), and a new zygote in place
+        of this one where the children's OpenMP policy changed (OpenMP reads it once, when torch loads). The
+        line for the terminal where it changed, else ""."""
+        line = contention.follow(os.environ, before)
+        if line:
+            with self._lock:
+                self.close()
+                self._start()
+        return line
 
     def close(self) -> None:
         with self._lock:

@@ -322,11 +322,10 @@ class Sweep:
         Side by side, the other lanes' trials are this sweep's own load: the first reading stands."""
         if not self._alone():
             return
-        line = contention.follow(os.environ, f"trial {trial.run_name}")
+        before = f"trial {trial.run_name}"
+        line = self.server.follow_the_box(before) if self.server else contention.follow(os.environ, before)
         if line:
             self.echo(line)
-            if self.server is not None:
-                self.server.restart()
 
     def _measure_or_resume(self, trial: Trial, lane: Lane) -> None:
         if trial.trial_id in self.done:

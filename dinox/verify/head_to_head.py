@@ -81,9 +81,8 @@ def head_to_head(
         for number in range(1, max_rounds + 1):
             # The box read again before each round (both leaders of a round under one OpenMP policy): a
             # neighbour that arrived since would make spinning threads measure it, not the leaders.
-            if line := contention.follow(os.environ, f"round {number}"):
+            if line := server.follow_the_box(f"round {number}"):
                 say(line)
-                server.restart()
             for x in order_of_round(leaders, number):
                 h.rounds.append(_measure(uri, group, number, x, trials[x.record.run_id], folder, server))
                 r = h.rounds[-1]
