@@ -55,10 +55,14 @@ def test_ok_trial_with_workers_measures_and_leaves_no_process(write_spec, tmp_pa
     # the host fetched the next batch (data_s) and ran the loop's own few lines.
     assert m["data_s"] + m["h2d_s"] + m["compute_s"] == pytest.approx(sum(r.step_s) / 2, rel=0.1)
     assert m["h2d_s"] + m["compute_s"] < sum(r.step_s) / 2
-    # The child's phases, timed by its own clock, fit inside the life the parent saw.
+    # The child's phases, each timed by its own clock, fit inside the measurement, and none is left out: what
+    # is not a phase is the untimed wait for idle workers before the epoch start and the loop's bookkeeping,
+    # a small share of it (a share, not seconds: under load every phase stretches alike).
     # (Starting the loader's workers is its own figure: under load it can take longer than the steps.)
-    parts = m["loader_start_s"] + m["warmup_s"] + m["settle_s"] + m["window_s"]
-    assert m["settle_s"] > 0 and m["measure_s"] == pytest.approx(parts, abs=0.05)
+    parts = m["loader_start_s"] + m["warmup_s"] + m["settle_s"] + m["window_s"] + m["epoch_start_s"]
+    assert m["settle_s"] > 0 and m["epoch_start_s"] > 0
+    assert parts <= m["measure_s"] + 0.002  # wall-clock marks against perf_counter spans: a clock's grain
+    assert m["measure_s"] - parts < 0.25 * m["measure_s"]
     assert r.tags["dinox.unstable"] == "false"  # one window cannot disagree with itself
     assert m["startup_s"] + m["setup_s"] + m["measure_s"] < m["trial_wall_s"]
     assert 0 < m["params_m"] < 10
