@@ -25,6 +25,9 @@ SUFFIX = "_shrunk"
 BATCH_MAX = 8  # the largest physical batch after shrinking
 IMAGE_PX = 64  # image and global crops at most this (a multiple of the patch below it)
 LOCAL_PX = 32  # DINO's local crops at most this
+# Timed windows a trial: two, the fewest that show a spread. A settled GO needs three, and a shrunk trial never
+# gives one (`decide --shrunk` exits 3 whatever it reads), so a third window would cost a third more for nothing.
+WINDOWS = 2
 
 # (what a name starts with, the kwargs that make its family small). Only families whose timm builders let
 # kwargs override their shape (`**dict(model_args, **kwargs)`); any other model is kept at its size, and said so.
@@ -87,8 +90,8 @@ def apply(raw: dict[str, Any], shrink: Shrink) -> None:
     for key, (most, default) in _MEASURE.items():
         _cap(measure, key, most, default)
     _cap(measure, "timeout_s", _TIMEOUT_S, default=1800.0)
-    if isinstance(measure.get("max_repeats", 5), int):
-        measure["max_repeats"] = min(measure.get("max_repeats", 5), max(3, measure.get("min_repeats", 3)))
+    for key, default in (("min_repeats", 3), ("max_repeats", 5), ("repeats", None)):
+        _cap(measure, key, WINDOWS, default)
     if isinstance(name := raw.get("name"), str):
         raw["name"] = shrunk_name(name)
     raw["shrunk"] = True
@@ -181,7 +184,8 @@ def summary(doc_base: dict[str, Any], points: list[dict[str, Any]], first: Any) 
         "the vit, deit, eva, beit, resnet, resnext and convnext families)",
         f"{model.img_size} px",
         "batches " + ", ".join(f"{a}->{b}" for a, b in shrink.sizes.items()) if shrink.sizes else "",
-        f"{first.measure.warmup_steps} warm-up + {first.measure.bench_steps} timed steps a window",
+        f"{first.measure.warmup_steps} warm-up + {first.measure.bench_steps} timed steps a window, "
+        f"{first.measure.window_bounds[1]} window{'s' if first.measure.window_bounds[1] > 1 else ''}",
         f"experiment {first.name}",
     ]
     return "shrunk (--shrink): " + "; ".join(p for p in parts if p)

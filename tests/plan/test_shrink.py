@@ -29,6 +29,8 @@ def test_a_shipped_spec_keeps_its_grid_small_and_says_so(path: Path):
         assert s.model.img_size <= 64 and s.model.img_size <= before.spec.model.img_size
         assert not shrink.family_kept(s.model.name), "every shipped model has a family --shrink knows"
         assert s.measure.bench_steps <= 5 and s.measure.warmup_steps <= 2 and s.measure.timeout_s <= 600
+        low, high = s.measure.window_bounds
+        assert high == min(2, before.spec.measure.window_bounds[1]) and 1 <= low <= high  # two: a spread
         if isinstance(before.spec.batch.size, int):
             assert s.batch.size <= max(12, before.spec.batch.size // 8)
             assert s.batch.size % 2 == 0 or before.spec.batch.size % 2  # an even batch stays even (Mixup)
@@ -54,6 +56,7 @@ def test_a_vit_keeps_whole_patches_and_dino_its_crop_counts():
     assert trial.run_name == "1 bs=2 acc=4 shrunk"
     line = shrink.summary(doc.base, [o for o, _ in grid.points(doc)], s)
     assert "embed_dim 96, depth 2, num_heads 2" in line and "48->2, 64->4, 96->6, 128->8, 160->10" in line
+    assert "; 2 warm-up + 5 timed steps a window, 2 windows;" in line
 
 
 def test_a_model_it_cannot_shrink_is_kept_and_the_line_says_so(write_spec):
