@@ -7,6 +7,8 @@ import dataclasses
 import os
 import sys
 import typing
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
@@ -35,10 +37,14 @@ def load_trials(
     preflight: bool = False,
     sets: tuple[str, ...] = (),
     shrink: bool = False,
+    entries: bool = True,
+    say: Callable[[str], None] = click.echo,
 ) -> tuple[SpecDocument, list[Trial]]:
-    """The spec (with any --set overrides, then shrunk where asked) and its trials; raises SpecError (one line
-    per problem, a problem from a --set naming it), which the command group prints with exit 2. With preflight,
-    also the model names and data files (this imports timm, so it is kept to the commands that need it)."""
+    """The spec (with any --set overrides, then shrunk where asked, which `say` tells) and its trials; raises
+    SpecError (one line per problem, a problem from a --set naming it), which the command group prints with exit
+    2. With preflight, also the model names and data files (this imports timm, so it is kept to the commands
+    that need it), and the team's own entries unless `entries` is False (a caller checking several specs' at
+    once: `spec_problems`)."""
     from dinox.plan import grid
     from dinox.spec import file as spec_file
     from dinox.spec import overrides
@@ -52,32 +58,66 @@ def load_trials(
             from dinox.plan import shrink as shrinking
 
             doc = dataclasses.replace(doc, text=f"{doc.text.rstrip()}\n# --shrink\n")
-            click.echo(shrinking.summary(doc.base, [o for o, _ in grid.points(doc)], trials[0].spec))
+            say(shrinking.summary(doc.base, [o for o, _ in grid.points(doc)], trials[0].spec))
         if preflight:
             from dinox.plan.preflight import check
 
-            problems = grid.locate(doc, check(trials) or entry_problems(trials))
-            if problems:
-                raise spec_file.SpecError(doc.path, problems)
+            spec_problems(doc, check(trials) or (entry_problems([trials])[0] if entries else []), sets)
         return doc, trials
     except spec_file.SpecError as e:
         e.problems = [_named_override(p, items) for p in e.problems]
         raise
 
 
-def entry_problems(trials: list[Trial]) -> list[tuple[Trial, str, str]]:
-    """Each of the team's own entries (objective kind python, data source python) imported and built in a
-    child (dinox.measure.entry_check): what is wrong with each, as preflight problems. This process never
-    imports the team's code."""
-    users = [t for t in trials if "python" in (t.spec.objective.kind, t.spec.data.source)]
-    if not users:
-        return []
+def spec_problems(doc: SpecDocument, found: list[tuple[Trial, str, str]], sets: tuple[str, ...] = ()) -> None:
+    """Raise the SpecError of problems found in a spec's trials, at their lines (or naming the --set that gave
+    the value); nothing where none were found."""
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+    from dinox.spec import overrides
+
+    if problems := grid.locate(doc, found):
+        items = overrides.parse(sets)
+        raise spec_file.SpecError(doc.path, [_named_override(p, items) for p in problems])
+
+
+def entry_problems(groups: list[list[Trial]]) -> list[list[tuple[Trial, str, str]]]:
+    """For each group of trials (a spec file's), what is wrong with each of the team's own entries (objective
+    kind python, data source python), imported and built in a child (dinox.measure.entry_check), as preflight
+    problems. Groups that import from the same folders (`dinox validate` of several specs of one project) share
+    one child, so N specs cost one start of torch, not N; groups from other folders get a child of their own,
+    since a module imported once is never imported again from another folder. This process never imports the
+    team's code."""
     from dinox.isolate.runner import run_entry_check
 
-    found, failure = run_entry_check([t.spec.model_dump(mode="json") for t in users])
-    if failure:
-        return [(users[0], "objective.entry", f"the check of the entries gave no answer: {failure}")]
-    return [(users[i], field, message) for i, field, message in found]
+    out: list[list[tuple[Trial, str, str]]] = [[] for _ in groups]
+    users = [[t for t in trials if _imports_users(t)] for trials in groups]
+    by_folders: dict[tuple[str, ...], list[int]] = {}
+    for g, mine in enumerate(users):
+        if mine:
+            by_folders.setdefault(_folders(mine), []).append(g)
+    for members in by_folders.values():
+        checked = [(g, t) for g in members for t in users[g]]
+        specs = [t.spec.model_dump(mode="json") for _, t in checked]
+        found, failure = run_entry_check(specs, [len(users[g]) for g in members])
+        if failure:
+            for g in members:
+                out[g].append((users[g][0], "objective.entry", f"the check of the entries gave no answer: {failure}"))
+        for i, field, message in found:
+            g, trial = checked[i]
+            out[g].append((trial, field, message))
+    return out
+
+
+def _imports_users(trial: Trial) -> bool:
+    return "python" in (trial.spec.objective.kind, trial.spec.data.source)
+
+
+def _folders(trials: list[Trial]) -> tuple[str, ...]:
+    """The folders these trials import the team's modules from, as the child resolves them."""
+    paths = {s.objective.path for s in (t.spec for t in trials) if s.objective.kind == "python"}
+    paths |= {s.data.path for s in (t.spec for t in trials) if s.data.source == "python"}
+    return tuple(sorted(str(Path(p).resolve()) for p in paths))
 
 
 def machine_problems(doc: SpecDocument, trials: list[Trial], sets: tuple[str, ...] = ()) -> list[Problem]:

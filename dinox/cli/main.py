@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import typing
 from pathlib import Path
 
 import click
@@ -16,12 +17,18 @@ from dinox.cli.common import (
     SHRINK,
     Inert,
     ReaderGone,
+    entry_problems,
     load_trials,
     machine_problems,
     refuse_control_characters,
     show_error,
+    spec_problems,
 )
 from dinox.errors import DEPENDENCIES, EXIT_BAD_INPUT, DinoxError, MissingDependency, interrupted
+
+if typing.TYPE_CHECKING:  # imported when a command runs: `dinox --help` stays quick
+    from dinox.plan.grid import Trial
+    from dinox.spec.file import SpecDocument
 
 
 class _Commands(click.Group):
@@ -71,14 +78,33 @@ def validate(spec_files: tuple[str, ...], max_trials: int, sets: tuple[str, ...]
 
     Prints a one-line OK per spec, or one line per problem (file:line: field.path: message) and exits 2.
     """
-    failed = False
+    # Every spec read first, then the team's entries of all of them checked at once (one child, not one a
+    # spec), then each spec's answer in the order given.
+    read: list[tuple[str, list[str], tuple[SpecDocument, list[Trial]] | DinoxError]] = []
     for spec_file in spec_files:
+        said: list[str] = []
         try:
-            doc, trials = load_trials(spec_file, max_trials, preflight=True, sets=sets, shrink=shrink)
+            loaded = load_trials(
+                spec_file, max_trials, preflight=True, sets=sets, shrink=shrink, entries=False, say=said.append
+            )
         except DinoxError as e:
-            show_error(e)
-            failed = True  # check the other specs too
+            loaded = e  # check the other specs too
+        read.append((spec_file, said, loaded))
+    groups = [loaded[1] if isinstance(loaded, tuple) else [] for _, _, loaded in read]
+    failed = False
+    for (spec_file, said, loaded), found in zip(read, entry_problems(groups), strict=True):
+        for line in said:
+            click.echo(line)
+        if isinstance(loaded, tuple):
+            try:
+                spec_problems(loaded[0], found, sets)
+            except DinoxError as e:
+                loaded = e
+        if isinstance(loaded, DinoxError):
+            show_error(loaded)
+            failed = True
             continue
+        doc, trials = loaded
         click.echo(
             f"OK {spec_file}: {len(trials)} trial{'s' if len(trials) != 1 else ''}, experiment {trials[0].spec.name!r}"
         )

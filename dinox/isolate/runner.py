@@ -345,16 +345,18 @@ def _run_to_end(
     return proc
 
 
-def run_entry_check(specs: list[dict[str, Any]], timeout: float = 600.0) -> tuple[list[tuple[int, str, str]], str]:
-    """`python -m dinox.measure.entry_check` on these trial specs: ([(index, field, what is wrong)], "") or ([], why
-    it gave no answer). Never raises. A spawned child, never the fork server: a user's module imported there
-    would be inherited by every trial forked after it."""
+def run_entry_check(
+    specs: list[dict[str, Any]], groups: list[int] | None = None, timeout: float = 600.0
+) -> tuple[list[tuple[int, str, str]], str]:
+    """`python -m dinox.measure.entry_check` on these trial specs (`groups`: how many, in order, each spec file
+    gave): ([(index, field, what is wrong)], "") or ([], why it gave no answer). Never raises. A spawned child,
+    never the fork server: a user's module imported there would be inherited by every trial forked after it."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="dinox-entry-") as tmp:
         work = Path(tmp)
         in_path, out_path, log_path = work / "request.json", work / "result.json", work / "entry.log"
-        in_path.write_text(json.dumps({"specs": specs}))
+        in_path.write_text(json.dumps({"specs": specs, "groups": groups}))
         with open(log_path, "wb") as log:
             proc = _run_to_end("dinox.measure.entry_check", in_path, out_path, log, log_path, None, timeout)
         try:

@@ -1,10 +1,11 @@
 """`python -m dinox.measure.entry_check REQUEST_JSON RESULT_JSON`: each `kind: python` objective of a spec
 imported and built on the CPU, as a trial would build it, and its result held to the protocol; one line per
-entry that cannot give a step. `dinox validate`, `plan`, `run` and `submit` run it (dinox.plan.preflight) so a
+entry that cannot give a step. `dinox validate`, `plan`, `run` and `submit` run it (dinox.cli.common) so a
 bad entry is exit 2 before anything is recorded, never a child's traceback; the parent never imports it.
 
-The request is ``{"specs": [trial spec, ...]}``; the result ``{"problems": [[index, field, message], ...]}``. What
-the entry prints goes to stderr: the result file is the only answer.
+The request is ``{"specs": [trial spec, ...], "groups": [how many of them each spec file gave, ...]}``; the
+result ``{"problems": [[index, field, message], ...]}``. What the entry prints goes to stderr: the result file
+is the only answer. `dinox validate` of several spec files checks them all in one child (cli/common.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -25,10 +27,15 @@ from dinox.spec.objectives import PythonObjective
 from dinox.spec.sections import TrialSpec
 
 
-def check(specs: list[TrialSpec]) -> list[tuple[int, str, str]]:
-    """(index of the first spec with it, the field, what is wrong) for each distinct entry that cannot give a
-    step (objective) or a sample (data)."""
-    seen: dict[str, str] = {}
+def check(specs: list[TrialSpec], groups: list[int] | None = None) -> list[tuple[int, str, str]]:
+    """(index of the first spec of its group with it, the field, what is wrong) for each distinct entry that cannot
+    give a step (objective) or a sample (data). `groups`: how many of the specs, in order, each spec file gave
+    (`dinox validate` of several; None: one file). Each file is told of its own bad entries; each distinct entry
+    is built once."""
+    counts = groups if groups and sum(groups) == len(specs) else [len(specs)]
+    group_of = [g for g, n in enumerate(counts) for _ in range(n)]
+    built: dict[str, str] = {}
+    told: set[tuple[int, str]] = set()
     out = []
     for i, spec in enumerate(specs):
         for part, build in (("objective", _objective), ("data", _data)):
@@ -38,19 +45,28 @@ def check(specs: list[TrialSpec]) -> list[tuple[int, str, str]]:
             key = json.dumps(
                 [part, section.model_dump(mode="json"), spec.model.model_dump(mode="json")], sort_keys=True
             )
-            if key in seen:
+            if (group_of[i], key) in told:
                 continue
-            try:
-                with contextlib.redirect_stdout(sys.stderr):
-                    build(spec)
-                seen[key] = ""
-            except EntryError as e:
-                seen[key] = str(e).removeprefix(f"{part}.entry ")
-            except Exception as e:  # noqa: BLE001 - dinox's own part of the build (the timm model): said, not raised
-                seen[key] = one_line(f"{section.entry}: {type(e).__name__}: {e}", 400)
-            if seen[key]:
-                out.append((i, f"{part}.entry", seen[key]))
+            told.add((group_of[i], key))
+            if key not in built:
+                built[key] = _problem(part, build, spec, section)
+            if built[key]:
+                out.append((i, f"{part}.entry", built[key]))
     return out
+
+
+def _problem(
+    part: str, build: Callable[[TrialSpec], None], spec: TrialSpec, section: PythonObjective | PythonData
+) -> str:
+    """What is wrong with one entry, built as a trial builds it; "" where nothing is."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            build(spec)
+        return ""
+    except EntryError as e:
+        return str(e).removeprefix(f"{part}.entry ")
+    except Exception as e:  # noqa: BLE001 - dinox's own part of the build (the timm model): said, not raised
+        return one_line(f"{section.entry}: {type(e).__name__}: {e}", 400)
 
 
 def _objective(spec: TrialSpec) -> None:
@@ -78,7 +94,7 @@ def _data(spec: TrialSpec) -> None:
 def main(request_json: str, result_json: str) -> int:
     request = json.loads(open(request_json).read())
     specs = [TrialSpec.model_validate(s) for s in request["specs"]]
-    problems = check(specs)
+    problems = check(specs, request.get("groups"))
     tmp = f"{result_json}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump({"problems": problems}, f)

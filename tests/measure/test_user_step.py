@@ -146,23 +146,33 @@ def test_each_bad_entry_is_one_line(tmp_path, monkeypatch, case):
 
 @pytest.mark.slow
 def test_validate_gives_each_bad_entry_one_line_and_exit_2(tmp_path):
+    """Every spec's entries are checked in one child where they import from one folder: each spec is still told
+    of its own (a bad entry two specs share, to both), and a module of the same name in another folder is the
+    other folder's (its own child: an imported module is never imported again from elsewhere)."""
     (tmp_path / "bad").mkdir()
-    paths = []
-    for case, (entry, text, _says) in BAD.items():
+    paths, cases = [], []
+    for case, (entry, text, says) in BAD.items():
         if text is not None:
             (tmp_path / "bad" / f"{case}.py").write_text(text)
             entry = entry.replace("bad.m:", f"bad.{case}:")
-        (tmp_path / f"{case}.yaml").write_text(SPEC.format(entry=entry))
-        paths.append(f"{case}.yaml")
-    proc = run_dinox(["validate", *paths], cwd=tmp_path)
+        for name in (case, "raises_too") if case == "raises" else (case,):
+            (tmp_path / f"{name}.yaml").write_text(SPEC.format(entry=entry))
+            paths.append(f"{name}.yaml")
+            cases.append((name, case, says))
+    (tmp_path / "other" / "bad").mkdir(parents=True)
+    (tmp_path / "other" / "bad" / "raises.py").write_text(RECIPE)  # a good step, under the bad one's name
+    elsewhere = SPEC.format(entry="bad.raises:build").replace("kind: python,", "kind: python, path: other,")
+    (tmp_path / "elsewhere.yaml").write_text(elsewhere)
+    proc = run_dinox(["validate", *paths, "elsewhere.yaml"], cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == "OK elsewhere.yaml: 1 trial, experiment 'mine'\n", proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == len(BAD), proc.stderr
-    for line, (case, (_entry, _text, says)) in zip(lines, BAD.items(), strict=True):
+    assert len(lines) == len(BAD) + 1, proc.stderr
+    for line, (name, case, says) in zip(lines, cases, strict=True):
         assert (
-            line.startswith(f"error: {case}.yaml:3: objective.entry: ")
+            line.startswith(f"error: {name}.yaml:3: objective.entry: ")
             and says.replace("bad/m.py", f"bad/{case}.py").replace("bad.m ", f"bad.{case} ") in line
-        )
+        ), line
 
 
 @pytest.mark.slow
