@@ -43,8 +43,8 @@ def load_trials(
     """The spec (with any --set overrides, then shrunk where asked, which `say` tells) and its trials; raises
     SpecError (one line per problem, a problem from a --set naming it), which the command group prints with exit
     2. With preflight, also the model names and data files (this imports timm, so it is kept to the commands
-    that need it), and the team's own entries unless `entries` is False (a caller checking several specs' at
-    once: `spec_problems`)."""
+    that need it), and the team's own entries unless `entries` is False (a caller that checks several specs'
+    entries at once, with `entry_problems` and `spec_problems`)."""
     from dinox.plan import grid
     from dinox.spec import file as spec_file
     from dinox.spec import overrides
