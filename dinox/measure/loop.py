@@ -226,19 +226,24 @@ class Loop:
         self, steps: int, repeats: Repeats, per_round: int
     ) -> tuple[list[Window], list[Window], list[Window], int, Window | None]:
         """Timed windows until they settle, each from a steady pipeline and followed by its ablation round; the
-        copies alone once, after the first round (what `decided` may read from then on)."""
+        copies alone once, after the first round (what `decided` may read from then on). A window that follows
+        the one before with no round between them starts where it ended: the two are one stretch of training,
+        in phase with the workers, and steadying the pipeline again would only cost a step."""
         windows: list[Window] = []
         compute_only: list[Window] = []
         no_loader: list[Window] = []
         copies: Window | None = None
         boundaries = 0
         decided = False
+        disturbed = True  # since the last timed step: the warm-up, or a round the workers were not consumed in
         while not windows or not repeats.settled([w.images_per_s for w in windows]):
             self._phase(repeats.label(len(windows) + 1))
-            self.steady()
+            if disturbed:
+                self.steady()
             before = self.batches.epochs_ended
             windows.append(self.window(steps))
             boundaries += self.batches.epochs_ended - before
+            disturbed = False
             # Round i follows timed window i; once decided, no later window has one.
             if self.decided is not None and compute_only and not decided:
                 decided = self.decided(windows, no_loader, compute_only, copies)
@@ -246,6 +251,7 @@ class Loop:
                 compute_only.append(self.window(per_round, "device", self.last_device))
                 no_loader.append(self.window(per_round, "host"))
                 copies = copies or self._copies_alone(per_round)
+                disturbed = True
         return windows, compute_only, no_loader, boundaries, copies
 
     def steady(self) -> None:

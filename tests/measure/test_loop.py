@@ -255,10 +255,18 @@ def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
         DataLoader(Images(400), batch_size=2), lambda b: b, lambda b: None, lambda: None, torch.device("cpu"), 1, 2
     )
     loop_.decided = decided
+    events: list[str] = []
+    loop_.on_phase = events.append
+    loop_.steady = lambda: events.append("steadied")  # type: ignore[method-assign]
     stats = loop_.run(1, 2, repeats=4, ablation_steps=2)
     assert len(stats.windows) == 4
     assert [len(stats.compute_only), len(stats.no_loader)] == [2, 2]
     assert asked == [1, 2]  # asked before the second and third windows' rounds; never again once decided
+    # The pipeline is steadied after the warm-up and after each round (the workers filled their queues while
+    # nothing took from them); the fourth window follows the third with nothing between: one stretch of steps.
+    assert [e for e in events if e.startswith(("window", "steadied"))] == [
+        *("window 1/4", "steadied", "window 2/4", "steadied", "window 3/4", "steadied", "window 4/4")
+    ]
 
 
 @pytest.mark.parametrize(
