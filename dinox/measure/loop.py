@@ -235,7 +235,9 @@ class Loop:
         copies: Window | None = None
         boundaries = 0
         decided = False
-        disturbed = True  # since the last timed step: the warm-up, or a round the workers were not consumed in
+        # Since the last timed step something took nothing from the loader (the warm-up's end, a round): the
+        # workers' queues filled, and the next window must not eat them.
+        disturbed = True
         while not windows or not repeats.settled([w.images_per_s for w in windows]):
             self._phase(repeats.label(len(windows) + 1))
             if disturbed:

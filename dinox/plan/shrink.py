@@ -184,8 +184,12 @@ def summary(doc_base: dict[str, Any], points: list[dict[str, Any]], first: Any) 
         "the vit, deit, eva, beit, resnet, resnext and convnext families)",
         f"{model.img_size} px",
         "batches " + ", ".join(f"{a}->{b}" for a, b in shrink.sizes.items()) if shrink.sizes else "",
-        f"{first.measure.warmup_steps} warm-up + {first.measure.bench_steps} timed steps a window, "
-        f"{first.measure.window_bounds[1]} window{'s' if first.measure.window_bounds[1] > 1 else ''}",
+        f"{first.measure.warmup_steps} warm-up + {first.measure.bench_steps} timed steps a window, {_windows(first)}",
         f"experiment {first.name}",
     ]
     return "shrunk (--shrink): " + "; ".join(p for p in parts if p)
+
+
+def _windows(spec: Any) -> str:
+    low, high = spec.measure.window_bounds
+    return f"{high} window{'s' if high > 1 else ''}" if low == high else f"{low}-{high} windows"

@@ -57,6 +57,8 @@ def test_a_vit_keeps_whole_patches_and_dino_its_crop_counts():
     line = shrink.summary(doc.base, [o for o, _ in grid.points(doc)], s)
     assert "embed_dim 96, depth 2, num_heads 2" in line and "48->2, 64->4, 96->6, 128->8, 160->10" in line
     assert "; 2 warm-up + 5 timed steps a window, 2 windows;" in line
+    loose = s.model_copy(update={"measure": s.measure.model_copy(update={"min_repeats": 1})})
+    assert "; 2 warm-up + 5 timed steps a window, 1-2 windows;" in shrink.summary(doc.base, [], loose)
 
 
 def test_a_model_it_cannot_shrink_is_kept_and_the_line_says_so(write_spec):
