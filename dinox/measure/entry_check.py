@@ -32,8 +32,7 @@ def check(specs: list[TrialSpec], groups: list[int] | None = None) -> list[tuple
     give a step (objective) or a sample (data). `groups`: how many of the specs, in order, each spec file gave
     (`dinox validate` of several; None: one file). Each file is told of its own bad entries; each distinct entry
     is built once."""
-    counts = groups if groups and sum(groups) == len(specs) else [len(specs)]
-    group_of = [g for g, n in enumerate(counts) for _ in range(n)]
+    group_of = [g for g, n in enumerate(groups or [len(specs)]) for _ in range(n)]
     built: dict[str, str] = {}
     told: set[tuple[int, str]] = set()
     out = []
