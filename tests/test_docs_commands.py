@@ -98,6 +98,13 @@ BLOCKS: dict[tuple[str, str], tuple[str, list[str]]] = {
         "in parts: it needs a GPU; its --small run on this CPU",
         ["tests/test_scripts.py::test_gpu_check_small_passes_on_this_cpu"],
     ),
+    ("docs/measuring.md", "python scripts/bench_verify.py --spec scripts/gpu_verify.yaml"): (
+        "in parts: it needs a GPU; a round of a tiny spec on this CPU, and the GPU spec validated",
+        [
+            "tests/test_scripts.py::test_bench_verify_prints_a_row_per_round",
+            "tests/test_scripts.py::test_the_gpu_verify_spec_is_valid_and_named_in_its_docs",
+        ],
+    ),
 }
 
 

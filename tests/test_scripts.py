@@ -243,6 +243,16 @@ def test_gpu_check_passes_on_this_gpu():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
+def test_the_gpu_verify_spec_is_valid_and_named_in_its_docs():
+    """scripts/gpu_verify.yaml (the third GPU's forecast check) validates here, where it cannot run: a spec for
+    a CUDA device is told so, exit 0; and the command its header gives is the one docs/measuring.md gives."""
+    spec = ROOT / "scripts" / "gpu_verify.yaml"
+    proc = subprocess.run([sys.executable, "-m", "dinox", "validate", str(spec)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "2 trials" in proc.stdout, proc.stdout + proc.stderr
+    command = next(ln.strip("# ") for ln in spec.read_text().splitlines() if "bench_verify.py" in ln)
+    assert command in (ROOT / "docs" / "measuring.md").read_text()
+
+
 def test_bench_verify_prints_a_row_per_round(tmp_path):
     """A sweep from scratch, its decision and a verify of the recommendation: one table row, the forecast
     and the real rate side by side with the error (their values are the note's, not this test's)."""
