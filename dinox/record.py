@@ -147,7 +147,7 @@ DINOX_VERSION = _tag("trial", "dinox.dinox_version", "the dinox that measured th
 VERIFIES = _tag("verify", "dinox.verifies", "the trial run a dinox verify run trained for real")
 VERIFY_EPOCHS = _tag("verify", "dinox.verify_epochs", "each epoch of the slice as JSON: images, wall_s, partial")
 VERIFY_MOVED = _tag(
-    "verify", "dinox.verify_moved", "true: check windows >5 % outside the trial's: a miss is not the forecast's alone"
+    "verify", "dinox.verify_moved", "true: check windows after the slice >5 % outside the trial's: the box moved"
 )
 REMEASURES = _tag("head_to_head", "dinox.remeasures", "the trial run a head-to-head round measured again")
 HEAD_TO_HEAD = _tag(
@@ -277,6 +277,9 @@ VERIFY_IMAGES = _metric("verify", "verify_images", "images through the optimizer
 VERIFY_IMAGES_PER_S = _metric("verify", "verify_images_per_s", "images / wall time over the slice")
 VERIFY_CHECK_IMAGES_PER_S = _metric(
     "verify", "verify_check_images_per_s", "check windows timed as the trial's, after the warm-up, before the slice"
+)
+VERIFY_CHECK_AFTER_IMAGES_PER_S = _metric(
+    "verify", "verify_check_after_images_per_s", "the same windows right after the slice, the process as old as it"
 )
 VERIFY_EPOCHS_ENDED = _metric("verify", "verify_epochs_ended", "epoch boundaries the slice crossed")
 VERIFY_EPOCH_BOUNDARY_S = _metric(

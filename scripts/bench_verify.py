@@ -67,6 +67,7 @@ def one_round(
         "error": runs.get("forecast_error"),
         "boundaries": int(runs.get("verify_epochs_ended", 0)),
         "check_ips": runs.get("verify_check_images_per_s"),
+        "after_ips": runs.get("verify_check_after_images_per_s"),
         "check_error": runs.get("check_windows_error"),
         "verify_exit": verified.returncode,
         "said": said[0] if said else verified.stderr.strip()[-200:],
@@ -109,7 +110,7 @@ def main() -> int:
         print(f"round {i + 1}: {json.dumps(row)}", flush=True)
     print(f"\n{a.spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
     columns = ("round", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
-    more = ("forecast error", "boundaries", "check img/s", "error at check", "verify")
+    more = ("forecast error", "boundaries", "check img/s", "after img/s", "error at check", "verify")
     print("| " + " | ".join((*columns, *more)) + " |")
     print("|---" * (len(columns) + len(more)) + "|")
     said = {0: "held", 1: "off", 3: "undecided"}  # verify's exit code
@@ -118,11 +119,12 @@ def main() -> int:
         real = f"{r['real_ips']:.1f}" if r.get("real_ips") else "-"
         fc = f"{r['forecast_ips']:.1f}" if r.get("forecast_ips") else "-"
         check = f"{r['check_ips']:.1f}" if r.get("check_ips") else "-"
+        after = f"{r['after_ips']:.1f}" if r.get("after_ips") else "-"
         at_check = f"{r['check_error']:+.1%}" if r.get("check_error") is not None else "-"
         word = said.get(r.get("verify_exit"), "-") if "verify_exit" in r else "-"
         print(
             f"| {i} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | {r['h2h']} | {fc} | {real} | "
-            f"{err} | {r.get('boundaries', '-')} | {check} | {at_check} | {word} |"
+            f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {word} |"
         )
     return 0
 

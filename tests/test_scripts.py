@@ -262,7 +262,8 @@ def test_bench_verify_prints_a_row_per_round(tmp_path):
     out = run_script("bench_verify.py", "--spec", str(spec), "--rounds", "1", "--minutes", "0.05", cwd=tmp_path)
     row = next(ln for ln in out.splitlines() if ln.startswith("| 1 |"))
     # The head-to-head column: "-" without --head-to-head (and without a tie).
-    cells = r"\| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \| [\d.]+ \| [+-]\d+\.\d% \| (held|off|undecided) \|$"
+    rates = r"\| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \| [\d.]+ \| [\d.]+ "  # forecast, real, error, edges, checks
+    cells = rates + r"\| [+-]\d+\.\d% \| (held|off|undecided) \|$"
     assert re.match(r"\| 1 \| GO \| batch 4 x 1, 0 workers, 32 px \| \d+ \| - " + cells, row), out
 
 

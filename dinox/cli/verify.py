@@ -127,7 +127,7 @@ def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.
         click.echo(f"       against this trial's own windows ({own_ips:.1f} img/s): {done.own_error:+.1%}")
     if done.moved and done.check_error is not None:  # the box's move set aside: what the method alone missed by
         click.echo(
-            f"       against the check windows ({done.check_ips:.1f} img/s, timed in this process just before the "
+            f"       against the check windows ({done.check_rate:.1f} img/s, timed in this process around the "
             f"slice): {done.check_error:+.1%}"
         )
 

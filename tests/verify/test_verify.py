@@ -40,13 +40,16 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'verify'")
     m, tags = run.data.metrics, run.data.tags
-    # The check windows before the slice, held against the trial's own windows: the exit code says which it was.
+    # The check windows after the slice, held against the trial's own windows: the exit code says which it was.
     t = trial.data.metrics
-    check, low, high = m["verify_check_images_per_s"], t["images_per_s_min"], t["images_per_s_max"]
-    moved = not low * 0.95 <= check <= high * 1.05
-    assert tags["dinox.verify_moved"] == str(moved).lower(), (check, low, high)
+    before, after = m["verify_check_images_per_s"], m["verify_check_after_images_per_s"]
+    low, high = t["images_per_s_min"], t["images_per_s_max"]
+    moved = not low * 0.95 <= after <= high * 1.05
+    assert tags["dinox.verify_moved"] == str(moved).lower(), (after, low, high)
     assert proc.returncode == (0 if "held within" in said else 3 if moved else 1), said
-    # The same slice at the check windows' rate: the method's own error, the box's moves set aside.
+    # The same slice at the check windows' rate (before and after pooled, as many windows each): the method's own
+    # error, the box's moves set aside.
+    check = 2 / (1 / before + 1 / after)
     at_check = m["verify_images"] / check + m["verify_epochs_ended"] * t["epoch_boundary_s"]
     assert m["check_windows_error"] == pytest.approx((at_check - m["verify_wall_s"]) / m["verify_wall_s"])
     assert said.startswith("UNDECIDED: ") == (proc.returncode == 3), said
@@ -55,8 +58,9 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     epochs = json.loads(tags["dinox.verify_epochs"])
     assert m["verify_epochs_ended"] >= 1 and len(epochs) == m["verify_epochs_ended"] + 1
     assert all(e["images"] == 16 for e in epochs[1:-1]) and epochs[-1]["partial"] == 1.0
-    # Before the slice, its first epoch's first steps: the warm-up's (1) and the check windows' (3 of 3 steps).
-    assert epochs[0]["images"] == 16 - (1 + 3 * 3) * 4 % 16 and epochs[0]["partial"] == 1.0
+    # Before the slice, its first epoch's first steps: the warm-up's and the check windows' (whole steps; a window
+    # that crossed an epoch boundary was taken again, so how many ran is the loader's business).
+    assert epochs[0]["images"] in (4, 8, 12, 16) and epochs[0]["partial"] == 1.0
     assert m["verify_images"] == m["verify_steps"] * 4 and m["verify_wall_s"] >= 0.15 * 60
     # The forecast for the same slice is the trial's own figure plus the epoch boundaries it crossed.
     forecast = m["verify_images"] / t["images_per_s"] + m["verify_epochs_ended"] * t["epoch_boundary_s"]
@@ -136,25 +140,39 @@ def test_what_a_boundary_adds_is_read_from_the_decision_or_record_and_an_older_o
 
 
 def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
-    """The check windows before the slice, timed as the trial timed its, against the trial's own windows: outside
+    """The check windows after the slice, timed as the trial timed its, against the trial's own windows: outside
     them by more than 5 %, the box (or the process) was not as the trial found it, and a miss cannot say which
-    of the two is wrong; inside, a miss is the forecast's."""
+    of the two is wrong; inside, a miss is the forecast's. Those before the slice alone outside are the process's
+    first seconds (an H200 ran them 12-20 % slow three times of three), said but not a moved box; a result with
+    none after the slice (an older child's) is read by those before."""
     from dinox.verify.run import VerifyOutcome
 
-    def outcome(wall: float, check: float | None) -> VerifyOutcome:
+    def outcome(wall: float, check: float | None, after: float | None = None) -> VerifyOutcome:
         f = Forecast(100.0, 95.0, 105.0)
-        return VerifyOutcome("t", "v", wall, 1000.0, 0, 0, 10.0, 1000 / 95, 1000 / 105, 1000 / wall, f, check_ips=check)
+        return VerifyOutcome(
+            "t", "v", wall, 1000.0, 0, 0, 10.0, 1000 / 95, 1000 / 105, 1000 / wall, f, check_ips=check, after_ips=after
+        )
 
-    held, off = outcome(10.2, 98.0), outcome(12.0, 99.0)
-    assert held.held and not held.moved and "but windows" not in held.verdict()
+    held, off = outcome(10.2, 98.0, 99.0), outcome(12.0, 99.0, 97.0)
+    assert held.held and not held.moved and "windows timed" not in held.verdict()
     assert not off.held and not off.moved  # short windows as the trial's, the slice slower: the forecast's miss
-    moved = outcome(12.0, 82.0)  # windows before the slice 14 % under the slowest of the trial's
+    moved = outcome(12.0, 82.0, 83.0)  # windows around the slice 13-14 % under the slowest of the trial's
     assert moved.moved and not moved.held
-    assert "ran 82.0 img/s, outside the trial's windows (95.0-105.0) by more than 5%" in moved.verdict()
+    said = "ran 82.0 img/s before the slice and 83.0 after it, outside the trial's windows (95.0-105.0) by more than 5%"
+    assert said in moved.verdict()
     assert moved.verdict().endswith("so the miss is not the forecast's alone")
-    assert outcome(12.0, 90.3).moved is False and outcome(12.0, 110.2).moved is False  # within 5 % of the range
-    assert outcome(12.0, 110.3).moved and outcome(12.0, None).moved is False  # a result without one: not moved
-    lucky = outcome(10.0, 130.0)
+    assert moved.check_rate == pytest.approx(2 / (1 / 82 + 1 / 83))  # the two pooled, as many windows each
+    started_slow = outcome(12.0, 82.0, 99.0)  # only before: the young process, not the box
+    assert not started_slow.moved and started_slow.verdict().endswith(
+        "ran 82.0 img/s before the slice and 99.0 after it: only those before it, in the process's first seconds, "
+        "outside the trial's (95.0-105.0): the box had not moved by the slice's end"
+    )
+    assert outcome(12.0, 99.0, 82.0).moved  # the box moved while the slice ran
+    for old in (None, 0.0):  # a child's result without the windows after: those before decide, as before
+        assert outcome(12.0, 90.3, old).moved is False and outcome(12.0, 110.2, old).moved is False
+        assert outcome(12.0, 110.3, old).moved and outcome(12.0, 82.0, old).moved
+    assert outcome(12.0, None).moved is False  # a result without either: not moved
+    lucky = outcome(10.0, 130.0, 128.0)
     assert lucky.held and lucky.moved and lucky.verdict().endswith("so the match may be luck")
 
 
