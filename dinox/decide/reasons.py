@@ -3,12 +3,14 @@ best trial carries, and the error for a store where nothing was measured. decide
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from dinox import record as rec
 from dinox.contract import one_line
 from dinox.decide.budget import Budget, DecisionError, fmt_cost, fmt_days
 from dinox.decide.types import ModelVerdict
+from dinox.spec import params
 from dinox.store.trial_record import IPS_WINDOWS, TrialRecord
 
 # Statuses that say "it did not fit": a sweep of only these has an answer (nothing fits), not a failure.
@@ -98,4 +100,30 @@ def unstable_warning(recommended: ModelVerdict | None) -> str:
     return (
         f"the recommended trial's timed windows {spread}: the GO holds at the slowest of them, but its forecast "
         "is uncertain; `dinox run SPEC --remeasure-unsettled` on a quiet machine narrows it"
+    )
+
+
+# A timed window shorter than this on an accelerator is mostly its edges: each window synchronises the device at
+# both ends and starts on a drained loader queue. Measured on an H200 (docs/measuring.md, "The third GPU"): the
+# quickstart's 0.16 s windows forecast real training 13.6 % pessimistic; with 40-step windows (~1.4 s) and a
+# ResNet-50's 0.5 s ones, four untied slices held within 5 %. A CPU's windows block on every step: no note there.
+SHORT_WINDOW_S = 1.0
+
+
+def short_windows_note(recommended: ModelVerdict | None, records: list[TrialRecord]) -> str:
+    """The recommended trial's timed windows were short for its accelerator: the bench_steps that make a second."""
+    best = recommended.best if recommended is not None else None
+    record = next((r for r in records if best is not None and r.run_id == best.run_id), None)
+    if record is None or record.tags.get(rec.DEVICE, "cpu").split(":")[0] in ("cpu", ""):
+        return ""
+    seconds, windows = record.metrics.get(rec.WINDOW_S), record.metrics.get(rec.WINDOWS)
+    steps = record.param_int(params.MEASURE_BENCH_STEPS)
+    if not seconds or not windows or not steps or seconds / windows >= SHORT_WINDOW_S:
+        return ""
+    each = seconds / windows
+    enough = math.ceil(steps * SHORT_WINDOW_S / each)
+    return (
+        f"the recommended trial's timed windows lasted {each:.2f} s each on {record.tags.get(rec.DEVICE)}: windows "
+        f"this short are mostly their synchronised edges (on an H200, 0.16 s windows forecast real training 13.6 % "
+        f"pessimistic, windows of a second or more within 5 %); measure.bench_steps: {enough} makes them a second"
     )

@@ -256,6 +256,7 @@ def decide(
     size = (recommended.params_m or 0.0) if recommended is not None else math.inf
     bigger = [mv for mv in unsettled if (mv.params_m or 0.0) > size]
     rows = scaling(records)
+    short = reasons.short_windows_note(recommended, records)
     return Decision(
         verdict=verdict,
         budget=budget,
@@ -275,7 +276,7 @@ def decide(
         remeasure=_behind(records, unsettled if recommended is None else bigger, lambda r: r.unsettled),
         capped=_behind(records, unsettled if recommended is None else bigger, lambda r: r.few_windows and r.capped),
         contested=contested(recommended or (unsettled[0] if unsettled else None)),
-        notes=[_bigger_note(mv) for mv in bigger],
+        notes=[_bigger_note(mv) for mv in bigger] + ([short] if short else []),
         cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
         what_if=what_if(recommended, budget) if recommended is not None else [],
         needs=needs(models, budget),

@@ -584,3 +584,30 @@ def test_days_are_printed_to_a_precision_that_means_something_and_never_as_a_bar
     assert [budget.fmt_days(x) for x in (12.02, 0.54, 0.0532, 0.9975, 0.994, 1.0)] == [
         "12.0", "0.54", "0.053", "1.0", "0.99", "1.0",
     ]  # fmt: skip
+
+
+def _on_a_gpu(rows: list[dict], window_s: float, bench_steps: str = "20") -> list[dict]:
+    for row in rows:
+        row["tags"]["dinox.device"] = "cuda:0"
+        row["params"]["measure.bench_steps"] = bench_steps
+        if "windows" in row["metrics"]:
+            row["metrics"]["window_s"] = window_s * row["metrics"]["windows"]
+    return rows
+
+
+def test_short_windows_on_an_accelerator_are_a_note_with_the_steps_that_make_a_second():
+    """Windows of 0.16 s on a GPU (the quickstart's on an H200, 13.6 % off): a note in every output naming the
+    measure.bench_steps that makes a window last a second; none for windows of a second, nor on a CPU."""
+    d = decide.decide(study.records(_on_a_gpu(study.study(), 0.16)), BUDGET)
+    (note,) = [n for n in d.notes if "timed windows lasted" in n]
+    assert note.startswith("the recommended trial's timed windows lasted 0.16 s each on cuda:0")
+    assert note.endswith("measure.bench_steps: 125 makes them a second")  # 20 steps x 1 s / 0.16 s
+    assert f"note: {note}" in report.render_terminal(d) and note in report_json.to_json(d)["notes"]
+    assert f"- {note}" in report.render_markdown(d, [])
+    long = decide.decide(study.records(_on_a_gpu(study.study(), 1.0)), BUDGET)
+    on_cpu = study.study()
+    for row in on_cpu:
+        row["params"]["measure.bench_steps"] = "20"
+        row["metrics"]["window_s"] = 0.16 * row["metrics"].get("windows", 3)
+    for quiet in (long, decide.decide(study.records(on_cpu), BUDGET)):
+        assert not any("timed windows lasted" in n for n in quiet.notes)
