@@ -439,11 +439,14 @@ def test_names_from_the_store_are_data_in_every_output(tmp_path):
         row["tags"]["dinox.device_name"] = HOSTILE[(i + 1) % len(HOSTILE)]
         row["tags"]["dinox.bound_evidence"] = name
         row["tags"]["dinox.sets"] = "x=$(touch PWNED); m\n# Pwned\x1b[2J`q`"  # printed in decide's commands
+        row["tags"]["dinox.device"] = name  # named in the note on short windows (not a CPU's)
+        row["metrics"]["window_s"], row["params"]["measure.bench_steps"] = 0.3, "5"
         rows.append(row)
     study.log(MlflowClient(uri), "hostile", rows)
     proc = decide(tmp_path, uri, "--experiment", "hostile", "--days", "1", "--target-images", "1000", "--out", "h")
     assert proc.returncode in (0, 1), proc.stderr  # a verdict, not a crash
     assert all(c.isprintable() or c == "\n" for c in proc.stdout + proc.stderr)
+    assert "note: the recommended trial's timed windows lasted 0.10 s each on " in proc.stdout, proc.stdout
     page = (tmp_path / "h" / "report.html").read_text()
     assert "<script" not in page and "<img src=x" not in page and 'href="javascript' not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
