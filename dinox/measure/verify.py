@@ -104,7 +104,8 @@ class VerifyRun(TrialRun):
         was), once right after the slice (as old as the slice's bulk). Where they run outside the trial's own
         windows, this process (or the box) is not as the trial found it, and a miss is not the forecast's alone
         (dinox.verify.run reads both). A window that crossed an epoch boundary is taken again (the trial's never
-        cross one), at most once each. Their steps train like the rest; the after windows are outside the slice."""
+        cross one), up to as many retakes as windows. Their steps train like the rest; those after are outside
+        the slice."""
         if self.on_phase is not None:
             self.on_phase(phase)
         windows, retakes = [], self.spec.measure.window_bounds[0]

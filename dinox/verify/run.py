@@ -109,8 +109,9 @@ class VerifyOutcome:
         """The check windows after the slice ran outside the trial's own windows: the box was not as the trial
         found it when the slice ended, and a miss cannot say whether the forecast or the box is wrong. Those after
         the slice decide where they were timed: the process is then as old as the slice's bulk, where the windows
-        before it, in its first seconds, ran 12-20 % under both the slice and the trial on an H200 (three times
-        of three) with nothing else on the box. A child without them (older) is read by the windows before."""
+        before it, in its first seconds, ran 10-18 % under the slice and 8-13 % under the trial's slowest window
+        on an H200 (three times of three) with nothing else on the box. A child without them (older) is read by
+        the windows before."""
         return self.outside(self.after_ips if self.after_ips else self.check_ips)
 
     @property

@@ -143,8 +143,8 @@ def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
     """The check windows after the slice, timed as the trial timed its, against the trial's own windows: outside
     them by more than 5 %, the box (or the process) was not as the trial found it, and a miss cannot say which
     of the two is wrong; inside, a miss is the forecast's. Those before the slice alone outside are the process's
-    first seconds (an H200 ran them 12-20 % slow three times of three), said but not a moved box; a result with
-    none after the slice (an older child's) is read by those before."""
+    first seconds (an H200 ran them 10-18 % under the slice three times of three), said but not a moved box; a
+    result with none after the slice (an older child's) is read by those before."""
     from dinox.verify.run import VerifyOutcome
 
     def outcome(wall: float, check: float | None, after: float | None = None) -> VerifyOutcome:
