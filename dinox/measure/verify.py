@@ -16,6 +16,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 from dinox import record as rec
 from dinox.contract import SLICE_FILE, TrialResult
@@ -33,6 +34,7 @@ class VerifyRun(TrialRun):
     def __init__(self, spec: TrialSpec, seconds: float, epochs: float | None, epoch_images: int, **kw) -> None:
         super().__init__(spec, **kw)
         self.seconds, self.epochs, self.epoch_images = seconds, epochs, epoch_images
+        self.check_windows: dict[str, list[float]] = {}  # each check window's images/s, by phase
 
     def _samples_needed(self) -> int:
         """A synthetic set without a length of its own gets the epoch asked for; any other set stays its own
@@ -58,7 +60,7 @@ class VerifyRun(TrialRun):
             loop.untimed_step()
         sync()
         self.metrics[rec.VERIFY_WARMUP_S] = clock() - t
-        self.metrics[rec.VERIFY_CHECK_IMAGES_PER_S] = self._check_windows(loop, "check windows")
+        self.metrics[rec.VERIFY_CHECK_IMAGES_PER_S] = self._check_windows(loop, "before")
         start = clock()  # the windows' edges synchronised the device
         if self.on_phase is not None:
             self.on_phase("training")
@@ -93,12 +95,13 @@ class VerifyRun(TrialRun):
         wall = clock() - start
         epochs.append({"images": epoch_steps * per_step, "wall_s": clock() - epoch_start, "partial": 1.0})
         self._report(steps, per_step, wall, epochs, first_steps, step_s)
-        self.metrics[rec.VERIFY_CHECK_AFTER_IMAGES_PER_S] = self._check_windows(loop, "check windows after")
+        self.metrics[rec.VERIFY_CHECK_AFTER_IMAGES_PER_S] = self._check_windows(loop, "after")
+        self.tags[rec.VERIFY_CHECK_WINDOWS] = json.dumps(self.check_windows, separators=(",", ":"))
         self._record_memory()
         del self.loop, self.loader
         return TrialResult("ok", metrics=self.metrics, tags=self.tags)
 
-    def _check_windows(self, loop, phase: str) -> float:  # noqa: ANN001 - a dinox.measure.loop.Loop
+    def _check_windows(self, loop, when: Literal["before", "after"]) -> float:  # noqa: ANN001 - a measure.loop.Loop
         """As many windows as the trial timed at least, timed as it timed them (bench_steps, each from a steady
         pipeline), and their pooled rate: once right after the warm-up (the process as young as the trial's
         was), once right after the slice (as old as the slice's bulk). Where they run outside the trial's own
@@ -107,7 +110,7 @@ class VerifyRun(TrialRun):
         cross one), up to as many retakes as windows. Their steps train like the rest; those after are outside
         the slice."""
         if self.on_phase is not None:
-            self.on_phase(phase)
+            self.on_phase("check windows" if when == "before" else "check windows after")
         windows, retakes = [], self.spec.measure.window_bounds[0]
         while len(windows) < self.spec.measure.window_bounds[0]:
             loop.steady()
@@ -117,6 +120,7 @@ class VerifyRun(TrialRun):
                 windows.append(window)
             else:
                 retakes -= 1
+        self.check_windows[when] = [round(w.images_per_s, 3) for w in windows]
         return pooled(windows) or 0.0
 
     def _routine_after_step(self, steps: int) -> None:

@@ -257,6 +257,7 @@ def verify(
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"
     tags[rec.VERIFY_EPOCHS] = result.tags.get(rec.VERIFY_EPOCHS, "")
+    tags[rec.VERIFY_CHECK_WINDOWS] = result.tags.get(rec.VERIFY_CHECK_WINDOWS, "")
     tags.update({k: v for k, v in result.tags.items() if k in (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION)})
     settings = {
         "seconds": f"{seconds:g}",

@@ -50,6 +50,12 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     # The same slice at the check windows' rate (before and after pooled, as many windows each): the method's own
     # error, the box's moves set aside.
     check = 2 / (1 / before + 1 / after)
+    # Each check window's rate is kept (as many each side as the trial timed at least: 3), and each side's pooled
+    # rate is theirs: windows of one size, so images over time is their harmonic mean.
+    each = json.loads(tags["dinox.verify_check_windows"])
+    assert sorted(each) == ["after", "before"] and len(each["before"]) == len(each["after"]) == 3, each
+    for side, pooled in (("before", before), ("after", after)):
+        assert 3 / sum(1 / r for r in each[side]) == pytest.approx(pooled, rel=1e-3), (side, each)
     at_check = m["verify_images"] / check + m["verify_epochs_ended"] * t["epoch_boundary_s"]
     assert m["check_windows_error"] == pytest.approx((at_check - m["verify_wall_s"]) / m["verify_wall_s"])
     assert said.startswith("UNDECIDED: ") == (proc.returncode == 3), said
