@@ -176,8 +176,11 @@ def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status
     assert line.ratio == pytest.approx(0.96)
     assert line.problems() == [
         "built compute_bound: labelled io_bound, built to be compute_bound",
-        "built compute_bound: dinox / hand loop = 0.960 < 0.98",
+        "built compute_bound: dinox / hand loop = 0.960, outside 0.98-1.02",
     ]
+    above = gc.Line(built, {**row, "bound": "compute_bound"}, hand=90.0)  # dinox 7 % above the user's own loop
+    assert above.problems() == ["built compute_bound: dinox / hand loop = 1.067, outside 0.98-1.02"]
+    assert above.problems(fidelity=False) == []  # --small on a CPU: the ratio is shown, not held
     oom = gc.Line(gc.Case("OOM", {}, expect_status="oom"), {**row, "status": "ok", "bound": "compute_bound"})
     assert oom.problems() == ["OOM: ok where oom was expected ()"]
     fine = gc.Line(gc.Case("fine", {}), {**row, "bound": "compute_bound"}, hand=96.0)
@@ -226,7 +229,7 @@ def test_gpu_check_small_passes_on_this_cpu(tmp_path):
         proc.stdout,
     ), proc.stdout
     assert re.search(
-        r"\| tf32 +\| ok +\| [\d.]+ +\| [\d.]+% +\| \d\.\d{3} +\| (compute_bound|inconclusive) "
+        r"\| tf32 +\| ok +\| [\d.]+ +\| [\d.]+% +\| \d+\.\d{3} +\| (compute_bound|inconclusive) "
         r".*\| \d+ \+ hand \d+ +\|",
         proc.stdout,
     ), proc.stdout
