@@ -256,7 +256,6 @@ def decide(
     size = (recommended.params_m or 0.0) if recommended is not None else math.inf
     bigger = [mv for mv in unsettled if (mv.params_m or 0.0) > size]
     rows = scaling(records)
-    short = reasons.short_windows_note(recommended, records)
     return Decision(
         verdict=verdict,
         budget=budget,
@@ -276,7 +275,7 @@ def decide(
         remeasure=_behind(records, unsettled if recommended is None else bigger, lambda r: r.unsettled),
         capped=_behind(records, unsettled if recommended is None else bigger, lambda r: r.few_windows and r.capped),
         contested=contested(recommended or (unsettled[0] if unsettled else None)),
-        notes=[_bigger_note(mv) for mv in bigger] + ([short] if short else []),
+        notes=_notes(bigger, recommended, records),
         cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
         what_if=what_if(recommended, budget) if recommended is not None else [],
         needs=needs(models, budget),
@@ -321,6 +320,12 @@ def _behind(records: list[TrialRecord], models: list[ModelVerdict], which: Calla
 
 def _bigger_note(mv: ModelVerdict) -> str:
     return f"{mv.label} is larger and UNSETTLED ({mv.unsettled_why}): settled, it could be recommended instead"
+
+
+def _notes(bigger: list[ModelVerdict], recommended: ModelVerdict | None, records: list[TrialRecord]) -> list[str]:
+    """What the decision adds beside its verdict: larger models left unsettled, windows too short to forecast."""
+    short = reasons.short_windows_note(recommended, records)
+    return [_bigger_note(mv) for mv in bigger] + ([short] if short else [])
 
 
 def _cost_or_inf(mv: ModelVerdict) -> float:

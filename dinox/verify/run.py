@@ -101,8 +101,10 @@ class VerifyOutcome:
 
     def outside(self, ips: float | None) -> bool:
         """A check rate outside the trial's own windows by more than the tolerance (None: not measured)."""
+        if not ips:
+            return False
         own = self.trial_windows
-        return bool(ips) and not own.slow_ips * (1 - TOLERANCE) <= ips <= own.fast_ips * (1 + TOLERANCE)  # type: ignore[operator]
+        return not own.slow_ips * (1 - TOLERANCE) <= ips <= own.fast_ips * (1 + TOLERANCE)
 
     @property
     def moved(self) -> bool:
@@ -256,8 +258,7 @@ def verify(
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id, rec.VERIFY_MOVED: str(done.moved).lower()}
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"
-    tags[rec.VERIFY_EPOCHS] = result.tags.get(rec.VERIFY_EPOCHS, "")
-    tags[rec.VERIFY_CHECK_WINDOWS] = result.tags.get(rec.VERIFY_CHECK_WINDOWS, "")
+    tags.update({k: result.tags.get(k, "") for k in (rec.VERIFY_EPOCHS, rec.VERIFY_CHECK_WINDOWS)})
     tags.update({k: v for k, v in result.tags.items() if k in (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION)})
     settings = {
         "seconds": f"{seconds:g}",
