@@ -34,6 +34,9 @@ SLICE_FILE = "slice.json"
 # The file beside a trial's trial.json with the plan's training FLOPs per image ({"flops_per_image": F}), from
 # which the child derives TFLOP/s and MFU beside its throughput; absent where the plan has no figure.
 COST_FILE = "cost.json"
+# In a verify child's check windows (rec.VERIFY_CHECK_WINDOWS, {"before": [img/s...], "after": [...]}) and in each
+# of its epochs (rec.VERIFY_EPOCHS), on a GPU NVML reads: the SM clock in MHz at each one's end, under this key.
+SM_CLOCK_KEY = "sm_clock_mhz"
 
 Status = Literal["ok", "oom", "error", "crashed", "timeout", "skipped"]
 STATUSES: tuple[Status, ...] = typing.get_args(Status)

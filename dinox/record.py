@@ -145,9 +145,13 @@ DINOX_VERSION = _tag("trial", "dinox.dinox_version", "the dinox that measured th
 
 # --- a decision run ------------------------------------------------------------------------------------------
 VERIFIES = _tag("verify", "dinox.verifies", "the trial run a dinox verify run trained for real")
-VERIFY_EPOCHS = _tag("verify", "dinox.verify_epochs", "each epoch of the slice as JSON: images, wall_s, partial")
+VERIFY_EPOCHS = _tag(
+    "verify", "dinox.verify_epochs", "each epoch of the slice as JSON: images, wall_s, partial (sm_clock_mhz on a GPU)"
+)
 VERIFY_CHECK_WINDOWS = _tag(
-    "verify", "dinox.verify_check_windows", "each check window's images/s as JSON: before and after the slice"
+    "verify",
+    "dinox.verify_check_windows",
+    "each check window's images/s as JSON: before and after the slice (sm_clock_mhz: each one's GPU clock)",
 )
 VERIFY_MOVED = _tag(
     "verify", "dinox.verify_moved", "true: check windows after the slice >5 % outside the trial's: the box moved"

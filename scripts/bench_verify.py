@@ -69,6 +69,7 @@ def one_round(
         "check_ips": runs.get("verify_check_images_per_s"),
         "after_ips": runs.get("verify_check_after_images_per_s"),
         "check_error": runs.get("check_windows_error"),
+        "check_windows": runs.get("check_windows", {}),
         "verify_exit": verified.returncode,
         "said": said[0] if said else verified.stderr.strip()[-200:],
     }
@@ -83,14 +84,18 @@ def _short(config: dict[str, str]) -> str:
     return text + (f", {get('model.img_size')} px" if get("model.img_size") not in (None, "None") else "")
 
 
-def _verify_metrics(work: Path) -> dict[str, float]:
+def _verify_metrics(work: Path) -> dict:
+    """The verify run's metrics, and each check window's images/s (and, on a GPU NVML reads, its SM clock)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     runs = client.search_runs(
         [e.experiment_id for e in client.search_experiments()], "tags.`dinox.role` = 'verify'", max_results=1
     )
-    return dict(runs[0].data.metrics) if runs else {}
+    if not runs:
+        return {}
+    windows = json.loads(runs[0].data.tags.get("dinox.verify_check_windows") or "{}")
+    return dict(runs[0].data.metrics) | {"check_windows": windows}
 
 
 def main() -> int:

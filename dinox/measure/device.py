@@ -210,6 +210,18 @@ def math_class_tag(device: torch.device, precision: str, share: float) -> str:
     )
 
 
+def sm_clock_mhz(device: torch.device) -> float | None:
+    """The device's SM clock now, in MHz (NVML's reading over its last sample period, through torch), or None:
+    not CUDA, no NVML, or NVML refusing (a MIG slice, permissions). A GPU whose clocks have not ramped up after
+    an idle start, or that throttles as it heats, shows it here before anywhere else."""
+    if device.type != "cuda":
+        return None
+    try:
+        return float(torch.cuda.clock_rate(device))
+    except Exception:  # noqa: BLE001 - NVML missing or refusing: the clock is not known, the run goes on
+        return None
+
+
 def environment_tags(device: torch.device) -> dict[str, str]:
     from dinox.isolate.contention import recorded as omp_recorded
 

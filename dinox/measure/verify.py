@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Literal
 
 from dinox import record as rec
-from dinox.contract import SLICE_FILE, TrialResult
-from dinox.measure import routine, runtime
+from dinox.contract import SLICE_FILE, SM_CLOCK_KEY, TrialResult
+from dinox.measure import device, routine, runtime
 from dinox.measure.batches import Batches
 from dinox.measure.trial import TrialRun, run_child
 from dinox.measure.windows import pooled
@@ -35,6 +35,7 @@ class VerifyRun(TrialRun):
         super().__init__(spec, **kw)
         self.seconds, self.epochs, self.epoch_images = seconds, epochs, epoch_images
         self.check_windows: dict[str, list[float]] = {}  # each check window's images/s, by phase
+        self.clocks: dict[str, list[float]] = {}  # the GPU's SM clock (MHz) at each check window's end, by phase
 
     def _samples_needed(self) -> int:
         """A synthetic set without a length of its own gets the epoch asked for; any other set stays its own
@@ -79,6 +80,7 @@ class VerifyRun(TrialRun):
                 now = clock()
                 if epoch_steps > 1 or not first:  # a first epoch the check windows ended is none of the slice's
                     epochs.append({"images": (epoch_steps - 1) * per_step, "wall_s": now - epoch_start - took})
+                    epochs[-1].update(self._clock())
                     if first:
                         epochs[-1]["partial"] = 1.0
                 first = False
@@ -94,9 +96,13 @@ class VerifyRun(TrialRun):
         sync()
         wall = clock() - start
         epochs.append({"images": epoch_steps * per_step, "wall_s": clock() - epoch_start, "partial": 1.0})
+        epochs[-1].update(self._clock())
         self._report(steps, per_step, wall, epochs, first_steps, step_s)
         self.metrics[rec.VERIFY_CHECK_AFTER_IMAGES_PER_S] = self._check_windows(loop, "after")
-        self.tags[rec.VERIFY_CHECK_WINDOWS] = json.dumps(self.check_windows, separators=(",", ":"))
+        windows: dict[str, object] = dict(self.check_windows)
+        if self.clocks:
+            windows[SM_CLOCK_KEY] = self.clocks
+        self.tags[rec.VERIFY_CHECK_WINDOWS] = json.dumps(windows, separators=(",", ":"))
         self._record_memory()
         del self.loop, self.loader
         return TrialResult("ok", metrics=self.metrics, tags=self.tags)
@@ -112,16 +118,25 @@ class VerifyRun(TrialRun):
         if self.on_phase is not None:
             self.on_phase("check windows" if when == "before" else "check windows after")
         windows, retakes = [], self.spec.measure.window_bounds[0]
+        clocks: list[float | None] = []
         while len(windows) < self.spec.measure.window_bounds[0]:
             loop.steady()
             before = loop.batches.epochs_ended
             window = loop.window(self.spec.measure.bench_steps)
             if loop.batches.epochs_ended == before or retakes == 0:
                 windows.append(window)
+                clocks.append(device.sm_clock_mhz(self.dev))
             else:
                 retakes -= 1
         self.check_windows[when] = [round(w.images_per_s, 3) for w in windows]
+        if None not in clocks:
+            self.clocks[when] = [c for c in clocks if c is not None]
         return pooled(windows) or 0.0
+
+    def _clock(self) -> dict[str, float]:
+        """An epoch's SM clock at its end, where the device has one NVML reads."""
+        mhz = device.sm_clock_mhz(self.dev)
+        return {SM_CLOCK_KEY: mhz} if mhz is not None else {}
 
     def _routine_after_step(self, steps: int) -> None:
         """routine.checkpoint_every_steps: a checkpoint saved as the run saves it, inside the slice's time."""

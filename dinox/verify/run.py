@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dinox import record as rec
-from dinox.contract import SLICE_FILE
+from dinox.contract import SLICE_FILE, SM_CLOCK_KEY
 from dinox.decide.routine import unit_costs
 from dinox.errors import DinoxError
 from dinox.isolate.runner import run_trial
@@ -85,6 +85,8 @@ class VerifyOutcome:
     check_ips: float | None = None  # the check windows before the slice, timed as the trial timed its
     own: Forecast | None = None  # the trained trial's own windows (the plan may be a tied trial's)
     after_ips: float | None = None  # the same windows right after the slice
+    # The GPU's SM clock (MHz) at each check window's end, by side ("before", "after"); empty off a GPU.
+    clocks: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     @property
     def error(self) -> float:
@@ -141,6 +143,7 @@ class VerifyOutcome:
         own = self.trial_windows
         checks = f"{self.check_ips:.1f} img/s before the slice" if self.check_ips else ""
         checks += f"{' and ' if checks else ''}{self.after_ips:.1f} after it" if self.after_ips else ""
+        checks += self.clocks_said()
         if self.moved:
             text += (
                 f"; but windows timed as the trial timed its ran {checks}, outside the trial's windows "
@@ -155,6 +158,34 @@ class VerifyOutcome:
                 "slice's end"
             )
         return text
+
+    def clocks_said(self) -> str:
+        """The GPU's SM clock in the check windows, where the child read it (a GPU still ramping up in the
+        process's first seconds, or throttling by the slice's end, is named by it)."""
+        said = [f"{_span(self.clocks[side])} MHz {side}" for side in ("before", "after") if self.clocks.get(side)]
+        return f" (the GPU's SM clock {' and '.join(said)})" if said else ""
+
+
+def _span(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,.0f}" if round(low) == round(high) else f"{low:,.0f}-{high:,.0f}"
+
+
+def check_clocks(windows_json: str) -> dict[str, list[float]]:
+    """The SM clocks the child read at its check windows' ends, by side ({} where none: a CPU, no NVML, an
+    older child, anything but finite numbers)."""
+    try:
+        clocks = json.loads(windows_json or "{}").get(SM_CLOCK_KEY) or {}
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(clocks, dict):
+        return {}
+    return {
+        side: [float(v) for v in values]
+        for side, values in clocks.items()
+        if side in ("before", "after") and isinstance(values, list) and values
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    }  # fmt: skip
 
 
 def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str, shrink: bool = False) -> Trial:
@@ -247,6 +278,7 @@ def verify(
         record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
         m[rec.VERIFY_IMAGES_PER_S], forecast, check_ips=m.get(rec.VERIFY_CHECK_IMAGES_PER_S), own=own,
         after_ips=m.get(rec.VERIFY_CHECK_AFTER_IMAGES_PER_S),
+        clocks=check_clocks(result.tags.get(rec.VERIFY_CHECK_WINDOWS, "")),
     )  # fmt: skip
     metrics = {k: v for k, v in m.items() if k in _KEPT}
     metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})

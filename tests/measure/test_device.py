@@ -114,3 +114,31 @@ def test_the_allocator_settings_are_read_back_from_torch():
     code = "from dinox.measure.runtime import allocator_settings; print(allocator_settings())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "expandable_segments:True", out.stderr[-500:]
+
+
+def test_the_sm_clock_is_read_through_torch_on_cuda_and_is_none_elsewhere(monkeypatch):
+    """torch.cuda.clock_rate (NVML, mapped through CUDA_VISIBLE_DEVICES by torch) on a CUDA device; None on a
+    CPU, and None where NVML is missing or refuses (a MIG slice), never an error that ends the run."""
+    from dinox.measure.device import sm_clock_mhz
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "clock_rate", lambda device=None: asked.append(device) or 1755)
+    assert sm_clock_mhz(torch.device("cpu")) is None and asked == []  # a CPU has no SM clock to ask for
+    assert sm_clock_mhz(torch.device("cuda", 1)) == 1755.0 and asked == [torch.device("cuda", 1)]
+
+    def refuses(device=None):
+        raise ModuleNotFoundError("pynvml does not seem to be installed or it can't be imported.")
+
+    monkeypatch.setattr(torch.cuda, "clock_rate", refuses)
+    assert sm_clock_mhz(torch.device("cuda", 0)) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_real_gpu_s_sm_clock_is_read():
+    """What `dinox verify` keeps at each check window on a GPU: NVML's SM clock of the trial's own device."""
+    from dinox.measure.device import sm_clock_mhz
+
+    mhz = sm_clock_mhz(torch.device("cuda", 0))
+    assert mhz is not None and 100 <= mhz <= 5000, mhz

@@ -182,6 +182,54 @@ def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
     assert lucky.held and lucky.moved and lucky.verdict().endswith("so the match may be luck")
 
 
+def test_the_gpu_s_clock_at_each_check_window_and_epoch_is_kept_and_said(tmp_path, monkeypatch):
+    """On a GPU NVML reads, the verify child keeps the SM clock at each check window's end and each epoch's (a GPU
+    still ramping up in the process's first seconds, or throttling by the slice's end, shows there), and the
+    verdict names it beside the check windows it explains. Here the child's own code on this CPU, with the clock
+    read as a GPU's would be (the CPU has none: nothing is kept, the record as before)."""
+    from dinox.contract import SM_CLOCK_KEY
+    from dinox.measure import device
+    from dinox.measure.verify import VerifyRun
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+    from dinox.verify.run import VerifyOutcome, check_clocks
+
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    (trial,) = grid.expand(spec_file.load(tmp_path / "spec.yaml"))
+
+    def verified(out: str) -> dict[str, str]:
+        run = VerifyRun(trial.spec, 0.3, None, 24, marks={}, metrics={}, tags={}, out_dir=tmp_path / out)
+        return run.measure().tags
+
+    tags = verified("cpu")
+    assert SM_CLOCK_KEY not in tags["dinox.verify_check_windows"] and SM_CLOCK_KEY not in tags["dinox.verify_epochs"]
+    readings = iter(range(1410, 10**6, 15))
+    monkeypatch.setattr(device, "sm_clock_mhz", lambda dev: float(next(readings)))
+    tags = verified("gpu")
+    windows, epochs = json.loads(tags["dinox.verify_check_windows"]), json.loads(tags["dinox.verify_epochs"])
+    clocks = windows[SM_CLOCK_KEY]
+    assert len(clocks["before"]) == len(windows["before"]) == 3 and len(clocks["after"]) == len(windows["after"]) == 3
+    assert clocks["before"] == [1410.0, 1425.0, 1440.0] and all(SM_CLOCK_KEY in e for e in epochs), (clocks, epochs)
+    assert clocks["after"][0] == epochs[-1][SM_CLOCK_KEY] + 15  # read in order: the slice's end, then the windows
+    assert check_clocks(tags["dinox.verify_check_windows"]) == clocks
+    for bad in (
+        "",
+        "[]",
+        "{",
+        '{"sm_clock_mhz": [1]}',
+        '{"sm_clock_mhz": {"before": [NaN]}}',
+        '{"sm_clock_mhz": {"before": [true], "after": ["1"]}}',
+        '{"sm_clock_mhz": {"during": [1]}}',
+    ):
+        assert check_clocks(bad) == {}, bad
+    slow_start = VerifyOutcome(
+        "t", "v", 12.0, 1000.0, 0, 0, 10.0, 1000 / 95, 1000 / 105, 1000 / 12, Forecast(100.0, 95.0, 105.0),
+        check_ips=82.0, after_ips=99.0, clocks={"before": [1410.0, 1755.0, 1980.0], "after": [1980.0, 1980.0]},
+    )  # fmt: skip
+    said = "ran 82.0 img/s before the slice and 99.0 after it (the GPU's SM clock 1,410-1,980 MHz before and 1,980 MHz"
+    assert f"{said} after): only those before it" in slow_start.verdict(), slow_start.verdict()
+
+
 def test_a_box_that_moved_since_the_trial_makes_verify_exit_3_saying_so(measured, tmp_path):
     """Through the command: a store whose trial's windows all read ten times what this box ran (measured on a faster
     box, or before a neighbour arrived). The slice misses by ~90 %, the check windows run ~10x under the trial's
