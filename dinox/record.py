@@ -79,6 +79,11 @@ UNSTABLE = _tag(
     "trial", "dinox.unstable", "true when the timed windows did not settle within measure.unstable_threshold"
 )
 STEP_CLOCK = _tag("trial", "dinox.step_clock", "what timed the steps: cuda_events, mps_events or host")
+WINDOW_CLOCKS = _tag(
+    "trial",
+    "dinox.window_clocks",
+    "on a GPU NVML reads: each timed window's images/s and the SM clock (MHz) at its end, as JSON",
+)
 NOTE = _tag("trial", "dinox.note", "what the trial measured instead of what was asked (tf32 off CUDA)")
 PREDICTED_OOM = _tag(
     "trial", "dinox.predicted_oom", "the plan predicted this trial would not fit (the figure it predicted)"

@@ -93,8 +93,12 @@ class Loop:
     # the label (bound.rounds_decided, bound.direct_decided); the timed windows after that run without theirs.
     # None: every window.
     decided: Callable[[list[Window], list[Window], list[Window], Window | None], bool] | None = None
+    # The device's SM clock now (MHz; None where unknown), read after each timed window's end, outside it: a GPU
+    # ramping up or throttling across the windows shows there (None: not read, a CPU).
+    read_clock: Callable[[], float | None] | None = None
     pending: tuple[Any, Any] | None = field(default=None, init=False)  # the copy issued for the next micro-batch
     settle_s: float = field(default=0.0, init=False)  # untimed: steadying the pipeline before loader windows
+    window_clocks: list[float | None] = field(default_factory=list, init=False)  # read_clock after each timed one
     last_host: Any = field(default=None, init=False)
     last_device: Any = field(default=None, init=False)
 
@@ -220,6 +224,7 @@ class Loop:
             epoch_start_s=epoch_start_s,
             epoch_boundary_s=boundary_cost(epoch_start_s, windows, self.accumulation),
             loader_ready=self.batches.ready,
+            window_clocks=[c for c in self.window_clocks if c is not None] if None not in self.window_clocks else [],
         )
 
     def _rounds(
@@ -244,6 +249,8 @@ class Loop:
                 self.steady()
             before = self.batches.epochs_ended
             windows.append(self.window(steps))
+            if self.read_clock is not None:
+                self.window_clocks.append(self.read_clock())
             boundaries += self.batches.epochs_ended - before
             disturbed = False
             # Round i follows timed window i; once decided, no later window has one.

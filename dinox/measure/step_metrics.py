@@ -10,10 +10,12 @@ and transfer_cost = 1 - images_per_s_no_loader / images_per_s_compute_only, each
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field
 
 from dinox import record as rec
+from dinox.contract import SM_CLOCK_KEY
 from dinox.measure.bound import Evidence, Stage, classify, direct_decided, explain, fixed_share, rounds_decided
 from dinox.measure.windows import LoopStats, Window, held_share, in_process_rate, pooled, spread
 from dinox.spec.sections import MeasureSpec
@@ -73,6 +75,9 @@ def summarize(stats: LoopStats, m: MeasureSpec, compiled: bool) -> Summary:
     # One window cannot disagree with itself: only repeated windows can call a trial unstable.
     out.tags[rec.UNSTABLE] = str(len(stats.windows) > 1 and stats.spread > m.unstable_threshold).lower()
     out.tags[rec.STEP_CLOCK] = stats.clock
+    if stats.window_clocks:
+        rates = [round(r, 3) for r in stats.window_images_per_s]
+        out.tags[rec.WINDOW_CLOCKS] = json.dumps({"images_per_s": rates, SM_CLOCK_KEY: stats.window_clocks})
     timed = device_timeline and bool(stats.steps)
     evidence = Evidence(
         period=statistics.fmean(stats.periods),

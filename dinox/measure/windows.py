@@ -123,6 +123,7 @@ class LoopStats:
     epoch_start_s: float = 0.0  # an epoch boundary: the loader's iterator ended and a new one's first batch
     epoch_boundary_s: float = 0.0  # what that adds to a run's time beyond the steady fetch's wait (boundary_cost)
     loader_ready: int = 0  # batches the loader's workers can hold ready (0: it loads in the step's process)
+    window_clocks: list[float] = field(default_factory=list)  # the GPU's SM clock after each timed window ([]: none)
 
     @property
     def window_s(self) -> float:

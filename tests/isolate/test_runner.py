@@ -48,6 +48,7 @@ def test_ok_trial_with_workers_measures_and_leaves_no_process(write_spec, tmp_pa
     assert r.status == "ok", r.error
     assert r.bound in ("compute_bound", "io_bound") and r.tags["dinox.step_clock"] == "host"
     assert r.tags["dinox.bound_rule"] == "host_timers"  # TINY turns the ablation windows off
+    assert "dinox.window_clocks" not in r.tags  # a CPU has no SM clock: nothing said of one
     assert len(r.step_s) == 2  # the intervals between the 3 timed steps' ends
     assert m["images_per_s"] == pytest.approx(3 * 4 / m["window_s"])
     assert m["step_s_p50"] <= m["step_s_p90"]

@@ -4,6 +4,7 @@ steps, the ablation windows and the loader-only window."""
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 import time
 
@@ -267,6 +268,50 @@ def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
     assert [e for e in events if e.startswith(("window", "steadied"))] == [
         *("window 1/4", "steadied", "window 2/4", "steadied", "window 3/4", "steadied", "window 4/4")
     ]
+
+
+def test_the_gpu_s_clock_is_read_after_each_timed_window_outside_it_and_kept_beside_its_rate():
+    """On a GPU NVML reads, the SM clock after each timed window (never inside one, nor after an ablation or
+    loader window): the trial's tag pairs each window's rate with it, so windows that fell as the GPU throttled
+    (or rose as it ramped up) say so. Where any reading failed, or on a CPU, no tag: the record as before."""
+    clock = FakeClock()
+    readings = iter([1980.0, 1755.0, 1410.0, 1395.0])
+    phases: list[str] = []
+
+    def read() -> float | None:
+        phases.append("clock")
+        return next(readings)
+
+    def micro(batch):
+        clock.take(0.010)
+
+    def copy(batch):
+        clock.take(0.001)
+        return batch
+
+    loop_ = bench.Loop(
+        DataLoader(Images(400), batch_size=2), copy, micro, lambda: None, torch.device("cpu"), 1, 2,
+        timeline=clock.timeline(), on_phase=phases.append, read_clock=read,
+    )  # fmt: skip
+    stats = loop_.run(1, 3, repeats=3, ablation_steps=2)
+    assert stats.window_clocks == [1980.0, 1755.0, 1410.0] and len(stats.windows) == 3
+    assert [p for p in phases if p.startswith("window") or p == "clock"] == [
+        *("window 1/3", "clock", "window 2/3", "clock", "window 3/3", "clock")
+    ]
+    tags = summarize(stats, MeasureSpec(), compiled=False).tags
+    said = json.loads(tags["dinox.window_clocks"])
+    rates = [round(r, 3) for r in stats.window_images_per_s]
+    assert said == {"images_per_s": rates, "sm_clock_mhz": [1980, 1755, 1410]}
+    # One reading that failed (NVML refusing midway): the windows' clocks are not known, and not half-said.
+    readings = iter([1980.0, None, 1410.0])
+    loop_ = bench.Loop(
+        DataLoader(Images(400), batch_size=2), lambda b: b, micro, lambda: None, torch.device("cpu"), 1, 2,
+        timeline=clock.timeline(), read_clock=lambda: next(readings),
+    )  # fmt: skip
+    stats = loop_.run(1, 3, repeats=3)
+    assert stats.window_clocks == [] and "dinox.window_clocks" not in summarize(stats, MeasureSpec(), False).tags
+    stats = loop(DataLoader(Images(400), batch_size=4), micro, warmup=1, steps=3, repeats=2, timeline=clock.timeline())
+    assert stats.window_clocks == [] and "dinox.window_clocks" not in summarize(stats, MeasureSpec(), False).tags
 
 
 @pytest.mark.parametrize(
