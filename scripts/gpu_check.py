@@ -298,15 +298,16 @@ def run_dinox(tmp: Path, spec: Path) -> list[dict[str, str]]:
     return sorted(csv.DictReader(results.open()), key=lambda r: int(r["index"]))
 
 
-def profiles(tmp: Path, rows: list[dict[str, str]]) -> list[dict | None]:
-    """Each trial's measure.profile summary (the dinox.profile tag), None where it has none."""
+def run_tags(tmp: Path, rows: list[dict[str, str]]) -> list[tuple[dict | None, dict | None]]:
+    """Each trial's measure.profile summary (the dinox.profile tag) and its windows' SM clocks (the
+    dinox.window_clocks tag: a GPU ramping up or throttling across the windows), None where it has none."""
     from mlflow.tracking import MlflowClient
 
     from dinox import record as rec
 
     client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
     tags = [client.get_run(r["run_id"]).data.tags if r.get("run_id") else {} for r in rows]
-    return [json.loads(t[rec.PROFILE]) if rec.PROFILE in t else None for t in tags]
+    return [tuple(json.loads(t[k]) if k in t else None for k in (rec.PROFILE, rec.WINDOW_CLOCKS)) for t in tags]
 
 
 def hand_loop(row: dict[str, str], steps: int, warmup: int) -> float:
@@ -428,6 +429,7 @@ class Line:
     hand_s: float = 0.0  # the hand loop's own seconds
     hand_error: str = ""
     profile: dict | None = None  # the trial's dinox.profile summary
+    clocks: dict | None = None  # the trial's dinox.window_clocks: each timed window's rate and SM clock
 
     def problems(self, fidelity: bool = True) -> list[str]:
         """What is wrong with this case; `fidelity`: hold the ratio to FIDELITY_MIN-MAX (a GPU's windows; a CPU's
@@ -484,9 +486,15 @@ def _idle(profile: dict | None) -> str:
     return f"{idle['busy']:.0%} / {idle['host_wait']:.0%}" if idle else "-"
 
 
+def _clocks(clocks: dict | None) -> str:
+    """The SM clock after the first and the last timed window, in MHz ("-" off a GPU)."""
+    mhz = (clocks or {}).get("sm_clock_mhz") or []
+    return f"{mhz[0]:.0f} -> {mhz[-1]:.0f}" if mhz else "-"
+
+
 def table(lines: list[Line]) -> str:
     head = ["trial", "status", "img/s", "windows apart", "dinox/hand", "bound", "idle share", "peak GiB", "MFU"]
-    head += ["profiled busy / host wait", "seconds"]
+    head += ["profiled busy / host wait", "SM MHz, first -> last window", "seconds"]
     rows = []
     for ln in lines:
         r = ln.row
@@ -514,6 +522,7 @@ def table(lines: list[Line]) -> str:
                 f"{peak:.2f}" if peak else "-",
                 f"{mfu:.1%}" if mfu else "-",
                 _idle(ln.profile),
+                _clocks(ln.clocks),
                 (f"{wall:.0f}" if wall else "-") + (f" + hand {ln.hand_s:.0f}" if ln.hand else ""),
             ]
         )
@@ -558,9 +567,9 @@ def main() -> int:
         swept = time.time() - t0
         steps, warmup = (4, 2) if a.small else (40, 10)
         lines = []
-        for c, r, prof in zip(cases(index, a.small, part), rows, profiles(tmp, rows), strict=True):
+        for c, r, (prof, clocks) in zip(cases(index, a.small, part), rows, run_tags(tmp, rows), strict=True):
             hand = _hand_in_child(r, steps, warmup) if c.hand_loop and r["status"] == "ok" else (None, 0.0, "")
-            lines.append(Line(c, r, *hand, profile=prof))
+            lines.append(Line(c, r, *hand, profile=prof, clocks=clocks))
         name_ = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
         print(f"\n{name_}, torch {torch.__version__}: {time.time() - t0:.0f} s (data and dinox run {swept:.0f} s)\n")
         print(table(lines))

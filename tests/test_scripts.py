@@ -202,6 +202,10 @@ def test_gpu_check_fails_on_a_wrong_label_a_low_fidelity_or_an_unexpected_status
     waiting = {"busy": 0.35, "host_wait": 0.6, "kernel_wait": 0.05, "other": 0.0}
     assert gc.Line(profiled, host, profile={"idle": waiting}).problems() == []
     assert "| 35% / 60% " in gc.table([gc.Line(profiled, host, profile={"idle": waiting})])
+    # The SM clock after the first and the last timed window: a GPU that throttled across them shows it.
+    clocks = {"images_per_s": [7269.0, 6122.0], "sm_clock_mhz": [1980.0, 1410.0]}
+    assert "| 1980 -> 1410 " in gc.table([gc.Line(fine.case, fine.row, clocks=clocks)])
+    assert "| SM MHz, first -> last window |" in gc.table([fine])  # off a GPU: the column, with "-" in it
     broken = gc.Line(built, {**row, "bound": "compute_bound"}, hand_error="hand loop exited 1: TypeError: x")
     assert broken.problems() == ["built compute_bound: hand loop exited 1: TypeError: x"]
     text = gc.table([line, fine])
