@@ -104,7 +104,7 @@ def unstable_warning(recommended: ModelVerdict | None) -> str:
 
 
 # A timed window shorter than this on an accelerator is mostly its edges: each window synchronises the device at
-# both ends and starts on a drained loader queue. Measured on an H200 (docs/measuring.md, "The third GPU"): the
+# both ends and starts on a drained loader queue. Measured on an H200 (docs/evidence.md, "The third GPU"): the
 # quickstart's 0.16 s windows forecast real training 13.6 % pessimistic; with a ResNet-50's 0.5-0.6 s windows and
 # 40-step quickstart ones (~1.4 s), four untied slices held within 5 %. The note asks for a second (TARGET), with
 # room. A CPU's windows block on every step: no note there.
