@@ -222,6 +222,15 @@ def sm_clock_mhz(device: torch.device) -> float | None:
         return None
 
 
+def clock_reader(device: torch.device) -> Callable[[], float | None] | None:
+    """What reads a CUDA device's SM clock between timed windows (None off CUDA). NVML's first call initialises it
+    (milliseconds), so it is made here, at setup, never between two windows of one stretch of steps."""
+    if device.type != "cuda":
+        return None
+    sm_clock_mhz(device)
+    return lambda: sm_clock_mhz(device)
+
+
 def environment_tags(device: torch.device) -> dict[str, str]:
     from dinox.isolate.contention import recorded as omp_recorded
 

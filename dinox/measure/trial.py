@@ -316,7 +316,7 @@ class TrialRun:
             on_phase=self.graphs.phase if self.graphs is not None else self.on_phase,
             local=step.local,
             ahead=ahead,
-            read_clock=functools.partial(device.sm_clock_mhz, self.dev) if self.dev.type == "cuda" else None,
+            read_clock=device.clock_reader(self.dev),
         )
         return self.loop
 

@@ -119,12 +119,16 @@ def test_the_allocator_settings_are_read_back_from_torch():
 def test_the_sm_clock_is_read_through_torch_on_cuda_and_is_none_elsewhere(monkeypatch):
     """torch.cuda.clock_rate (NVML, mapped through CUDA_VISIBLE_DEVICES by torch) on a CUDA device; None on a
     CPU, and None where NVML is missing or refuses (a MIG slice), never an error that ends the run."""
-    from dinox.measure.device import sm_clock_mhz
+    from dinox.measure.device import clock_reader, sm_clock_mhz
 
     asked = []
     monkeypatch.setattr(torch.cuda, "clock_rate", lambda device=None: asked.append(device) or 1755)
     assert sm_clock_mhz(torch.device("cpu")) is None and asked == []  # a CPU has no SM clock to ask for
     assert sm_clock_mhz(torch.device("cuda", 1)) == 1755.0 and asked == [torch.device("cuda", 1)]
+    # The loop's reader: made at setup, where NVML's first (slow) call initialises it, never between windows.
+    assert clock_reader(torch.device("cpu")) is None
+    read = clock_reader(torch.device("cuda", 0))
+    assert asked[-1] == torch.device("cuda", 0) and len(asked) == 2 and read() == 1755.0 and len(asked) == 3
 
     def refuses(device=None):
         raise ModuleNotFoundError("pynvml does not seem to be installed or it can't be imported.")
