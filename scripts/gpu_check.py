@@ -488,7 +488,9 @@ def _idle(profile: dict | None) -> str:
 
 def _clocks(clocks: dict | None) -> str:
     """The SM clock after the first and the last timed window, in MHz ("-" off a GPU)."""
-    mhz = (clocks or {}).get("sm_clock_mhz") or []
+    from dinox.contract import SM_CLOCK_KEY
+
+    mhz = (clocks or {}).get(SM_CLOCK_KEY) or []
     return f"{mhz[0]:.0f} -> {mhz[-1]:.0f}" if mhz else "-"
 
 

@@ -41,7 +41,7 @@ import torch
 from dinox.measure.ahead import CopyAhead
 from dinox.measure.batches import Batches
 from dinox.measure.timeline import HostEvent, Timeline, WindowRecorder
-from dinox.measure.windows import LoopStats, Repeats, Window, boundary_cost, in_process_rate
+from dinox.measure.windows import LoopStats, Repeats, Window, all_read, boundary_cost, in_process_rate
 
 
 def timeline_for(device: torch.device) -> tuple[Timeline, str]:
@@ -224,7 +224,7 @@ class Loop:
             epoch_start_s=epoch_start_s,
             epoch_boundary_s=boundary_cost(epoch_start_s, windows, self.accumulation),
             loader_ready=self.batches.ready,
-            window_clocks=[c for c in self.window_clocks if c is not None] if None not in self.window_clocks else [],
+            window_clocks=all_read(self.window_clocks),
         )
 
     def _rounds(

@@ -23,7 +23,7 @@ from dinox.contract import SLICE_FILE, SM_CLOCK_KEY, TrialResult
 from dinox.measure import device, routine, runtime
 from dinox.measure.batches import Batches
 from dinox.measure.trial import TrialRun, run_child
-from dinox.measure.windows import pooled
+from dinox.measure.windows import all_read, pooled
 from dinox.spec.data_sources import SyntheticData
 from dinox.spec.sections import TrialSpec
 
@@ -129,8 +129,8 @@ class VerifyRun(TrialRun):
             else:
                 retakes -= 1
         self.check_windows[when] = [round(w.images_per_s, 3) for w in windows]
-        if None not in clocks:
-            self.clocks[when] = [c for c in clocks if c is not None]
+        if read := all_read(clocks):
+            self.clocks[when] = read
         return pooled(windows) or 0.0
 
     def _clock(self) -> dict[str, float]:

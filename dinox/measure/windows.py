@@ -38,6 +38,12 @@ def spread(rates: list[float]) -> float:
     return (max(rates) - min(rates)) / statistics.median(rates)
 
 
+def all_read(readings: list[float | None]) -> list[float]:
+    """Each reading where every one was read, else none: a series with a gap (NVML refusing midway) is not
+    half-said."""
+    return [r for r in readings if r is not None] if None not in readings else []
+
+
 def pooled(windows: list[Window]) -> float | None:
     """Images/s of windows of one kind: all their images over all their wall time (None: no window)."""
     return sum(w.images for w in windows) / sum(w.wall_s for w in windows) if windows else None

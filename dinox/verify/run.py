@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dinox import record as rec
-from dinox.contract import SLICE_FILE, SM_CLOCK_KEY
+from dinox.contract import SLICE_FILE, SM_CLOCK_KEY, TrialResult
 from dinox.decide.routine import unit_costs
 from dinox.errors import DinoxError
 from dinox.isolate.runner import run_trial
@@ -255,20 +255,7 @@ def verify(
     workdir: Path,
 ) -> VerifyOutcome:
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
-    if trial.spec.hardware.gpus > 1:
-        raise VerifyError("dinox verify trains on one device: hardware.gpus > 1 is not verified yet")
-    folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        folder.mkdir(parents=True, exist_ok=False)
-        slice_ = {"seconds": seconds, "epochs": epochs, "epoch_images": epoch_images}
-        (folder / SLICE_FILE).write_text(json.dumps(slice_))
-    except OSError as e:
-        raise VerifyError(f"cannot write {folder}: {e.strerror or e}") from None
-    timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
-    outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None)
-    result = outcome.result
-    if result.status != "ok":
-        raise VerifyError(f"the training ended {result.status}: {result.error} (its log: {outcome.log_path})")
+    result = _train(trial, seconds, epochs, epoch_images, workdir)
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
     routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
@@ -305,6 +292,26 @@ def verify(
         f"**{'SHRUNK stand-in: ' if trial.spec.shrunk else ''}{done.verdict()}**",
     )  # fmt: skip
     return done
+
+
+def _train(trial: Trial, seconds: float, epochs: float | None, epoch_images: int, workdir: Path) -> TrialResult:
+    """The child that trains the trial for the slice (its folder under WORKDIR/verify); its result, or
+    VerifyError where it could not start or did not end ok."""
+    if trial.spec.hardware.gpus > 1:
+        raise VerifyError("dinox verify trains on one device: hardware.gpus > 1 is not verified yet")
+    folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        folder.mkdir(parents=True, exist_ok=False)
+        slice_ = {"seconds": seconds, "epochs": epochs, "epoch_images": epoch_images}
+        (folder / SLICE_FILE).write_text(json.dumps(slice_))
+    except OSError as e:
+        raise VerifyError(f"cannot write {folder}: {e.strerror or e}") from None
+    timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
+    outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None)
+    if outcome.result.status != "ok":
+        r = outcome.result
+        raise VerifyError(f"the training ended {r.status}: {r.error} (its log: {outcome.log_path})")
+    return outcome.result
 
 
 # What the child measured that the verify run keeps: the slice, and the memory it took.
