@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import typing
@@ -74,6 +75,48 @@ class TrialResult:
     def write_atomic(self, path: str | Path) -> None:
         # rename is atomic: the parent never reads half a result, even if the child dies mid-write.
         write_whole(path, self.to_json())
+
+
+def range_move(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    """How far the box moved between two measurements of one trial, each its slowest and fastest window: None
+    where the two ranges share a rate (no move shown), else the mid-range rate of one over the other's, as a
+    ratio's distance from 1. A change between trials measured across the move is noise up to this."""
+    (a, b), (c, d) = before, after
+    if not (b < c or d < a):
+        return None
+    return abs((a + b) / (c + d) - 1)
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """A sweep's first ok trial measured again once its last trial is done (timed windows only): the box's
+    drift while the sweep ran, kept on that trial's run (rec.DRIFT_CHECK, as JSON) for decide to read."""
+
+    images_per_s: float
+    slow_ips: float  # its slowest and fastest window, images/s
+    fast_ips: float
+    windows: int
+    seconds_after: float  # from the end of the trial's own measurement to the end of this one
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str | None) -> DriftCheck | None:
+        """The check as recorded, or None where the tag is absent or not one (a store another tool wrote)."""
+        try:
+            data = json.loads(text or "")
+            check = cls(**data) if isinstance(data, dict) else None
+        except (ValueError, TypeError):
+            return None
+        if check is None or not isinstance(check.windows, int) or isinstance(check.windows, bool):
+            return None
+        rates = (check.images_per_s, check.slow_ips, check.fast_ips, check.seconds_after)
+        if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) for x in rates):
+            return None
+        if check.windows < 2 or not 0 < check.slow_ips <= check.images_per_s <= check.fast_ips:
+            return None
+        return check
 
 
 def one_line(text: str, limit: int = 500) -> str:

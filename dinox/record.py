@@ -84,6 +84,12 @@ WINDOW_CLOCKS = _tag(
     "dinox.window_clocks",
     "on a GPU NVML reads: each timed window's images/s and the SM clock (MHz) at its end, as JSON",
 )
+DRIFT_CHECK = _tag(
+    "trial",
+    "dinox.drift_check",
+    "on a sweep's first ok trial: it measured again after the sweep's last trial (sweep.drift_check), as JSON: "
+    "images_per_s, slow_ips, fast_ips, windows, seconds_after",
+)
 NOTE = _tag("trial", "dinox.note", "what the trial measured instead of what was asked (tf32 off CUDA)")
 PREDICTED_OOM = _tag(
     "trial", "dinox.predicted_oom", "the plan predicted this trial would not fit (the figure it predicted)"

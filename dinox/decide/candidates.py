@@ -150,11 +150,15 @@ def tied(rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate, moves:
 def moved_apart(
     rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate, moves: dict[frozenset[str], Move]
 ) -> Move | None:
-    """The move between the two trials' sweeps, where it alone ties them: their ranges would have ordered
-    them, and no head-to-head of the two has."""
-    if lead.sweep == c.sweep or c.overlaps(lead) or _met(rematches, lead, c):
+    """The move that alone ties the two: their ranges would have ordered them, and no head-to-head of the two
+    has. Between two sweeps, any move the store shows between them; within one sweep, the move its drift check
+    shows, where the two ranges lie closer than that move (each widened by its size, they share a rate)."""
+    if c.overlaps(lead) or _met(rematches, lead, c) or not lead.sweep or not c.sweep:
         return None
-    return moves.get(frozenset((lead.sweep, c.sweep)))
+    move = moves.get(frozenset((lead.sweep, c.sweep)))
+    if move is None or move.within and not c.overlaps(lead, slack=move.size):
+        return None
+    return move
 
 
 def _met(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> bool:

@@ -8,15 +8,22 @@ Found after `dinox run --remeasure-unsettled` (issue 33): trial 5 measured 194.7
 sweep and 145.7-189.4 four minutes later, and decide ranked the first sweep's trial 6 (193.3-212.0) above it
 by their disjoint ranges, a winner chosen by the box's move. A record of one window has no measured spread
 and shows no move: two such figures always differ.
+
+Within one sweep the same holds between its first trial and its last: `dinox run` measures its first ok trial
+again once the last is done (dinox.sweep.drift, kept on that trial's run as rec.DRIFT_CHECK). Where the two
+ranges share no rate the sweep moved while it ran, and a pair of its trials closer than that move is not
+ordered by their ranges (dinox.decide.candidates.moved_apart); a pair further apart still is.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dinox import record as rec
+from dinox.contract import DriftCheck, range_move
 from dinox.spec import params
 from dinox.store.trial_record import TrialRecord, code_span
 
@@ -30,20 +37,30 @@ class Move:
     """One trial measured in two sweeps with windows that share no rate."""
 
     trial: str  # the trial's run name as decide shows it
-    sweeps: frozenset[str]  # the two sweeps' parent run ids
-    before: tuple[float, float]  # its slowest and fastest window in the earlier sweep, images/s
+    sweeps: frozenset[str]  # the two sweeps' parent run ids; one, for a move within a sweep (its drift check)
+    before: tuple[float, float]  # its slowest and fastest window in the earlier sweep (or measurement), images/s
     after: tuple[float, float]  # ... in the later one
 
     @property
-    def size(self) -> float:
-        """How far the box moved, as a ratio's distance from 1: the trial's mid-range rate in one sweep over its
-        mid-range rate in the other. A change between trials of the two sweeps is noise up to this."""
-        (a, b), (c, d) = self.before, self.after
-        return abs((a + b) / (c + d) - 1)
+    def within(self) -> bool:
+        """A move while one sweep ran, shown by its drift check."""
+        return len(self.sweeps) == 1
 
-    def describe(self) -> str:
+    @property
+    def size(self) -> float:
+        """How far the box moved (dinox.contract.range_move). A change between trials measured across it is
+        noise up to this."""
+        return range_move(self.before, self.after) or 0.0
+
+    def describe(self, name: Callable[[str], str] = code_span) -> str:
+        """In words, the trial named by `name` (a Markdown code span, or `str` for plain text)."""
         (a, b), (c, d) = self.before, self.after
-        return f"{code_span(self.trial)} ran {a:.1f}-{b:.1f} img/s in the earlier and {c:.1f}-{d:.1f} in the later"
+        if self.within:
+            return (
+                f"{name(self.trial)} ran {a:.1f}-{b:.1f} img/s at the sweep's start and {c:.1f}-{d:.1f} when measured "
+                f"again at its end, {self.size:.1%} apart"
+            )
+        return f"{name(self.trial)} ran {a:.1f}-{b:.1f} img/s in the earlier sweep and {c:.1f}-{d:.1f} in the later"
 
 
 def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:
@@ -63,13 +80,28 @@ def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:
                 pair = frozenset((sweep, later))
                 if len(pair) == 2 and pair not in found and (hi < later_lo or later_hi < lo):
                     found[pair] = Move(later_name, pair, (lo, hi), (later_lo, later_hi))
+    for r in records:
+        if (move := _within(r)) is not None:
+            found.setdefault(move.sweeps, move)
     return found
 
 
+def _within(r: TrialRecord) -> Move | None:
+    """The move its sweep's drift check shows, where this record carries one whose range shares no rate with
+    its own."""
+    check = DriftCheck.parse(r.tags.get(rec.DRIFT_CHECK))
+    sweep, own = r.tags.get(rec.PARENT_RUN, ""), _range(r)
+    if check is None or r.status != "ok" or not sweep or own is None:
+        return None
+    again = (check.slow_ips, check.fast_ips)
+    return Move(r.run_name or r.run_id, frozenset((sweep,)), own, again) if range_move(own, again) else None
+
+
 def between(a: TrialRecord, b: TrialRecord, found: dict[frozenset[str], Move]) -> Move | None:
-    """The move between the sweeps two records were measured in, if the store shows one."""
+    """The move between the sweeps two records were measured in (or while their one sweep ran), if the store
+    shows one."""
     pair = frozenset((a.tags.get(rec.PARENT_RUN, ""), b.tags.get(rec.PARENT_RUN, "")))
-    return found.get(pair) if len(pair) == 2 else None
+    return found.get(pair) if "" not in pair else None
 
 
 def _range(r: TrialRecord) -> tuple[float, float] | None:

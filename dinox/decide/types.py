@@ -121,10 +121,11 @@ class Candidate:
         round, which one sweep measurement of another trial cannot be held against."""
         return self.rematch.sweep_range if self.rematch is not None else (self.slow_ips, self.fast_ips)
 
-    def overlaps(self, other: Candidate) -> bool:
-        """The two measured ranges share a rate: which of the two is faster is not settled."""
+    def overlaps(self, other: Candidate, slack: float = 0.0) -> bool:
+        """The two measured ranges share a rate: which of the two is faster is not settled. `slack`: each range's
+        fast end raised by that share first (the box's move while their sweep ran)."""
         (lo, hi), (other_lo, other_hi) = self.occasion_range, other.occasion_range
-        return lo <= other_hi and other_lo <= hi
+        return lo <= other_hi * (1 + slack) and other_lo <= hi * (1 + slack)
 
 
 @dataclass(frozen=True)
@@ -250,10 +251,7 @@ class ModelVerdict:
             elif other.run_id in self.moved:
                 m = self.moved[other.run_id]
                 why = "moved"
-                detail = (
-                    f"{m.trial} ran {m.before[0]:.1f}-{m.before[1]:.1f} img/s in the earlier sweep and "
-                    f"{m.after[0]:.1f}-{m.after[1]:.1f} in the later"
-                )
+                detail = m.describe(str)
             else:
                 (lo, hi), (c_lo, c_hi) = lead.occasion_range, other.occasion_range
                 why = "overlap"

@@ -10,7 +10,7 @@ import copy
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dinox.errors import escaped
@@ -48,6 +48,12 @@ class Trial:
         table shows them whole (`5 bs=32 w=2`, where the label is `size=32 num_workers=2`)."""
         values = " ".join(f"{_ABBREV.get(k, _short(k))}={_fmt(v)}" for k, v in self.overrides.items()) or "base"
         return f"{self.index + 1} {values}{' shrunk' if self.spec.shrunk else ''}"
+
+    def windows_only(self) -> Trial:
+        """The trial as a measurement again takes it (a head-to-head's round, a sweep's drift check): its timed
+        windows only, as real training runs them: no ablation window between them, no profile, no routine."""
+        measure = self.spec.measure.model_copy(update={"ablation": False, "profile": None})
+        return replace(self, spec=self.spec.model_copy(update={"measure": measure, "routine": None}))
 
 
 # Run names: the fields sweeps vary most, abbreviated as people write them; any other field by its last part.

@@ -213,13 +213,20 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     def other(t: Tie) -> str:  # whom the tie is with
         return "this one" if with_this(t) else "the leader"
 
-    lines += [
-        f"- Tied with {code_span(t.run_name)}: measured in another sweep than {other(t)}, and the box moved "
-        f"between the two ({mv.moved[pair[t.run_id]].describe()}), so ranges from the two sweeps do not say "
-        "which is faster"
-        for t in ties
-        if t.why == "moved"
-    ]
+    def moved(t: Tie) -> str:
+        move = mv.moved[pair[t.run_id]]
+        if move.within:
+            return (
+                f"- Tied with {code_span(t.run_name)}: measured in the same sweep as {other(t)}, which moved while it "
+                f"ran ({move.describe()}), and the two lie closer than that move, so their ranges do not say "
+                "which is faster"
+            )
+        return (
+            f"- Tied with {code_span(t.run_name)}: measured in another sweep than {other(t)}, and the box moved "
+            f"between the two ({move.describe()}), so ranges from the two sweeps do not say which is faster"
+        )
+
+    lines += [moved(t) for t in ties if t.why == "moved"]
     lines += [
         f"- Tied with {code_span(t.run_name)}: measured again head to head with {other(t)}, and the rounds did not "
         "order the two"

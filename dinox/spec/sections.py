@@ -267,6 +267,11 @@ class SweepSpec(Section):
         description="an ablation ladder: changes applied cumulatively to the base, one trial per rung (the first: "
         "the base itself); crossed with grid, not with cases",
     )
+    drift_check: bool = Field(
+        True,
+        description="after the last trial, the sweep's first ok trial measured again (its timed windows only): "
+        "how far the box drifted while the sweep ran; decide does not order the sweep's trials by less",
+    )
 
 
 _NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,99}")

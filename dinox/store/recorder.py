@@ -19,7 +19,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from dinox import record as rec
-from dinox.contract import ProcessRef, TrialResult, one_line
+from dinox.contract import DriftCheck, ProcessRef, TrialResult, one_line
 from dinox.plan.grid import Trial
 from dinox.store.backend import (
     StoreFile,
@@ -144,6 +144,10 @@ class SweepRecorder:
     def tag_sweep_dir(self, sweep_dir: Path) -> None:
         """Where the sweep keeps its journal: a later command that finds the sweep orphaned syncs it from there."""
         self.client.set_tag(self.parent_run_id, rec.SWEEP_DIR, str(sweep_dir.resolve()))
+
+    def tag_drift_check(self, run_id: str, check: DriftCheck) -> None:
+        """The sweep's drift check (dinox.sweep.drift), kept on the trial it measured again."""
+        self.client.set_tag(run_id, rec.DRIFT_CHECK, check.to_json())
 
     def _experiment(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)

@@ -34,7 +34,7 @@ from dinox.store.backend import configure_client, shown_uri
 from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
 from dinox.store.trial_record import TrialRecord
-from dinox.sweep import end
+from dinox.sweep import drift, end
 from dinox.sweep.batch_search import BatchSearch, killed_for_memory, probe_spec
 from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights, InFlight
@@ -122,6 +122,9 @@ class Sweep:
         self.csv_path = Path()
         self.pruner = Pruner()
         self.book: TrialBook | None = None  # where each trial is recorded, once the workdir is there
+        self.lane = Lane((), server)  # where trials run one at a time (the one slot of --devices, if given)
+        self.first: drift.First | None = None  # the first trial measured ok here: the drift check's
+        self.measured_ok = 0  # trials measured ok by this sweep (not resumed)
 
     # --- the whole sweep ----------------------------------------------------------------------------
 
@@ -145,6 +148,7 @@ class Sweep:
                 self._warn_before_trials()
                 self._setup_resume()
                 self._trials()
+                self._drift_check()
         except (KeyboardInterrupt, Interrupted) as e:
             why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
             if self._all_recorded():  # after the last trial's record: the sweep is closing, not stopped
@@ -292,9 +296,9 @@ class Sweep:
     def _trials(self) -> None:
         lanes = self.lanes
         if lanes is None or len(lanes.slots) == 1:
-            lane = lanes.lane(lanes.slots) if lanes else Lane((), self.server)
+            self.lane = lanes.lane(lanes.slots) if lanes else self.lane
             for trial in self.trials:
-                self._one(trial, lane)
+                self._one(trial, self.lane)
             return
         side_by_side(self.trials, lanes, self._slots_for, self._one, self.flights.stop)
 
@@ -354,7 +358,25 @@ class Sweep:
         self.flights.done(flight)
         if measured:
             self.report.trial_loop_s.append(time.time() - flight.started)
+        if measured and result.status == "ok":
+            self.measured_ok += 1
+            self.first = self.first or drift.First.of(trial, flight.run_id, result)
         self.echo(describe(trial, result))
+
+    def _drift_check(self) -> None:
+        """The sweep's first ok trial measured again after its last (dinox.sweep.drift), where this sweep measured
+        two or more trials ok, one at a time: side by side, the other lanes are this sweep's own load."""
+        first = self.first
+        if first is None or self.measured_ok < 2 or not self._alone() or not self.doc.sweep.drift_check:
+            return
+        self._follow_the_box(first.trial)
+        self.progress.phase(first.trial.label, "drift check")
+        check, why = drift.measure_again(first, self._trial_dir(first.trial, "-drift"), self.lane)
+        if check is None:
+            self.echo(f"drift check: none, {first.trial.run_name} measured again: {why}")
+            return
+        self.store.call(self.recorder.tag_drift_check, first.run_id, check)
+        self.echo(drift.describe(first, check))
 
     def _echo_recorded(self, trial: Trial) -> None:
         prior = self.done[trial.trial_id]

@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dinox import record as rec
@@ -45,15 +45,13 @@ class Leader:
 
 def round_trial(leader: Leader) -> Trial:
     """The trial as a round measures it: its timed windows only, at the batch it was measured with."""
-    spec = leader.trial.spec
-    measure = spec.measure.model_copy(update={"ablation": False, "profile": None})
-    spec = spec.model_copy(update={"measure": measure, "routine": None})
-    if spec.batch.auto:
+    trial = leader.trial.windows_only()
+    if trial.spec.batch.auto:
         size = leader.record.batch_size
         if size is None:
             raise HeadToHeadError(f"{leader.name}: a batch.size auto trial without the batch its search found")
-        spec = spec.with_batch(size)
-    return Trial(leader.trial.index, leader.trial.total, leader.trial.overrides, spec, leader.trial.trial_id)
+        trial = replace(trial, spec=trial.spec.with_batch(size))
+    return trial
 
 
 def order_of_round(leaders: list[Leader], number: int) -> list[Leader]:

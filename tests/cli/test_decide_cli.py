@@ -609,7 +609,7 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_in_every_file(tm
     md = (tmp_path / "d" / "report.md").read_text()
     # Trial 5, measured again, is the slower of the two: the plan's, and recommended; trial 6 leads, tied.
     assert "Tied with `6 bs=32 w=2`: measured in another sweep than this one, and the box moved between" in md
-    assert "ran 194.7-225.5 img/s in the earlier and 145.7-189.4 in the later" in md
+    assert "ran 194.7-225.5 img/s in the earlier sweep and 145.7-189.4 in the later" in md
     rec = json.loads((tmp_path / "d" / "decision.json").read_text())["recommended"]
     assert rec["run_id"] == ids["5 bs=32 w=0"] and rec["tied_with"] == [first["6 bs=32 w=2"]]
     (tie,) = rec["ties"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dinox.decide import budget
@@ -530,7 +532,7 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
     assert [c.run_id for c in moved.contested] == ["6", "5b"]  # the head-to-head that would order them
     said = report.render_markdown(moved, [])
     assert "Tied with `6 bs=32 w=2`: measured in another sweep than this one, and the box moved between" in said
-    assert "`5b bs=32 w=0` ran 194.7-225.5 img/s in the earlier and 145.7-189.4 in the later" in said
+    assert "`5b bs=32 w=0` ran 194.7-225.5 img/s in the earlier sweep and 145.7-189.4 in the later" in said
     # The workers' knob is read from that same pair: 1.21x, inside the box's 25 % move, is noise.
     (knob,) = moved.knobs
     assert knob.ratio == pytest.approx(202.65 / 167.55) and knob.within_noise
@@ -547,6 +549,58 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
     # One sweep, whatever else moved: ranges measured together are compared as they are.
     same = decide.decide([six, _measured("5b", "t5", "sweep-1", 0, 145.7, 189.4)], days, earlier=[first_5])
     assert same.models[0].tied == []
+
+
+def _drift(r: TrialRecord, lo: float, hi: float) -> TrialRecord:
+    """`r` with its sweep's drift check: measured again at the sweep's end at lo-hi img/s."""
+    check = {"images_per_s": (lo + hi) / 2, "slow_ips": lo, "fast_ips": hi, "windows": 5, "seconds_after": 60.0}
+    r.tags["dinox.drift_check"] = json.dumps(check)
+    return r
+
+
+def test_trials_of_one_sweep_closer_than_its_drift_check_moved_are_tied_not_ordered_by_their_ranges():
+    """Issue 33, 2026-11-29 round 2: the sweep put 2 workers above 0 by ranges that did not overlap, where two
+    head-to-heads had put 0 workers ahead 5 of 5: the ranges ordered the box's drift. A sweep's first trial,
+    measured again at its end (dinox.sweep.drift) outside its own range, shows the move; trials closer than it
+    are tied (and planned at the slower), trials further apart are still ordered."""
+    days = budget.Budget(days=1, target_images=100 * 86400)
+    first = _measured("1", "t1", "s", 0, 221.0, 228.0)  # 0 workers, first in the sweep
+    later = _measured("2", "t2", "s", 2, 231.0, 236.0)  # 2 workers, 3.7 % faster at mid-range, ranges apart
+    assert decide.decide([first, later], days).models[0].tied == []  # no drift check: ordered, as before
+    # Measured again at the end 6.7 % faster (238-245 against 221-228): the two lie closer than the move.
+    moved = decide.decide([_drift(first, 238.0, 245.0), later], days)
+    (mv,) = moved.models
+    assert mv.lead.run_id == "2" and mv.best.run_id == "1" and [c.run_id for c in mv.tied] == ["2"]
+    assert mv.moved["1"].within and mv.moved["1"].size == pytest.approx(1 - 449 / 483)  # 7.0 %
+    assert [c.run_id for c in moved.contested] == ["2", "1"]  # the head-to-head that would order them
+    (tie,) = mv.ties()
+    assert tie.why == "moved"
+    assert tie.detail.startswith("1 bs=32 w=0 ran 221.0-228.0 img/s at the sweep's start and 238.0-245.0 when")
+    said = report.render_markdown(moved, [])
+    assert "Tied with `2 bs=32 w=2`: measured in the same sweep as this one, which moved while it ran (" in said
+    assert "`1 bs=32 w=0` ran 221.0-228.0 img/s at the sweep's start and 238.0-245.0 when measured again" in said
+    # The workers' knob, read from the same pair: 1.04x is inside the sweep's 7.0 % move, so noise.
+    assert moved.knobs[0].within_noise
+    # A trial 20 % faster stands out of a 7.0 % move: still ordered, not tied.
+    far = _measured("3", "t3", "s", 4, 268.0, 275.0)
+    assert decide.decide([_drift(first, 238.0, 245.0), far], days).models[0].tied == []
+    # The check inside the trial's own range: the box held, the ranges order the two.
+    held = decide.decide([_drift(first, 222.0, 229.0), later], days)
+    assert held.models[0].tied == [] and held.models[0].moved == {}
+    # A check no sweep could have written (a bool, a NaN, a string, too few windows, a fast end under the rate)
+    # shows nothing.
+    for bad in ('{"images_per_s": true}', "NaN", '"fast"', "[1, 2]", "{", ""):
+        first.tags["dinox.drift_check"] = bad
+        assert decide.decide([first, later], days).models[0].tied == [], bad
+    for field, value in (("windows", 1), ("windows", True), ("fast_ips", 200.0), ("slow_ips", float("nan"))):
+        _drift(first, 238.0, 245.0)
+        check = json.loads(first.tags["dinox.drift_check"])
+        first.tags["dinox.drift_check"] = json.dumps({**check, field: value})
+        assert decide.decide([first, later], days).models[0].tied == [], (field, value)
+    # A move in another sweep says nothing of this one.
+    other = _measured("9", "t9", "elsewhere", 0, 100.0, 101.0)
+    moved_elsewhere = decide.decide([_measured("1", "t1", "s", 0, 221.0, 228.0), later, _drift(other, 150, 151)], days)
+    assert moved_elsewhere.models[0].tied == []
 
 
 def test_a_three_way_tie_recommends_its_slowest_and_says_what_each_tie_rests_on():
