@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ def one_round(
     decided = dinox(["decide", "--spec", local.name], work)
     payload = json.loads((work / "decision" / "decision.json").read_text())
     row = {"verdict": payload["verdict"], "sweep_s": swept, "decide_exit": decided.returncode, "h2h": "-"}
+    row["drift"] = _drift(run.stdout)
     if rematch and payload.get("head_to_head"):
         t = time.time()
         h2h = dinox(["head-to-head", local.name], work)
@@ -73,6 +75,13 @@ def one_round(
         "verify_exit": verified.returncode,
         "said": said[0] if said else verified.stderr.strip()[-200:],
     }
+
+
+def _drift(said: str) -> str:
+    """What the sweep's drift check said (dinox.sweep.drift): held, moved N%, or - where none ran."""
+    line = next((ln for ln in said.splitlines() if ln.startswith("drift check:")), "")
+    moved = re.search(r"the box moved ([0-9.]+%)", line)
+    return f"moved {moved.group(1)}" if moved else "held" if "the box held" in line else "-"
 
 
 def _short(config: dict[str, str]) -> str:
@@ -114,7 +123,7 @@ def main() -> int:
         rows.append(row)
         print(f"round {i + 1}: {json.dumps(row)}", flush=True)
     print(f"\n{a.spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
-    columns = ("round", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
+    columns = ("round", "drift", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
     more = ("forecast error", "boundaries", "check img/s", "after img/s", "error at check", "verify")
     print("| " + " | ".join((*columns, *more)) + " |")
     print("|---" * (len(columns) + len(more)) + "|")
@@ -128,7 +137,8 @@ def main() -> int:
         at_check = f"{r['check_error']:+.1%}" if r.get("check_error") is not None else "-"
         word = said.get(r.get("verify_exit"), "-") if "verify_exit" in r else "-"
         print(
-            f"| {i} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | {r['h2h']} | {fc} | {real} | "
+            f"| {i} | {r.get('drift', '-')} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | "
+            f"{r['h2h']} | {fc} | {real} | "
             f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {word} |"
         )
     return 0
