@@ -96,7 +96,7 @@ class DriftCheck:
     slow_ips: float  # its slowest and fastest window, images/s
     fast_ips: float
     windows: int
-    seconds_after: float  # from the end of the trial's own measurement to the end of this one
+    seconds_after: float  # from when the trial was recorded to the end of this measurement
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

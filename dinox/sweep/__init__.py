@@ -8,5 +8,6 @@
   ``dinox.store.journal``); ``outputs``: results.csv and the lines printed as trials end; ``progress``: the
   terminal bar.
 - ``batch_search``: ``batch.size: auto``; ``prune``: larger batches skipped after an OOM.
+- ``drift``: the sweep's first ok trial measured again after its last: how far the box moved while it ran.
 - ``shards``: ``--shard auto`` from Slurm or Kubernetes.
 """

@@ -156,6 +156,7 @@ SPEC_VALUES = {
     "model": 'name: ok\nmodel: {name: "vit\\r$(touch PWNED) fake"}\n',
     "path": 'name: ok\nmodel: {name: vit_tiny_patch16_224}\ndata: {source: ct_png, index_csv: "a\\n$(touch PWNED)"}\n',
     "sweep": 'name: ok\nmodel: {name: vit_tiny_patch16_224}\nsweep: {grid: {batch.size: [4, "x\\n$(touch PWNED)"]}}\n',
+    "drift": 'name: ok\nmodel: {name: vit_tiny_patch16_224}\nsweep: {drift_check: "x\\n$(touch PWNED)"}\n',
 }
 
 
