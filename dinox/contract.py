@@ -77,14 +77,13 @@ class TrialResult:
         write_whole(path, self.to_json())
 
 
-def range_move(before: tuple[float, float], after: tuple[float, float]) -> float | None:
-    """How far the box moved between two measurements of one trial, each its slowest and fastest window: None
-    where the two ranges share a rate (no move shown), else the mid-range rate of one over the other's, as a
-    ratio's distance from 1. A change between trials measured across the move is noise up to this."""
+def range_gap(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """How far apart two measurements of one trial lie, each its slowest and fastest window: 0.0 where the two
+    ranges share a rate (no move shown), else the higher range's slowest window over the lower range's fastest,
+    as a ratio's distance from 1: the least the box moved beyond what each measurement's own windows spread.
+    Two trials whose ranges lie closer than this are not ordered by them."""
     (a, b), (c, d) = before, after
-    if not (b < c or d < a):
-        return None
-    return abs((a + b) / (c + d) - 1)
+    return c / b - 1 if b < c else a / d - 1 if d < a else 0.0
 
 
 @dataclass(frozen=True)

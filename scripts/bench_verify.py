@@ -78,9 +78,10 @@ def one_round(
 
 
 def _drift(said: str) -> str:
-    """What the sweep's drift check said (dinox.sweep.drift): held, moved N%, or - where none ran."""
+    """What the sweep's drift check said (dinox.sweep.drift): held, moved N% (outside the trial's own range), or
+    - where none ran."""
     line = next((ln for ln in said.splitlines() if ln.startswith("drift check:")), "")
-    moved = re.search(r"the box moved ([0-9.]+%)", line)
+    moved = re.search(r"([0-9.]+%) outside its own", line)
     return f"moved {moved.group(1)}" if moved else "held" if "the box held" in line else "-"
 
 

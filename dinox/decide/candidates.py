@@ -152,11 +152,11 @@ def moved_apart(
 ) -> Move | None:
     """The move that alone ties the two: their ranges would have ordered them, and no head-to-head of the two
     has. Between two sweeps, any move the store shows between them; within one sweep, the move its drift check
-    shows, where the two ranges lie closer than that move (each widened by its size, they share a rate)."""
+    shows, where the two ranges lie closer than that move (each fast end raised by its gap, they share a rate)."""
     if c.overlaps(lead) or _met(rematches, lead, c) or not lead.sweep or not c.sweep:
         return None
     move = moves.get(frozenset((lead.sweep, c.sweep)))
-    if move is None or move.within and not c.overlaps(lead, slack=move.size):
+    if move is None or move.within and not c.overlaps(lead, slack=move.gap):
         return None
     return move
 

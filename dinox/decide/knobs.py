@@ -244,9 +244,9 @@ def _add(effect: KnobEffect, pair: Pair, shifts: dict[frozenset[str], Move]) -> 
 
 def _noise(a: TrialRecord, b: TrialRecord, shifts: dict[frozenset[str], Move]) -> float:
     """What a change between two trials must stand out of: the larger of their windows' spreads, or the move
-    between their two sweeps where the box moved."""
+    between their two sweeps (or while their one sweep ran) where the box moved."""
     moved = between(a, b, shifts)
-    return max(pair_noise(*(measured_spread(r.metrics) for r in (a, b))), moved.size if moved else 0.0)
+    return max(pair_noise(*(measured_spread(r.metrics) for r in (a, b))), moved.noise if moved else 0.0)
 
 
 def _ips(r: TrialRecord) -> float | None:

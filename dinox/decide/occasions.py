@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dinox import record as rec
-from dinox.contract import DriftCheck, range_move
+from dinox.contract import DriftCheck, range_gap
 from dinox.spec import params
 from dinox.store.trial_record import TrialRecord, code_span
 
@@ -48,9 +48,23 @@ class Move:
 
     @property
     def size(self) -> float:
-        """How far the box moved (dinox.contract.range_move). A change between trials measured across it is
-        noise up to this."""
-        return range_move(self.before, self.after) or 0.0
+        """How far the box moved, as a ratio's distance from 1: the trial's mid-range rate in one sweep over its
+        mid-range rate in the other. A change between trials of the two sweeps is noise up to this."""
+        (a, b), (c, d) = self.before, self.after
+        return abs((a + b) / (c + d) - 1)
+
+    @property
+    def gap(self) -> float:
+        """The least it moved beyond what each measurement's windows spread (dinox.contract.range_gap): within
+        one sweep, its trials' ranges closer than this are tied, and a knob's change inside it is noise."""
+        return range_gap(self.before, self.after)
+
+    @property
+    def noise(self) -> float:
+        """What a change between trials measured across the move must stand out of, beside their windows'
+        spreads: a move between sweeps, its size (each sweep a machine of its own); within a sweep, its gap
+        (the windows' spreads already hold the rest, and a first trial caught warming up is not the sweep)."""
+        return self.gap if self.within else self.size
 
     def describe(self, name: Callable[[str], str] = code_span) -> str:
         """In words, the trial named by `name` (a Markdown code span, or `str` for plain text)."""
@@ -58,7 +72,7 @@ class Move:
         if self.within:
             return (
                 f"{name(self.trial)} ran {a:.1f}-{b:.1f} img/s at the sweep's start and {c:.1f}-{d:.1f} when measured "
-                f"again at its end, {self.size:.1%} apart"
+                f"again at its end, {self.gap:.1%} apart"
             )
         return f"{name(self.trial)} ran {a:.1f}-{b:.1f} img/s in the earlier sweep and {c:.1f}-{d:.1f} in the later"
 
@@ -94,7 +108,7 @@ def _within(r: TrialRecord) -> Move | None:
     if check is None or r.status != "ok" or not sweep or own is None:
         return None
     again = (check.slow_ips, check.fast_ips)
-    return Move(r.run_name or r.run_id, frozenset((sweep,)), own, again) if range_move(own, again) else None
+    return Move(r.run_name or r.run_id, frozenset((sweep,)), own, again) if range_gap(own, again) else None
 
 
 def between(a: TrialRecord, b: TrialRecord, found: dict[frozenset[str], Move]) -> Move | None:

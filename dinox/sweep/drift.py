@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dinox import record as rec
-from dinox.contract import DriftCheck, TrialResult, one_line, range_move
+from dinox.contract import DriftCheck, TrialResult, one_line, range_gap
 from dinox.isolate import runner
 from dinox.plan.grid import Trial
 from dinox.sweep.lanes import Lane
@@ -65,11 +65,11 @@ def describe(first: First, check: DriftCheck) -> str:
     """The terminal's line: what the check measured, beside the trial's own range, and what decide makes of it."""
     again = f"{check.slow_ips:.1f}-{check.fast_ips:.1f} img/s {check.seconds_after:.0f} s later"
     own = f"{first.slow_ips:.1f}-{first.fast_ips:.1f}"
-    moved = range_move((first.slow_ips, first.fast_ips), (check.slow_ips, check.fast_ips))
+    gap = range_gap((first.slow_ips, first.fast_ips), (check.slow_ips, check.fast_ips))
     name = first.trial.run_name
-    if moved is None:
+    if not gap:
         return f"drift check: {name} ran {again}, within its own {own}: the box held while the sweep ran"
     return (
-        f"drift check: {name} ran {again}, outside its own {own}: the box moved {moved:.1%} while the sweep ran, "
-        "and `dinox decide` does not order this sweep's trials by less"
+        f"drift check: {name} ran {again}, {gap:.1%} outside its own {own}: the box moved while the sweep ran, "
+        "and `dinox decide` does not order this sweep's trials by ranges closer than that"
     )
