@@ -81,10 +81,10 @@ def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
+def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: str = "") -> str:
     """The parent run's description: counts, then a compact table of every trial in decide's order (the forecast
-    over the timed windows; failures last, with what stopped them); each trial's own description holds its
-    bound's evidence."""
+    over the timed windows; failures last, with what stopped them), then what the drift check said (`drift`,
+    dinox.sweep.drift's line); each trial's own description holds its bound's evidence."""
     counted = Counter(str(r["status"]) for r in rows)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
     shaky = sum(1 for r in rows if r["status"] == "ok" and str(r.get("unstable")) == "true")
@@ -122,6 +122,8 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0) -> str:
         lines.append(f"| {i} | {_md(r['label'])} | {ips} | {span or '-'} | {p90_text} | {bound} | {peak} |")
     if shaky:
         lines += ["", f"Unsettled: {UNSETTLED_WHY}."]
+    if drift:
+        lines += ["", _md(drift[:1].upper() + drift[1:])]
     return "\n".join(lines)
 
 

@@ -57,7 +57,7 @@ def finish(sweep: Sweep, stopped: str = "") -> None:
         sweep.echo(f"warning: no throughput plot for the parent run ({one_line(str(e), 200)})")
     with signals_noted(noted):
         rows, summary = sweep.report.rows, result_summary(sweep.report.results)
-        note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed))
+        note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed), sweep.report.drift)
         extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
         if sweep.store.call(
             sweep.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra

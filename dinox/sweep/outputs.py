@@ -60,6 +60,7 @@ class SweepReport:
     # Parent-side seconds per measured trial, from opening its run to closing it.
     trial_loop_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    drift: str = ""  # what the drift check said (dinox.sweep.drift), for the parent run's description
 
     def timeline(self) -> dict[str, float]:
         """Mean seconds per trial by phase; `overhead_s` is what is neither data setup, model build nor steps."""

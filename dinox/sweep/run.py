@@ -373,10 +373,11 @@ class Sweep:
         self.progress.phase(first.trial.label, "drift check")
         check, why = drift.measure_again(first, self._trial_dir(first.trial, "-drift"), self.lane)
         if check is None:
-            self.echo(f"drift check: none, {first.trial.run_name} measured again: {why}")
-            return
-        self.store.call(self.recorder.tag_drift_check, first.run_id, check)
-        self.echo(drift.describe(first, check))
+            self.report.drift = f"drift check: none, {first.trial.run_name} measured again: {why}"
+        else:
+            self.store.call(self.recorder.tag_drift_check, first.run_id, check)
+            self.report.drift = drift.describe(first, check)
+        self.echo(self.report.drift)
 
     def _echo_recorded(self, trial: Trial) -> None:
         prior = self.done[trial.trial_id]

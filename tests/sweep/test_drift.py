@@ -56,7 +56,8 @@ def _trials(tmp_path: Path, name: str) -> dict[str, dict[str, str]]:
 
 def test_a_sweep_measures_its_first_trial_again_at_its_end_and_keeps_the_figure_on_that_trial(tmp_path):
     """Two trials measured ok: the first is measured again (its windows only) after the second, the line says
-    what it ran beside its own range, and the figure is on trial 1's run (none on trial 2's)."""
+    what it ran beside its own range (and so does the parent run's Description), and the figure is on trial 1's
+    run (none on trial 2's)."""
     proc = _sweep(tmp_path, "drifting")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, out + err
@@ -67,6 +68,9 @@ def test_a_sweep_measures_its_first_trial_again_at_its_end_and_keeps_the_figure_
     check = DriftCheck.parse(trials["1 bs=2"].get("dinox.drift_check"))
     assert check is not None and check.windows == 2 and check.seconds_after > 0, trials["1 bs=2"]
     assert "dinox.drift_check" not in trials["2 bs=4"]
+    runs = runs_of(f"sqlite:///{tmp_path / 'mlflow.db'}", "drifting")
+    (parent,) = [r for r in runs if r.data.tags.get("dinox.role") == "sweep"]
+    assert "\n\nDrift check: 1 bs=2 ran " in parent.data.tags["mlflow.note.content"]  # its Description says it too
     (folder,) = (tmp_path / ".dinox" / "sweeps" / "drifting").glob("*/trials/000-*-drift")
     assert json.loads((folder / "trial.json").read_text())["measure"]["ablation"] is False
     # Off in the spec: no check, no line, no tag.
