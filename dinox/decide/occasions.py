@@ -34,7 +34,8 @@ MAX_RUNS = 50
 
 @dataclass(frozen=True)
 class Move:
-    """One trial measured in two sweeps with windows that share no rate."""
+    """One trial measured in two sweeps (or at a sweep's start and end: its drift check) with windows that share
+    no rate."""
 
     trial: str  # the trial's run name as decide shows it
     sweeps: frozenset[str]  # the two sweeps' parent run ids; one, for a move within a sweep (its drift check)

@@ -31,7 +31,7 @@ class First:
     run_id: str
     slow_ips: float
     fast_ips: float
-    ended: float  # time.time() when its measurement ended
+    ended: float  # time.time() once it was recorded
 
     @classmethod
     def of(cls, trial: Trial, run_id: str | None, result: TrialResult) -> First | None:

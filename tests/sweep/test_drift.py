@@ -121,3 +121,23 @@ def test_the_line_says_whether_the_box_held_by_the_rule_decide_reads(again, said
     assert drift.First.of(trial, "run", TrialResult("ok", metrics={**metrics, "windows": 1.0})) is None
     assert drift.First.of(trial, "run", TrialResult("oom", metrics=metrics)) is None
     assert drift.First.of(trial, None, TrialResult("ok", metrics=metrics)) is None
+
+
+def test_a_check_whose_child_ends_other_than_ok_keeps_nothing_and_says_why(tmp_path):
+    """The check's child timed out (its trial's own measure.timeout_s, here shorter than a fresh interpreter's
+    imports): no figure, and the line's reason names the status and the child's log."""
+    from dinox.sweep.lanes import Lane
+
+    spec = TrialSpec.model_validate(
+        {
+            "name": "x",
+            "model": {"name": "vit_tiny_patch16_224", "img_size": 32, "kwargs": {"patch_size": 8}},
+            "objective": {"num_classes": 10},
+            "measure": {"timeout_s": 0.5},
+        }
+    )
+    metrics = {"images_per_s": 202.0, "images_per_s_min": 198.0, "images_per_s_max": 206.0, "windows": 3.0}
+    first = drift.First.of(Trial(0, 2, {}, spec, "t"), "run", TrialResult("ok", metrics=metrics))
+    assert first is not None
+    check, why = drift.measure_again(first, tmp_path / "000-t-drift", Lane())
+    assert check is None and why.startswith("it ended timeout: ") and str(tmp_path / "000-t-drift") in why, why
