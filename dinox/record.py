@@ -167,6 +167,9 @@ VERIFY_CHECK_WINDOWS = _tag(
 VERIFY_MOVED = _tag(
     "verify", "dinox.verify_moved", "true: check windows after the slice >5 % outside the trial's: the box moved"
 )
+VERIFY_VERDICT = _tag(
+    "verify", "dinox.verify_verdict", "HELD, OFF or UNDECIDED (the box moved: a match as open as a miss): exit 0, 1, 3"
+)
 REMEASURES = _tag("head_to_head", "dinox.remeasures", "the trial run a head-to-head round measured again")
 HEAD_TO_HEAD = _tag(
     "head_to_head", "dinox.head_to_head", "the head-to-head a round belongs to (when it started, and where)"

@@ -60,8 +60,9 @@ def verify(
     Before the slice, windows are timed as the trial timed its: where they run outside the trial's windows by
     more than 5 %, the box (or the process) is not as the trial found it, and a miss cannot say whether the
     forecast or the box is wrong.
-    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 undecided: off, but the check
-    windows ran outside the trial's windows (measure again, then verify), or a --shrink stand-in was trained.
+    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 undecided: the check windows ran
+    outside the trial's windows, so a match is as open as a miss (measure again, then verify), or a --shrink
+    stand-in was trained.
     """
     from dinox import record as rec
     from dinox.store.backend import resolve_tracking_uri
@@ -91,11 +92,11 @@ def verify(
         click.echo(f"       {why}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
-    undecided = done.moved and not done.held
+    undecided = done.word == "UNDECIDED"
     if undecided and not shrink:
         again = _measure_again(spec_file, sets)
         click.echo(f"       undecided: `{again}` measures the sweep again on the box as it is; verify again then")
-    sys.exit(3 if shrink or undecided else 0 if done.held else 1)
+    sys.exit(3 if shrink or undecided else 0 if done.word == "HELD" else 1)
 
 
 def _slice_seconds(minutes: float | None, epochs: float | None, epoch_images: int | None) -> float:
@@ -115,8 +116,7 @@ def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.
     """The verdict, the rates it rests on, and where the plan was a tied trial's, this trial's own windows."""
     forecast = done.forecast
     stand_in = " on a SHRUNK stand-in (it tries the verify step, not the study's forecast)" if shrunk else ""
-    word = "HELD" if done.held else "UNDECIDED" if done.moved else "OFF"
-    click.echo(f"{word}{stand_in}: {done.verdict()}")
+    click.echo(f"{done.word}{stand_in}: {done.verdict()}")
     click.echo(
         f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
         f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"

@@ -152,8 +152,8 @@ class Verification:
         word = "held within" if abs(self.error) <= self.tolerance else "off by"
         moved = "; its check windows ran outside the trial's: the box had moved since" if self.moved else ""
         return (
-            f"forecast {word} {abs(self.error):.1%} (verify run {self.run_id}: {self.images_per_s:.1f} img/s real"
-            f"{moved})"
+            f"{'undecided: ' if self.moved else ''}forecast {word} {abs(self.error):.1%} (verify run {self.run_id}: "
+            f"{self.images_per_s:.1f} img/s real{moved})"
         )
 
 

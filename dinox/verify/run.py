@@ -10,6 +10,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from dinox import record as rec
 from dinox.contract import SLICE_FILE, SM_CLOCK_KEY, TrialResult
@@ -100,6 +101,13 @@ class VerifyOutcome:
     @property
     def held(self) -> bool:
         return abs(self.error) <= TOLERANCE
+
+    @property
+    def word(self) -> Literal["HELD", "OFF", "UNDECIDED"]:
+        """The verdict (its exit code 0, 1, 3): UNDECIDED wherever the box moved, a match then as open as a miss
+        (the box that trained the slice is not the one the forecast was measured on); else HELD within the
+        tolerance, or OFF."""
+        return "UNDECIDED" if self.moved else "HELD" if self.held else "OFF"
 
     def outside(self, ips: float | None) -> bool:
         """A check rate outside the trial's own windows by more than the tolerance (None: not measured)."""
@@ -275,6 +283,7 @@ def verify(
         at_check = dataclasses.replace(own, ips=rate, slow_ips=rate, fast_ips=rate)
         done.check_error = metrics[rec.CHECK_WINDOWS_ERROR] = done.error_at(at_check, routine_done)
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id, rec.VERIFY_MOVED: str(done.moved).lower()}
+    tags[rec.VERIFY_VERDICT] = done.word
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"
     tags.update({k: result.tags.get(k, "") for k in (rec.VERIFY_EPOCHS, rec.VERIFY_CHECK_WINDOWS)})
@@ -289,7 +298,7 @@ def verify(
     params = {f"{rec.VERIFY_PREFIX}{k}": v for k, v in settings.items()}
     done.run_id = log_beside(
         uri, record.experiment_id, "verify", f"verify {record.run_name or record.run_id}"[:250], params, metrics, tags,
-        f"**{'SHRUNK stand-in: ' if trial.spec.shrunk else ''}{done.verdict()}**",
+        f"**{'SHRUNK stand-in: ' if trial.spec.shrunk else ''}{done.word}: {done.verdict()}**",
     )  # fmt: skip
     return done
 

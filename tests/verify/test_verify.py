@@ -36,7 +36,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     first = proc.stdout.splitlines()[0]
     assert first.startswith("dinox: verifying ") and "for 0.15 minutes" in first, proc.stdout
     said = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("HELD: ", "OFF: ", "UNDECIDED: ")))
-    assert ("forecast held within" in said) == (proc.returncode == 0), said
+    assert said.startswith("HELD: ") == (proc.returncode == 0), said
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'verify'")
     m, tags = run.data.metrics, run.data.tags
@@ -46,7 +46,11 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     low, high = t["images_per_s_min"], t["images_per_s_max"]
     moved = not low * 0.95 <= after <= high * 1.05
     assert tags["dinox.verify_moved"] == str(moved).lower(), (after, low, high)
-    assert proc.returncode == (0 if "held within" in said else 3 if moved else 1), said
+    # Moved: undecided whether the forecast held or not (a match then as open as a miss).
+    assert proc.returncode == (3 if moved else 0 if "held within" in said else 1), said
+    assert tags["dinox.verify_verdict"] == said.split(":")[0] and run.data.tags["mlflow.note.content"].startswith(
+        f"**{said.split(':')[0]}: forecast "
+    ), (said, run.data.tags["mlflow.note.content"][:200])
     # The same slice at the check windows' rate (before and after pooled, as many windows each): the method's own
     # error, the box's moves set aside.
     check = 2 / (1 / before + 1 / after)
@@ -180,6 +184,8 @@ def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
     assert outcome(12.0, None).moved is False  # a result without either: not moved
     lucky = outcome(10.0, 130.0, 128.0)
     assert lucky.held and lucky.moved and lucky.verdict().endswith("so the match may be luck")
+    assert lucky.word == "UNDECIDED" and moved.word == "UNDECIDED"  # a match on a moved box is as open as a miss
+    assert held.word == "HELD" and off.word == "OFF" and started_slow.word == "OFF"
 
 
 def test_the_gpu_s_clock_at_each_check_window_and_epoch_is_kept_and_said(tmp_path, monkeypatch):
@@ -258,6 +264,7 @@ def test_a_box_that_moved_since_the_trial_makes_verify_exit_3_saying_so(measured
     gate = run_dinox(["decide", "--spec", spec, "--days", "1", "--target-images", "100", "--no-log"], tmp_path)
     line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("verified: "))
     assert "its check windows ran outside the trial's: the box had moved since" in line, line
+    assert ": undecided: forecast off by " in line and run.data.tags["dinox.verify_verdict"] == "UNDECIDED", line
 
 
 def _verify_run(trial: str, ips: float, error: float) -> TrialRecord:
