@@ -7,7 +7,7 @@ a close pair shows. In issue 33's quickstart (2026-11-29, round 2) the sweep put
 ranges that did not overlap, where two head-to-heads had put 0 workers ahead in 5 rounds of 5: the sweep's
 ranges had ordered the box's drift, not the trials. One trial measured at the sweep's start and again at its
 end is the spread of the whole sweep's time; where its two ranges share no rate, decide does not order the
-sweep's trials by less than that move.
+sweep's trials by ranges closer than the gap between those two (dinox.contract.range_gap).
 """
 
 from __future__ import annotations
