@@ -565,7 +565,7 @@ def test_trials_of_one_sweep_closer_than_its_drift_check_moved_are_tied_not_orde
     are tied (and planned at the slower), trials further apart are still ordered."""
     days = budget.Budget(days=1, target_images=100 * 86400)
     first = _measured("1", "t1", "s", 0, 221.0, 228.0)  # 0 workers, first in the sweep
-    later = _measured("2", "t2", "s", 2, 231.0, 236.0)  # 2 workers, 3.7 % faster at mid-range, ranges apart
+    later = _measured("2", "t2", "s", 2, 231.0, 236.0)  # 2 workers, 4.0 % faster at mid-range, ranges apart
     assert decide.decide([first, later], days).models[0].tied == []  # no drift check: ordered, as before
     # Measured again at the end 4.4 % above its own fastest window (238-245 against 221-228): the two lie closer.
     moved = decide.decide([_drift(first, 238.0, 245.0), later], days)
