@@ -103,15 +103,19 @@ def candidate(
 
 def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
     """Real training of the trial (dinox verify): shown beside it, and planned with where its rate falls
-    outside the range the windows measured (the windows' spread cannot explain the difference)."""
+    outside the range the windows measured (the windows' spread cannot explain the difference). Where its check
+    windows said the box had moved (verify's UNDECIDED), the slice ran on another box than the windows: its rate
+    only widens the range the verdict is read over, and the forecast stays the windows'."""
     m = verify.metrics if verify is not None else {}
     ips, error = m.get(rec.VERIFY_IMAGES_PER_S), m.get(rec.FORECAST_ERROR)
     if verify is None or ips is None or error is None or not (math.isfinite(ips) and ips > 0):
         return
     c.verified = Verification(verify.run_id, ips, error, moved=verify.tags.get(rec.VERIFY_MOVED) == "true")
     if not c.slow_ips <= ips <= c.fast_ips:
-        c.windows_ips, c.measured_ips = c.measured_ips, ips
+        if not c.verified.moved:
+            c.windows_ips, c.measured_ips = c.measured_ips, ips
         c.window_min_ips, c.window_max_ips = min(c.slow_ips, ips), max(c.fast_ips, ips)
+        c.widened = True
 
 
 def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:

@@ -85,6 +85,7 @@ class Candidate:
     routine: RoutineCost = RoutineCost()  # the run's checkpoints and evaluation passes over the schedule
     verified: Verification | None = None  # real training of this trial (dinox verify), where it ran
     windows_ips: float | None = None  # the windows' own rate, where a verification outside them replaced it
+    widened: bool = False  # its range widened to a verification's rate outside it (replaced or, moved, not)
     rematch: Rematch | None = None  # measured again head to head: its rounds replaced the sweep's figures
     sweep: str = ""  # the sweep (parent run) that measured it: ranges from two sweeps order them only if
     # the box did not move between them (dinox.decide.occasions)
@@ -102,9 +103,9 @@ class Candidate:
 
     @property
     def range_ends(self) -> str:
-        """What its slowest and fastest rate are of: its timed windows, widened to real training's rate where
-        a verification replaced the forecast."""
-        return "rate measured in windows or real training" if self.windows_ips is not None else "window measured"
+        """What its slowest and fastest rate are of: its timed windows, widened to real training's rate where a
+        verification fell outside them."""
+        return "rate measured in windows or real training" if self.widened else "window measured"
 
     @property
     def slow_ips(self) -> float:

@@ -34,7 +34,13 @@ def verifications(d: Decision) -> list[tuple[ModelVerdict, str]]:
     for mv in d.models:
         for c in (mv.best, *mv.tied) if mv.best is not None else ():
             if c.verified is not None:
-                planned = " (planned with the real rate: outside the windows' range)" if c.windows_ips else ""
+                planned = (
+                    " (planned with the real rate: outside the windows' range)"
+                    if c.windows_ips
+                    else " (not planned with, the box having moved: its rate only widens the range)"
+                    if c.widened
+                    else ""
+                )
                 out.append((mv, f"{code_span(c.run_name or c.run_id)}: {c.verified.describe()}{planned}"))
     return out
 

@@ -272,6 +272,27 @@ def _verify_run(trial: str, ips: float, error: float) -> TrialRecord:
     return TrialRecord("v1", "0", "verify", {}, metrics, {"dinox.role": "verify", "dinox.verifies": trial})
 
 
+def test_a_verification_on_a_moved_box_widens_the_range_but_is_not_planned_with():
+    """verify's UNDECIDED (its check windows outside the trial's: the slice ran on another box than the windows):
+    real training's rate, outside the windows' range, widens the range the verdict is read over, and the forecast
+    stays the windows' own; every place that prints it says so."""
+    rows = study.study()
+    b = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
+    best = rows[0]["run_id"]  # ViT-L 48x4: windows 23.42-23.66 img/s
+    moved = _verify_run(best, 19.0, 0.24)
+    moved.tags["dinox.verify_moved"] = "true"
+    d = decide.decide(study.records(rows), b, verified={best: moved})
+    c = next(c for m in d.models for c in m.candidates if c.run_id == best)
+    assert c.measured_ips == pytest.approx(23.54, abs=0.01) and c.windows_ips is None
+    assert c.forecast_unit == "img/s (windows)"
+    assert c.slow_ips == 19.0 and c.fast_ips == pytest.approx(23.66, abs=0.01) and c.widened
+    assert c.range_ends == "rate measured in windows or real training"
+    assert c.days_slow == pytest.approx(b.days_for(19.0, c.epoch_boundary_s, c.routine.seconds))
+    assert c.verified.describe().startswith("undecided: forecast off by 24.0% (verify run v1")
+    md = report.render_markdown(d, [])
+    assert "(not planned with, the box having moved: its rate only widens the range)" in md
+
+
 def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
     rows = study.study()
     b = budget.Budget(days=15, dataset_size=study.DATASET, epochs=study.EPOCHS)
