@@ -34,14 +34,15 @@ class Sweep(Protocol):
     echo: Callable[[str], None]
 
 
-def finish(sweep: Sweep, stopped: str = "") -> None:
+def finish(sweep: Sweep, stopped: str = "", noted: list[str] | None = None) -> None:
     """The sweep ran to its end: the journal says so, the parent run gets the CSV, spec, plot, note and summary.
-    A signal meanwhile (or before, once every trial was recorded: `stopped` says which) costs only the plot: the
-    journal line and the parent's close are never cut short (a Ctrl-C must not leave the parent RUNNING; one
-    that comes during them is kept for after), then ClosingInterrupted says what was done."""
+    A signal meanwhile (or before, once every trial was recorded: `stopped` says which, or `noted`, the signals
+    the caller's own signals_noted caught, which this call goes on filling) costs only the plot: the journal line
+    and the parent's close are never cut short (a Ctrl-C must not leave the parent RUNNING; one that comes during
+    them is kept for after), then ClosingInterrupted says what was done."""
     journal = sweep.journal
     assert journal is not None, "a sweep finishes only after its workdir is there"
-    noted: list[str] = []
+    noted = noted if noted is not None else []
     with signals_noted(noted):
         _quietly(lambda: journal.sweep_end("FINISHED"))
     d = sweep.report.sweep_dir

@@ -38,7 +38,7 @@ from dinox.sweep import drift, end
 from dinox.sweep.batch_search import BatchSearch, killed_for_memory, probe_spec
 from dinox.sweep.best_effort import BestEffortStore
 from dinox.sweep.flights import Flights, InFlight
-from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_ignored, signals_raise
+from dinox.sweep.interrupts import Interrupted, SweepStopped, signals_ignored, signals_noted, signals_raise
 from dinox.sweep.lanes import Lane, Lanes, Stopping, side_by_side
 from dinox.sweep.outputs import SweepReport, describe, ladder_lines, write_sweep_files
 from dinox.sweep.progress import Progress
@@ -142,22 +142,28 @@ class Sweep:
         self._setup_estimates()  # a device the machine lacks: DeviceMissing, no run opened
         self._setup_lanes()
         self._setup_parent()
-        try:
-            with signals_raise():
-                self._setup_workdir()
-                self._warn_before_trials()
-                self._setup_resume()
-                self._trials()
-                self._drift_check()
-        except (KeyboardInterrupt, Interrupted) as e:
-            why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
-            if self._all_recorded():  # after the last trial's record: the sweep is closing, not stopped
-                end.finish(self, stopped=why)
-            raise SweepStopped(why, end.abort(self, "KILLED", why), self.recorder.adopted) from None
-        except WorkdirError as e:
-            e.killed = end.abort(self, "FAILED", f"the sweep stopped: {e}")  # type: ignore[attr-defined]
-            raise
-        end.finish(self)
+        # Around the trials' block, a signal is noted, not raised: one that lands after the block hands the default
+        # handler back, and before the close takes over, would raise KeyboardInterrupt past this method, and the
+        # command would say nothing was recorded (seen once in CI, a Ctrl-C the moment the last trial's line was
+        # out). The close honours it instead.
+        gap: list[str] = []
+        with signals_noted(gap):
+            try:
+                with signals_raise():
+                    self._setup_workdir()
+                    self._warn_before_trials()
+                    self._setup_resume()
+                    self._trials()
+                    self._drift_check()
+            except (KeyboardInterrupt, Interrupted) as e:
+                why = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
+                if self._all_recorded():  # after the last trial's record: the sweep is closing, not stopped
+                    end.finish(self, stopped=why)
+                raise SweepStopped(why, end.abort(self, "KILLED", why), self.recorder.adopted) from None
+            except WorkdirError as e:
+                e.killed = end.abort(self, "FAILED", f"the sweep stopped: {e}")  # type: ignore[attr-defined]
+                raise
+            end.finish(self, noted=gap)
         if self.doc.sweep.ladder and not self.doc.sweep.grid:
             for line in ladder_lines(self.doc.sweep.ladder, self.report.rows):
                 self.echo(line)

@@ -311,3 +311,33 @@ def test_a_ctrl_c_as_the_sweep_closes_leaves_its_runs_finished_and_says_what_was
         ) or err.startswith("dinox: interrupted by SIGINT after the sweep was recorded and closed"), err
     runs = runs_of(uri, "closing")
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3, [(r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_ctrl_c_between_the_last_trial_and_the_close_is_honoured_by_the_close(tmp_path, monkeypatch):
+    """The instant between the trials' block handing its signal handler back and the close taking over: a SIGINT
+    there once escaped as KeyboardInterrupt, and `dinox run` said nothing was recorded though every trial was
+    (CI, 2026-11-29, a Ctrl-C the moment the last trial's line was out). Sent at that instant (as the close is
+    called, in `dinox run` itself), it is noted and the close honours it: exit 130, every run FINISHED."""
+    import signal
+
+    from click.testing import CliRunner
+
+    from dinox.cli.main import main
+    from dinox.sweep import end
+
+    real = end.finish
+
+    def finish(sweep, stopped="", noted=None):  # noqa: ANN001, ANN202 - the close, a signal landing as it is called
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(sweep, stopped, noted)
+
+    monkeypatch.setattr(end, "finish", finish)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(TINY.format(name="gap"))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = CliRunner().invoke(main, ["run", "s.yaml", "--tracking-uri", uri, "--no-system-metrics"])
+    assert result.exit_code == 130, result.output
+    assert result.stderr.startswith("dinox: interrupted by SIGINT while the sweep was closing: every trial is recorded")
+    assert "nothing was recorded" not in result.stderr, result.stderr
+    runs = runs_of(uri, "gap")
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 2, [(r.info.run_name, r.info.status) for r in runs]
