@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from dinox.contract import DriftCheck, TrialResult
 from dinox.plan.grid import Trial
 from dinox.spec.sections import TrialSpec
 from dinox.sweep import drift
-from tests.sweep.test_reliability import runs_of
+from tests.sweep.test_reliability import dinox_popen, runs_of
 
 SPEC = """\
 name: {name}
@@ -32,20 +30,10 @@ sweep:
 """
 
 
-def _sweep(tmp_path: Path, name: str, check: str = "true", *extra: str) -> subprocess.Popen:
+def _sweep(tmp_path: Path, name: str, check: str = "true") -> subprocess.Popen:
     (tmp_path / f"{name}.yaml").write_text(SPEC.format(name=name, check=check))
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("MLFLOW_RUN_ID", None)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return subprocess.Popen(
-        [sys.executable, "-m", "dinox", "run", f"{name}.yaml", "--tracking-uri", uri, "--no-system-metrics", *extra],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - as from a terminal
-    )
+    return dinox_popen(["run", f"{name}.yaml", "--tracking-uri", uri, "--no-system-metrics"], tmp_path, sigint=True)
 
 
 def _trials(tmp_path: Path, name: str) -> dict[str, dict[str, str]]:

@@ -285,17 +285,7 @@ def test_a_ctrl_c_as_the_sweep_closes_leaves_its_runs_finished_and_says_what_was
 
     (tmp_path / "s.yaml").write_text(TINY.format(name="closing") + "sweep:\n  grid:\n    batch.size: [2, 4]\n")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("MLFLOW_RUN_ID", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dinox", "run", "s.yaml", "--tracking-uri", uri, "--no-system-metrics"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - as from a terminal
-    )
+    proc = dinox_popen(["run", "s.yaml", "--tracking-uri", uri, "--no-system-metrics"], tmp_path, sigint=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith("[2/2]"):

@@ -19,7 +19,11 @@ from mlflow import MlflowClient
 from tests.conftest import BACKENDS, SIDE_BY_SIDE, TINY, MlflowServer, backend_uri, run_dinox, trial_process
 
 
-def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def dinox_popen(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, sigint: bool = False
+) -> subprocess.Popen:
+    """`python -m dinox ARGS` running; `sigint`: with SIGINT's default action, as a terminal starts it (a test
+    that sends Ctrl-C; a background child of pytest would ignore it)."""
     full = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     full.pop("MLFLOW_RUN_ID", None)
     return subprocess.Popen(
@@ -29,6 +33,7 @@ def dinox_popen(args: list[str], cwd: Path, env: dict[str, str] | None = None) -
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint else None,  # noqa: PLW1509
     )
 
 
