@@ -127,14 +127,12 @@ def test_compile_time_is_measured_apart_from_the_timed_steps(write_spec, tmp_pat
     r = runner.run_trial(trial, tmp_path / "t", server=fork_server).result
     assert r.status == "ok", r.error
     m = r.metrics
-    # Compilation lands in the first warm-up step, never in the timed window.
-    assert m["compile_s"] > 5 * m["step_s_p50"]
-    assert m["window_s"] < m["first_step_s"]
-    assert max(r.step_s) < m["compile_s"]
-    # Less the first step's waits for its batches (workers starting): compilation, not the loader.
-    assert m["compile_s"] == pytest.approx(m["first_step_s"] - m["first_fetch_s"] - m["step_s_p50"])
-    # Static shapes: warm-up built the graphs, the timed window compiled none.
+    # Compilation lands in warm-up, never in the timed windows: dynamo's own graph count says so, where a
+    # time would not (a warm inductor cache compiles in about a step on a loaded box: CI's 1.4 s vs 0.63 s).
     assert m["compile_graphs"] >= 1 and m["recompiles_in_windows"] == 0
+    # compile_s is the first step less its waits for batches (workers starting) and less an ordinary step.
+    assert m["compile_s"] == pytest.approx(max(0.0, m["first_step_s"] - m["first_fetch_s"] - m["step_s_p50"]))
+    assert len(r.step_s) == 2  # the intervals between the 3 timed steps' ends: the warm-up steps are not among them
 
 
 def test_corrupt_png_at_run_time_fails_that_trial_naming_the_file(write_spec, tmp_path, fork_server):
