@@ -155,12 +155,14 @@ def moved_apart(
     rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate, moves: dict[frozenset[str], Move]
 ) -> Move | None:
     """The move that alone ties the two: their ranges would have ordered them, and no head-to-head of the two
-    has. Between two sweeps, any move the store shows between them; within one sweep, the move its drift check
-    shows, where the two ranges lie closer than that move (each fast end raised by its gap, they share a rate)."""
+    has. The move the store shows between their two sweeps (or, within one sweep, the move its drift check
+    shows), where the two ranges lie closer than that move: each fast end raised by its noise (Move.noise: its
+    size between sweeps, its gap within one), they share a rate. Ranges further apart than the box moved still
+    order the two, as a knob's change beyond that noise is one."""
     if c.overlaps(lead) or _met(rematches, lead, c) or not lead.sweep or not c.sweep:
         return None
     move = moves.get(frozenset((lead.sweep, c.sweep)))
-    if move is None or move.within and not c.overlaps(lead, slack=move.gap):
+    if move is None or not c.overlaps(lead, slack=move.noise):
         return None
     return move
 

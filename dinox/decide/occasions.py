@@ -11,8 +11,11 @@ and shows no move: two such figures always differ.
 
 Within one sweep the same holds between its first trial and its last: `dinox run` measures its first ok trial
 again once the last is done (dinox.sweep.drift, kept on that trial's run as rec.DRIFT_CHECK). Where the two
-ranges share no rate the sweep moved while it ran, and a pair of its trials closer than that move is not
-ordered by their ranges (dinox.decide.candidates.moved_apart); a pair further apart still is.
+ranges share no rate the sweep moved while it ran.
+
+Either way a pair of trials closer than the move (Move.noise) is not ordered by their ranges
+(dinox.decide.candidates.moved_apart); a pair further apart still is: a box that moved 3 % does not make a
+trial measured 30 % faster an open question.
 """
 
 from __future__ import annotations
@@ -75,7 +78,10 @@ class Move:
                 f"{name(self.trial)} ran {a:.1f}-{b:.1f} img/s at the sweep's start and {c:.1f}-{d:.1f} when measured "
                 f"again at its end, {self.gap:.1%} apart"
             )
-        return f"{name(self.trial)} ran {a:.1f}-{b:.1f} img/s in the earlier sweep and {c:.1f}-{d:.1f} in the later"
+        return (
+            f"{name(self.trial)} ran {a:.1f}-{b:.1f} img/s in the earlier sweep and {c:.1f}-{d:.1f} in the later, "
+            f"{self.size:.1%} apart by their mid-ranges"
+        )
 
 
 def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:

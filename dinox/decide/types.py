@@ -18,8 +18,9 @@ from dinox.store.trial_record import IPS_REAL, IPS_WINDOWS
 # GO: the budget holds at the slow end of what was measured; NO-GO: it fails even at the fast end; UNSETTLED:
 # the measured range straddles the budget, or too few windows ran to call any range measured.
 Verdict = Literal["GO", "NO-GO", "UNSETTLED"]
-# Why a trial is tied with a model's best: a head-to-head of the two left their order open, the box moved
-# between the two sweeps that measured them, or their measured ranges share a rate.
+# Why a trial is tied with a model's best: a head-to-head of the two left their order open, their ranges lie
+# closer than the box moved (between the two sweeps that measured them, or while their one sweep ran), or their
+# measured ranges share a rate.
 TieWhy = Literal["head_to_head", "moved", "overlap"]
 
 
@@ -203,7 +204,8 @@ class ModelVerdict:
     # The fastest of `best` and `tied` by its forecast: each tie is measured against it (`best` itself when
     # nothing is tied).
     lead: Candidate | None = None
-    # Of the tied trials, the ones measured in another sweep than the leader, the box moving between the two.
+    # Of the tied trials, those tied by the box's move alone (between their sweeps, or while their one sweep ran):
+    # their ranges lie apart, but closer than the move.
     moved: dict[str, Move] = field(default_factory=dict)
     # Where the leaders were measured again head to head: the leader against each other trial of its rounds.
     bouts: list[Bout] = field(default_factory=list)

@@ -229,7 +229,8 @@ def _tied_lines(mv: ModelVerdict, d: Decision) -> list[str]:
             )
         return (
             f"- Tied with {code_span(t.run_name)}: measured in another sweep than {other(t)}, and the box moved "
-            f"between the two ({move.describe()}), so ranges from the two sweeps do not say which is faster"
+            f"between the two ({move.describe()}), and the two lie closer than that move, so "
+            "their ranges do not say which is faster"
         )
 
     lines += [moved(t) for t in ties if t.why == "moved"]

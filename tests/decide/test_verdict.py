@@ -551,6 +551,28 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
     assert same.models[0].tied == []
 
 
+def test_a_small_move_between_sweeps_ties_only_the_pairs_closer_than_it():
+    """Between two sweeps as within one: a move the store shows ties a pair of trials only where their ranges lie
+    closer than the box moved. A 5.7 % move between sweeps (trial 5: 200-210 img/s, then 190-198) says nothing
+    about a trial measured 30 % faster than the other sweep's best, yet it tied them, and planned the slower."""
+    first_5 = _measured("5a", "t5", "sweep-1", 0, 200.0, 210.0)
+    again_5 = _measured("5b", "t5", "sweep-2", 0, 190.0, 198.0)
+    days = budget.Budget(days=1, target_images=100 * 86400)
+    far = _measured("6", "t6", "sweep-1", 2, 255.0, 262.0)  # 30 % above 5b's range
+    d = decide.decide([far, again_5], days, earlier=[first_5])
+    (mv,) = d.models
+    assert mv.best.run_id == "6" and mv.tied == [] and d.contested == []
+    assert mv.span.forecast_ips == pytest.approx((255.0 + 262.0) / 2)
+    assert not d.knobs[0].within_noise  # the workers' 1.33x stands out of the 5.7 % move
+    # 202.0-206.0 lies 2.0 % above 5b's fastest window, inside the move (mid-ranges 205 / 194, 5.7 %): tied.
+    near = _measured("6", "t6", "sweep-1", 2, 202.0, 206.0)
+    close = decide.decide([near, again_5], days, earlier=[first_5])
+    (mv,) = close.models
+    assert mv.lead.run_id == "6" and mv.best.run_id == "5b" and [t.why for t in mv.ties()] == ["moved"]
+    assert "in the earlier sweep and 190.0-198.0 in the later, 5.7% apart by their mid-ranges" in mv.ties()[0].detail
+    assert close.knobs[0].within_noise
+
+
 def _drift(r: TrialRecord, lo: float, hi: float) -> TrialRecord:
     """`r` with its sweep's drift check: measured again at the sweep's end at lo-hi img/s."""
     check = {"images_per_s": (lo + hi) / 2, "slow_ips": lo, "fast_ips": hi, "windows": 5, "seconds_after": 60.0}
