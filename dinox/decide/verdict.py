@@ -11,10 +11,10 @@ tied with it (the measurement cannot order them), as are those closer than the b
 sweeps, or while their one sweep ran, where the store shows a move (``decide.occasions``), and the plan takes
 the slowest of them, the configuration it recommends. Trials measured again head to head
 (``decide.head_to_head``) are planned with their rounds' figures and ordered by the rounds: one settled slower
-than another neither leads nor ties. A model is GO when
-the budget holds at the slow end of that range and at least ``SETTLED_WINDOWS`` windows ran; NO-GO when it
-fails even at the fast end; UNSETTLED otherwise. The recommendation is the largest model that is GO; with
-none, the decision is UNSETTLED when some model is, else NO-GO.
+than another neither leads nor ties. A model is GO when the budget holds at the slow end of that range and at
+least ``SETTLED_WINDOWS`` windows ran; NO-GO when it fails even at the fast end; UNSETTLED otherwise. The
+recommendation is the largest model that is GO; with none, the decision is UNSETTLED when some model is, else
+NO-GO.
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def _verdict(
     have one; the leader is the fastest of those by its forecast that no head-to-head found slower than
     another. NO-GO where every trial fails even at its fastest window. UNSETTLED otherwise, led by the
     fastest trial still open. Tied with the leader: the trials whose ranges overlap its own, unless a
-    head-to-head settled their order, and those closer than a move the store shows between their sweeps.
+    head-to-head settled their order, and those closer than a move the store shows (between their sweeps, or
+    while their one sweep ran).
     `qualifying`: fastest first."""
 
     def holds(c: Candidate, days: float) -> bool:
