@@ -554,7 +554,8 @@ def test_leaders_from_two_sweeps_the_box_moved_between_are_tied_not_ordered_by_t
 def test_a_small_move_between_sweeps_ties_only_the_pairs_closer_than_it():
     """Between two sweeps as within one: a move the store shows ties a pair of trials only where their ranges lie
     closer than the box moved. A 5.7 % move between sweeps (trial 5: 200-210 img/s, then 190-198) says nothing
-    about a trial measured 30 % faster than the other sweep's best, yet it tied them, and planned the slower."""
+    about a trial measured 30 % faster than the other sweep's best, yet decide tied the two (any move tied every
+    pair across its sweeps) and planned the slower."""
     first_5 = _measured("5a", "t5", "sweep-1", 0, 200.0, 210.0)
     again_5 = _measured("5b", "t5", "sweep-2", 0, 190.0, 198.0)
     days = budget.Budget(days=1, target_images=100 * 86400)
