@@ -15,19 +15,13 @@ from dinox.contract import DriftCheck, TrialResult
 from dinox.plan.grid import Trial
 from dinox.spec.sections import TrialSpec
 from dinox.sweep import drift
+from tests.conftest import TINY
 from tests.sweep.test_reliability import dinox_popen, runs_of
 
-SPEC = """\
-name: {name}
-model: {{name: vit_tiny_patch16_224, img_size: 32, kwargs: {{patch_size: 8}}}}
-objective: {{num_classes: 10}}
-batch: {{size: 2}}
-measure: {{warmup_steps: 1, bench_steps: 2, repeats: 2, timeout_s: 120, ablation: false}}
-sweep:
-  drift_check: {check}
-  grid:
-    batch.size: [2, 4]
-"""
+# Two windows a trial (a range to check against), the rest the suite's tiny trial.
+SPEC = TINY.replace("bench_steps: 3, repeats: 1", "bench_steps: 2, repeats: 2") + (
+    "sweep:\n  drift_check: {check}\n  grid:\n    batch.size: [2, 4]\n"
+)
 
 
 def _sweep(tmp_path: Path, name: str, check: str = "true") -> subprocess.Popen:
