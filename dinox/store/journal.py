@@ -7,10 +7,13 @@
 - ``result``: one trial's result with everything needed to log it later (the trial, the result, the run
   id if one was opened), under a unique ``result_id``;
 - ``logged``: that result reached the tracking store (its run carries tag ``dinox.result_id``);
+- ``drift_check`` / ``drift_logged``: the sweep's drift check (dinox.sweep.drift), keyed by the result id of the
+  trial it measured again / that check reached the store (rec.DRIFT_CHECK on that trial's run);
 - ``sweep_end`` / ``sweep_closed``: the sweep ended with a status / the parent run was told so.
 
-``dinox sync`` replays what is not marked logged. Because a result's run is found again by its
-``dinox.result_id`` tag, a result is never logged twice, however often sync runs.
+``dinox sync`` replays what is not marked logged (a drift check once its trial's result is). Because a
+result's run is found again by its ``dinox.result_id`` tag, a result is never logged twice, however often
+sync runs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dinox.contract import TrialResult
+from dinox.contract import DriftCheck, TrialResult
 from dinox.errors import WorkdirError
 from dinox.plan.grid import Trial
 from dinox.spec.sections import TrialSpec
@@ -63,6 +66,8 @@ class JournalState:
     sweep: dict[str, Any] = field(default_factory=dict)
     results: dict[str, PendingResult] = field(default_factory=dict)  # in journal order
     logged: set[str] = field(default_factory=set)
+    drift: dict[str, DriftCheck] = field(default_factory=dict)  # result id -> the drift check of that trial
+    drift_logged: set[str] = field(default_factory=set)
     end_status: str | None = None
     closed: bool = False
     bad_lines: list[str] = field(default_factory=list)  # "line N: why", for lines that were skipped
@@ -70,6 +75,11 @@ class JournalState:
     @property
     def pending(self) -> list[PendingResult]:
         return [r for rid, r in self.results.items() if rid not in self.logged]
+
+    @property
+    def pending_drift(self) -> dict[str, DriftCheck]:
+        """Drift checks the store does not hold yet, of results the journal has (a check names its trial's)."""
+        return {rid: c for rid, c in self.drift.items() if rid not in self.drift_logged and rid in self.results}
 
 
 class Journal:
@@ -131,6 +141,13 @@ class Journal:
 
     def logged(self, result_id: str, run_id: str) -> None:
         self._append({"event": "logged", "result_id": result_id, "run_id": run_id})
+
+    def drift_check(self, result_id: str, check: DriftCheck) -> None:
+        """The drift check, before the store is asked to keep it: a store that fails then loses nothing."""
+        self._append({"event": "drift_check", "result_id": result_id, "check": json.loads(check.to_json())})
+
+    def drift_logged(self, result_id: str) -> None:
+        self._append({"event": "drift_logged", "result_id": result_id})
 
     def sweep_end(self, status: str) -> None:
         self._append({"event": "sweep_end", "status": status})
@@ -207,6 +224,18 @@ def _on_logged(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
         state.results[result_id].run_id = run_id
 
 
+def _on_drift_check(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
+    # Read as the store's tag is read: only a check dinox could have written reaches the store.
+    check = DriftCheck.parse(json.dumps(e["check"]))
+    if check is None:
+        raise ValueError(f"check {json.dumps(e['check'])[:60]!r} is not a drift check dinox writes")
+    state.drift[_id(e, "result_id", _RESULT_ID)] = check
+
+
+def _on_drift_logged(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
+    state.drift_logged.add(_id(e, "result_id", _RESULT_ID))
+
+
 def _on_sweep_end(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
     state.end_status = str(e["status"])
 
@@ -220,6 +249,8 @@ _EVENTS = {
     "result": _on_result,
     "opened": _on_opened,
     "logged": _on_logged,
+    "drift_check": _on_drift_check,
+    "drift_logged": _on_drift_logged,
     "sweep_end": _on_sweep_end,
     "sweep_closed": _on_sweep_closed,
 }

@@ -42,6 +42,7 @@ class SyncReport:
     sweep_dir: Path
     logged: int = 0  # results written now
     already: int = 0  # results the store held already
+    drift: int = 0  # drift checks written now (dinox.sweep.drift)
     closed_sweep: str = ""  # the status the parent run was closed with now, or ""
     bad_lines: int = 0
 
@@ -60,7 +61,8 @@ def pending_sweeps(workdir: Path) -> list[Path]:
     out = []
     for path in sorted((workdir / "sweeps").glob(f"*/*/{JOURNAL}")):
         state = Journal(path.parent).read()
-        if state.pending or (state.end_status and not state.closed) or (state.sweep and _gone(state)):
+        unclosed = (state.end_status and not state.closed) or (state.sweep and _gone(state))
+        if state.pending or state.pending_drift or unclosed:
             out.append(path.parent)
     return out
 
@@ -106,11 +108,13 @@ def sync_sweep(
             _restart_in(recorder, journal, state)
             echo(f"sync {sweep_dir}: a new sweep run {recorder.parent_run_id} of {state.sweep['name']!r} holds them")
         _log_pending(recorder, journal, state, report)
+        _log_drift(recorder, journal, state, report)
         _close_parent(recorder, journal, state, report)
     except MlflowException as e:
         raise TrackingError(describe_store_error(e)) from None
     echo(
         f"sync {sweep_dir}: {report.logged} result(s) logged, {report.already} already in the store"
+        + (", the drift check logged" if report.drift else "")
         + (f", sweep closed as {report.closed_sweep}" if report.closed_sweep else "")
     )
     return report
@@ -141,12 +145,13 @@ def _restart_in(recorder: SweepRecorder, journal: Journal, state: JournalState) 
     for p in state.results.values():
         p.run_id = None
     state.logged.clear()
+    state.drift_logged.clear()
     state.closed = False
 
 
 def _log_pending(recorder: SweepRecorder, journal: Journal, state: JournalState, report: SyncReport) -> None:
     for p in state.pending:
-        run_id = recorder.run_for(p.trial, p.result_id, p.run_id)
+        run_id = p.run_id = recorder.run_for(p.trial, p.result_id, p.run_id)
         run = recorder.client.get_run(run_id)
         if run.data.tags.get(rec.STATUS):  # written last: the run holds the whole result
             if run.info.status == "RUNNING":
@@ -157,6 +162,14 @@ def _log_pending(recorder: SweepRecorder, journal: Journal, state: JournalState,
         recorder.close_trial(run_id, p.trial, p.result, p.log_path or None)
         journal.logged(p.result_id, run_id)
         report.logged += 1
+
+
+def _log_drift(recorder: SweepRecorder, journal: Journal, state: JournalState, report: SyncReport) -> None:
+    """Each drift check the store lacks, on its trial's run (every result has one now: _log_pending ran)."""
+    for result_id, check in state.pending_drift.items():
+        recorder.tag_drift_check(str(state.results[result_id].run_id), check)
+        journal.drift_logged(result_id)
+        report.drift += 1
 
 
 def _close_parent(recorder: SweepRecorder, journal: Journal, state: JournalState, report: SyncReport) -> None:

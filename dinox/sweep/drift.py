@@ -1,6 +1,7 @@
 """The sweep's drift check: once its last trial is done, its first ok trial is measured again (timed windows
-only, forked from the same fork server, on the same lane), and the figure is kept on that trial's run
-(rec.DRIFT_CHECK) for decide to read (dinox.decide.occasions).
+only, forked from the same fork server, on the same lane), and the figure is kept in the journal, then on that
+trial's run (rec.DRIFT_CHECK) for decide to read (dinox.decide.occasions); `dinox sync` writes it there where
+the store failed.
 
 Why: trials of one sweep are measured minutes apart, and the box moves in between by more than the difference
 a close pair shows. In issue 33's quickstart (2026-11-29, round 2) the sweep put 2 workers above 0 workers by
@@ -28,18 +29,19 @@ class First:
     """The sweep's first trial measured ok with a range (two or more windows): the one checked again."""
 
     trial: Trial
-    run_id: str
+    result_id: str  # its result's in the journal, where the check is kept first (dinox sync logs it from there)
+    run_id: str | None  # None where the store was down when the trial was recorded
     slow_ips: float
     fast_ips: float
     ended: float  # time.time() once it was recorded
 
     @classmethod
-    def of(cls, trial: Trial, run_id: str | None, result: TrialResult) -> First | None:
+    def of(cls, trial: Trial, result_id: str, run_id: str | None, result: TrialResult) -> First | None:
         m = result.metrics
         lo, hi = m.get(rec.IMAGES_PER_S_MIN), m.get(rec.IMAGES_PER_S_MAX)
-        if result.status != "ok" or not run_id or m.get(rec.WINDOWS, 0) < 2 or not lo or not hi:
+        if result.status != "ok" or m.get(rec.WINDOWS, 0) < 2 or not lo or not hi:
             return None
-        return cls(trial, run_id, lo, hi, time.time())
+        return cls(trial, result_id, run_id, lo, hi, time.time())
 
 
 def measure_again(first: First, folder: Path, lane: Lane) -> tuple[DriftCheck | None, str]:

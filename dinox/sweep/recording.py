@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dinox.contract import TrialResult
+from dinox.contract import DriftCheck, TrialResult
 from dinox.errors import WorkdirError
 from dinox.plan import footprint
 from dinox.plan.footprint import Estimates
@@ -63,6 +63,16 @@ class TrialBook:
             raise WorkdirError(e.errno, f"cannot write {self.csv_path}: {e.strerror or e}") from e
         if not trial.spec.batch.auto:
             self.pruner.observe(trial.spec.flat_params(), trial.spec.size, result.status, flight.run_id or "")
+
+    def drift_check(self, result_id: str, run_id: str | None, check: DriftCheck) -> None:
+        """The sweep's drift check, in the same order: journaled, then on its trial's run (where the store gave
+        that trial one), then marked logged; `dinox sync` writes what the store did not take."""
+        self.journal.drift_check(result_id, check)
+        if run_id is None:
+            return
+        logged, _ = self.store.call(self.recorder.tag_drift_check, run_id, check)
+        if logged:
+            self.journal.drift_logged(result_id)
 
     def _log(self, flight: InFlight, result: TrialResult, log_path: Path | None, journal: bool) -> None:
         if flight.run_id is None:  # opening failed: the store may hold the run anyway; never open a second

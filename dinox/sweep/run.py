@@ -366,7 +366,7 @@ class Sweep:
             self.report.trial_loop_s.append(time.time() - flight.started)
         if measured and result.status == "ok":
             self.measured_ok += 1
-            self.first = self.first or drift.First.of(trial, flight.run_id, result)
+            self.first = self.first or drift.First.of(trial, flight.result_id, flight.run_id, result)
         self.echo(describe(trial, result))
 
     def _drift_check(self) -> None:
@@ -381,7 +381,7 @@ class Sweep:
         if check is None:
             self.report.drift = f"drift check: none, {first.trial.run_name} measured again: {why}"
         else:
-            self.store.call(self.recorder.tag_drift_check, first.run_id, check)
+            self.book.drift_check(first.result_id, first.run_id, check)
             self.report.drift = drift.describe(first, check)
         self.echo(self.report.drift)
 

@@ -55,3 +55,39 @@ def test_an_id_in_a_journal_line_is_read_only_in_the_form_dinox_writes(tmp_path)
     ], state.bad_lines
     (pending,) = state.pending
     assert pending.result_id == good and pending.run_id == "0123456789abcdef0123456789abcdef"
+
+
+def test_a_drift_check_is_pending_until_logged_and_only_a_check_dinox_writes_is_read(tmp_path):
+    """The drift check goes to the store as its trial's tag: a line with rates that are no range, a string for a
+    number or a quote in its id is a bad line, named; a check of a result the journal lacks is not pending."""
+    import json
+
+    from dinox.contract import DriftCheck
+
+    (tmp_path / "s.yaml").write_text(TINY.format(name="j"))
+    (trial,) = grid.expand(spec_file.load(tmp_path / "s.yaml"))
+    journal = Journal(tmp_path)
+    first, stray = new_result_id(), new_result_id()
+    check = DriftCheck(101.0, 99.5, 103.2, 3, 42.0)
+    journal.result(first, trial, TrialResult("ok"), None, "")
+    journal.drift_check(first, check)
+    journal.drift_check(stray, check)  # no result of that id in this journal: nothing to put it on
+    hostile = [
+        {"event": "drift_check", "result_id": first, "check": {**json.loads(check.to_json()), "slow_ips": 120.0}},
+        {"event": "drift_check", "result_id": first, "check": {**json.loads(check.to_json()), "windows": "3"}},
+        {"event": "drift_check", "result_id": "x' OR '1", "check": json.loads(check.to_json())},
+        {"event": "drift_logged", "result_id": first.upper()},
+    ]
+    with open(tmp_path / "results.jsonl", "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in hostile)
+    state = journal.read()
+    assert [line.split(" (")[0] for line in state.bad_lines] == [
+        "line 4: drift_check event that cannot be read",
+        "line 5: drift_check event that cannot be read",
+        "line 6: drift_check event that cannot be read",
+        "line 7: drift_logged event that cannot be read",
+    ], state.bad_lines
+    assert "is not a drift check dinox writes" in state.bad_lines[0], state.bad_lines
+    assert state.pending_drift == {first: check}
+    journal.drift_logged(first)
+    assert journal.read().pending_drift == {}

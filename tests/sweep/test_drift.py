@@ -95,14 +95,16 @@ def test_the_line_says_whether_the_box_held_by_the_rule_decide_reads(again, said
     )
     trial = Trial(0, 2, {"batch.size": 2}, spec, "t")
     metrics = {"images_per_s": 202.0, "images_per_s_min": 198.0, "images_per_s_max": 206.0, "windows": 3.0}
-    first = drift.First.of(trial, "run", TrialResult("ok", metrics=metrics))
+    first = drift.First.of(trial, "rid", "run", TrialResult("ok", metrics=metrics))
     assert first is not None
     line = drift.describe(first, DriftCheck(sum(again) / 2, *again, 3, 61.0))
     assert line.startswith("drift check: 1 bs=2 ran ") and " 61 s later, " in line and said in line, line
-    # No range to check against: one window, or not ok, or no run to keep the figure on.
-    assert drift.First.of(trial, "run", TrialResult("ok", metrics={**metrics, "windows": 1.0})) is None
-    assert drift.First.of(trial, "run", TrialResult("oom", metrics=metrics)) is None
-    assert drift.First.of(trial, None, TrialResult("ok", metrics=metrics)) is None
+    # No range to check against: one window, or not ok.
+    assert drift.First.of(trial, "rid", "run", TrialResult("ok", metrics={**metrics, "windows": 1.0})) is None
+    assert drift.First.of(trial, "rid", "run", TrialResult("oom", metrics=metrics)) is None
+    # A trial whose run the store never took is checked all the same: the journal keeps the check for sync.
+    unrun = drift.First.of(trial, "rid", None, TrialResult("ok", metrics=metrics))
+    assert unrun is not None and unrun.run_id is None and unrun.result_id == "rid"
 
 
 def test_a_check_whose_child_ends_other_than_ok_keeps_nothing_and_says_why(tmp_path):
@@ -119,7 +121,7 @@ def test_a_check_whose_child_ends_other_than_ok_keeps_nothing_and_says_why(tmp_p
         }
     )
     metrics = {"images_per_s": 202.0, "images_per_s_min": 198.0, "images_per_s_max": 206.0, "windows": 3.0}
-    first = drift.First.of(Trial(0, 2, {}, spec, "t"), "run", TrialResult("ok", metrics=metrics))
+    first = drift.First.of(Trial(0, 2, {}, spec, "t"), "rid", "run", TrialResult("ok", metrics=metrics))
     assert first is not None
     check, why = drift.measure_again(first, tmp_path / "000-t-drift", Lane())
     assert check is None and why.startswith("it ended timeout: ") and str(tmp_path / "000-t-drift") in why, why

@@ -16,6 +16,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
+from dinox.contract import DriftCheck
 from tests.conftest import BACKENDS, SIDE_BY_SIDE, TINY, MlflowServer, backend_uri, run_dinox, trial_process
 
 
@@ -160,11 +161,15 @@ def outage_backend(request):
 
 
 def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
+    """The store goes away during trial 1 and stays away through the drift check: sync writes every result and the
+    drift check (kept in the journal only) once it is back, each on its trial's run once."""
     server = MlflowServer(tmp_path / "server", outage_backend)
     (tmp_path / "server").mkdir()
     server.start()
     try:
-        (tmp_path / "s.yaml").write_text(LONGER.format(name="outage") + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
+        # Two timed windows a trial: the first trial has a range, so the sweep measures it again at its end.
+        spec = LONGER.format(name="outage").replace("repeats: 1", "repeats: 2")
+        (tmp_path / "s.yaml").write_text(spec + "sweep:\n  grid:\n    batch.size: [2, 3, 4]\n")
         # No HTTP retries: the store's failure is found the same way, only sooner.
         env = {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
         proc = dinox_popen(["run", "s.yaml"], tmp_path, env)
@@ -174,6 +179,7 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
         assert proc.returncode == 0, out + err
         assert "warning: tracking store" in out and "dinox sync" in out
         assert sum(1 for ln in out.splitlines() if ln.startswith("[") and ln.split()[1] == "ok") == 3, out
+        assert "drift check: 1 bs=2 ran " in out, out
         # While the store is still down, sync says so in one line and keeps everything.
         proc = run_dinox(["sync"], cwd=tmp_path, env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
         assert proc.returncode == 2 and "tracking store unreachable or failing" in proc.stderr, proc.stderr
@@ -185,15 +191,23 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
         assert len([r for r in before if r.data.tags.get("dinox.status")]) == 1
         proc = run_dinox(["sync"], cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "2 result(s) logged, 0 already in the store, sweep closed as FINISHED" in proc.stdout
+        said = "2 result(s) logged, 0 already in the store, the drift check logged, sweep closed as FINISHED"
+        assert said in proc.stdout, proc.stdout
         runs = client.search_runs([exp.experiment_id])
         trials = [r for r in runs if r.data.tags.get("dinox.role") == "trial"]
         # Every result exactly once, each complete, nothing left RUNNING.
         assert sorted(r.data.params["batch.size"] for r in trials) == ["2", "3", "4"]
         assert all(r.data.tags["dinox.status"] == "ok" and "images_per_s" in r.data.metrics for r in trials)
-        assert all(len(client.get_metric_history(r.info.run_id, "step_s")) == 19 for r in trials)  # 20 step ends
+        history = [len(client.get_metric_history(r.info.run_id, "step_s")) for r in trials]
+        assert history == [2 * 19] * 3, history  # two windows of 20 step ends
         assert [r.info.status for r in runs if r.data.tags.get("dinox.role") == "sweep"] == ["FINISHED"]
         assert all(r.info.status != "RUNNING" for r in runs)
+        # The drift check on the first trial's run, as the sweep measured it; sync again writes nothing more.
+        checks = {r.data.params["batch.size"]: DriftCheck.parse(r.data.tags.get("dinox.drift_check")) for r in trials}
+        assert checks["3"] is None and checks["4"] is None and checks["2"] is not None, checks
+        assert f"{checks['2'].slow_ips:.1f}-{checks['2'].fast_ips:.1f} img/s" in out, out
+        again = run_dinox(["sync"], cwd=tmp_path)
+        assert again.returncode == 0 and "nothing to sync" in again.stdout, again.stdout + again.stderr
     finally:
         server.stop()
 
@@ -261,13 +275,17 @@ def test_sync_never_files_a_sweep_into_another_store_s_sweep(tmp_path):
     """mlflow.db deleted after a sweep whose results were not yet in it: once, sync failed forever, and after
     another sweep made an experiment with the same id, filed the old trials there (its decide counted them).
     Now sync refuses, writing nothing; with --new-sweep it logs them as a new sweep of their own experiment."""
-    (tmp_path / "a.yaml").write_text(TINY.format(name="first") + "sweep:\n  grid:\n    batch.size: [2, 3]\n")
+    two_windows = TINY.format(name="first").replace("repeats: 1", "repeats: 2")  # a range: a drift check too
+    (tmp_path / "a.yaml").write_text(two_windows + "sweep:\n  grid:\n    batch.size: [2, 3]\n")
     (tmp_path / "b.yaml").write_text(TINY.format(name="second"))
     assert run_dinox(["run", "a.yaml"], tmp_path).returncode == 0
     (sweep_dir,) = (tmp_path / ".dinox" / "sweeps" / "first").iterdir()
     journal = sweep_dir / "results.jsonl"
     kept = [ln for ln in journal.read_text().splitlines() if json.loads(ln)["event"] not in ("logged", "sweep_closed")]
-    journal.write_text("\n".join(kept) + "\n")  # as if the store had failed before any result reached it
+    # As if the store had failed before any result reached it; the drift check stays marked logged (a store that
+    # took it, then was deleted): a new sweep writes it again all the same.
+    assert sum(json.loads(ln)["event"] == "drift_logged" for ln in kept) == 1, kept
+    journal.write_text("\n".join(kept) + "\n")
     (tmp_path / "mlflow.db").unlink()
     assert run_dinox(["run", "b.yaml"], tmp_path).returncode == 0  # experiment 1 again, now 'second'
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -286,5 +304,8 @@ def test_sync_never_files_a_sweep_into_another_store_s_sweep(tmp_path):
     assert "2 result(s) logged" in synced.stdout and "sweep closed as FINISHED" in synced.stdout
     first = runs_of(uri, "first")
     assert sorted(r.data.tags["dinox.role"] for r in first) == ["sweep", "trial", "trial"]
+    assert "the drift check logged" in synced.stdout, synced.stdout
+    checked = {r.data.params["batch.size"] for r in first if DriftCheck.parse(r.data.tags.get("dinox.drift_check"))}
+    assert checked == {"2"}, checked
     assert all(r.info.status == "FINISHED" for r in first) and len(runs_of(uri, "second")) == before
     assert run_dinox(["sync", str(sweep_dir)], tmp_path).returncode == 0  # its journal names the new parent
