@@ -18,6 +18,7 @@ from dinox.store import profile_table
 from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, inert, store_text
 
 NOTE_TAG = "mlflow.note.content"
+THROUGHPUT_PLOT = "throughput_vs_batch.png"  # the parent run's plot, drawn into the sweep's folder
 UNSETTLED_WHY = "their timed windows disagreed beyond measure.unstable_threshold, so their figures may move"
 
 

@@ -9,7 +9,8 @@
 - ``logged``: that result reached the tracking store (its run carries tag ``dinox.result_id``);
 - ``drift_check`` / ``drift_logged``: the sweep's drift check (dinox.sweep.drift), keyed by the result id of the
   trial it measured again / that check reached the store (rec.DRIFT_CHECK on that trial's run);
-- ``sweep_end`` / ``sweep_closed``: the sweep ended with a status / the parent run was told so.
+- ``sweep_end`` / ``sweep_closed``: the sweep ended with a status, and what its parent run is closed with (the
+  reason it stopped, its Description and summary metrics) / the parent run was told so.
 
 ``dinox sync`` replays what is not marked logged (a drift check once its trial's result is). Because a
 result's run is found again by its ``dinox.result_id`` tag, a result is never logged twice, however often
@@ -19,6 +20,7 @@ sync runs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import uuid
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dinox import record as rec
 from dinox.contract import DriftCheck, TrialResult
 from dinox.errors import WorkdirError
 from dinox.plan.grid import Trial
@@ -69,6 +72,9 @@ class JournalState:
     drift: dict[str, DriftCheck] = field(default_factory=dict)  # result id -> the drift check of that trial
     drift_logged: set[str] = field(default_factory=set)
     end_status: str | None = None
+    end_error: str = ""  # why it stopped (a sweep that did not finish)
+    end_note: str = ""  # the parent run's Description (dinox.store.descriptions.sweep_note)
+    end_metrics: dict[str, float] = field(default_factory=dict)  # the parent run's summary metrics
     closed: bool = False
     bad_lines: list[str] = field(default_factory=list)  # "line N: why", for lines that were skipped
 
@@ -149,8 +155,10 @@ class Journal:
     def drift_logged(self, result_id: str) -> None:
         self._append({"event": "drift_logged", "result_id": result_id})
 
-    def sweep_end(self, status: str) -> None:
-        self._append({"event": "sweep_end", "status": status})
+    def sweep_end(self, status: str, error: str = "", note: str = "", metrics: dict[str, float] | None = None) -> None:
+        """How the sweep ended, with everything its parent run is closed with: a store that fails then loses
+        none of it (`dinox sync` closes the parent from here)."""
+        self._append({"event": "sweep_end", "status": status, "error": error, "note": note, "metrics": metrics or {}})
 
     def sweep_closed(self) -> None:
         self._append({"event": "sweep_closed"})
@@ -236,8 +244,29 @@ def _on_drift_logged(e: dict, state: JournalState, _opened: dict[str, str]) -> N
     state.drift_logged.add(_id(e, "result_id", _RESULT_ID))
 
 
+_END_STATUS = ("FINISHED", "FAILED", "KILLED")  # what a sweep's parent run is closed as
+
+
+def _sweep_metric(name: object) -> bool:
+    """A summary metric of the parent run, as the record declares it."""
+    declared = rec.NAMES.get(name) if isinstance(name, str) else None
+    return declared is not None and declared.kind == "metric" and declared.run == "sweep"
+
+
 def _on_sweep_end(e: dict, state: JournalState, _opened: dict[str, str]) -> None:
-    state.end_status = str(e["status"])
+    # What reaches the parent run is read as dinox writes it: a status MLflow closes runs with, text, and named
+    # finite numbers (journals written before the close was kept carry the status alone).
+    status, error, note, metrics = e["status"], e.get("error", ""), e.get("note", ""), e.get("metrics", {})
+    if status not in _END_STATUS:
+        raise ValueError(f"status {str(status)[:40]!r} is not one a sweep ends with")
+    if not isinstance(error, str) or not isinstance(note, str) or not isinstance(metrics, dict):
+        raise TypeError("error and note must be text, metrics an object")
+    for name, value in metrics.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not _sweep_metric(name) or not number:
+            raise ValueError(f"metric {name[:40]!r}: {str(value)[:40]!r} is not a summary metric dinox writes")
+    state.end_status, state.end_error, state.end_note = status, error, note
+    state.end_metrics = {name: float(value) for name, value in metrics.items()}
 
 
 def _on_sweep_closed(_e: dict, state: JournalState, _opened: dict[str, str]) -> None:

@@ -23,6 +23,7 @@ from mlflow.exceptions import MlflowException
 from dinox import record as rec
 from dinox.contract import ProcessRef
 from dinox.errors import DinoxError, shell_word
+from dinox.store import descriptions
 from dinox.store.backend import TrackingError, describe_store_error, shown_uri
 from dinox.store.journal import JOURNAL, Journal, JournalState
 from dinox.store.recorder import RUN_STATUS, SweepRecorder, result_summary
@@ -176,14 +177,16 @@ def _close_parent(recorder: SweepRecorder, journal: Journal, state: JournalState
     sweep_dir = journal.path.parent
     results = [r.result for r in state.results.values()]
     if state.end_status and not state.closed:
-        artifacts = [sweep_dir / "results.csv", sweep_dir / "spec.yaml", sweep_dir / "spec.normalized.yaml"]
-        recorder.close_sweep(state.end_status, result_summary(results), artifacts)
+        names = ("results.csv", "spec.yaml", "spec.normalized.yaml", descriptions.THROUGHPUT_PLOT)
+        extra = {"note": state.end_note, "metrics": state.end_metrics}
+        summary = result_summary(results)
+        recorder.close_sweep(state.end_status, summary, [sweep_dir / n for n in names], state.end_error, extra)
         journal.sweep_closed()
         report.closed_sweep = state.end_status
     elif (ref := _gone(state)) is not None:
         reason = GONE.format(where=f"{ref.host} pid {ref.pid}")
         recorder.kill_sweep(recorder.parent_run_id, reason)
-        journal.sweep_end("KILLED")
+        journal.sweep_end("KILLED", reason)
         journal.sweep_closed()
         report.closed_sweep = "KILLED"
 

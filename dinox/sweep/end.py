@@ -43,23 +43,23 @@ def finish(sweep: Sweep, stopped: str = "", noted: list[str] | None = None) -> N
     journal = sweep.journal
     assert journal is not None, "a sweep finishes only after its workdir is there"
     noted = noted if noted is not None else []
-    with signals_noted(noted):
-        _quietly(lambda: journal.sweep_end("FINISHED"))
+    with signals_noted(noted):  # the journal holds the parent's close first, as a trial's result
+        rows, summary = sweep.report.rows, result_summary(sweep.report.results)
+        note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed), sweep.report.drift)
+        extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
+        _quietly(lambda: journal.sweep_end("FINISHED", note=note, metrics=extra["metrics"]))
     d = sweep.report.sweep_dir
     artifacts = [sweep.csv_path, d / "spec.yaml", d / "spec.normalized.yaml"]
     plot = None
     try:
         if not stopped and not noted:
             with signals_raise():
-                plot = descriptions.throughput_plot(sweep.report.rows, d / "throughput_vs_batch.png")
+                plot = descriptions.throughput_plot(sweep.report.rows, d / descriptions.THROUGHPUT_PLOT)
     except (KeyboardInterrupt, Interrupted) as e:
         stopped = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
     except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record
         sweep.echo(f"warning: no throughput plot for the parent run ({one_line(str(e), 200)})")
     with signals_noted(noted):
-        rows, summary = sweep.report.rows, result_summary(sweep.report.results)
-        note = descriptions.sweep_note(sweep.name, rows, len(sweep.report.resumed), sweep.report.drift)
-        extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
         if sweep.store.call(
             sweep.recorder.close_sweep, "FINISHED", summary, [*artifacts, *([plot] if plot else [])], "", extra
         )[0]:
@@ -77,7 +77,7 @@ def abort(sweep: Sweep, status: str, reason: str) -> int:
     with signals_ignored():
         journal, store = sweep.journal, sweep.store
         if journal is not None:
-            _quietly(lambda: journal.sweep_end(status))
+            _quietly(lambda: journal.sweep_end(status, reason))
         for flight in sweep.flights:
             flight.stop_monitor()
             if flight.run_id and not flight.closed:

@@ -91,3 +91,35 @@ def test_a_drift_check_is_pending_until_logged_and_only_a_check_dinox_writes_is_
     assert state.pending_drift == {first: check}
     journal.drift_logged(first)
     assert journal.read().pending_drift == {}
+
+
+def test_a_sweep_end_keeps_the_parent_s_close_and_only_what_dinox_writes_is_read(tmp_path):
+    """sync closes a parent the store missed from the sweep_end line: its status goes to MLflow's run status,
+    its note to the Description, its metrics to the run: a status MLflow has no such word for, a metric the
+    record does not declare for a sweep, a value that is not a finite number or a note that is not text is a
+    bad line, named; an older line with the status alone is read as before."""
+    import json
+
+    journal = Journal(tmp_path)
+    note = "**s**: 2 trials measured (2 ok)."
+    journal.sweep_end("FINISHED", note=note, metrics={"trials_ok": 2, "best_images_per_s": 9.5})
+    state = journal.read()
+    assert (state.end_status, state.end_note, state.end_error) == ("FINISHED", note, "")
+    assert state.end_metrics == {"trials_ok": 2.0, "best_images_per_s": 9.5}
+    hostile = [
+        {"event": "sweep_end", "status": "SCHEDULED"},
+        {"event": "sweep_end", "status": "FINISHED", "metrics": {"images_per_s": 3.0}},
+        {"event": "sweep_end", "status": "FINISHED", "metrics": {"trials_ok": float("nan")}},
+        {"event": "sweep_end", "status": "FINISHED", "metrics": {"trials_ok": True}},
+        {"event": "sweep_end", "status": "KILLED", "note": ["x"]},
+        {"event": "sweep_end", "status": "KILLED"},
+    ]
+    with open(tmp_path / "results.jsonl", "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in hostile)
+    state = journal.read()
+    assert [line.split(" (")[0] for line in state.bad_lines] == [
+        f"line {n}: sweep_end event that cannot be read" for n in (2, 3, 4, 5, 6)
+    ], state.bad_lines
+    assert "'SCHEDULED' is not one a sweep ends with" in state.bad_lines[0]
+    assert "'images_per_s': '3.0' is not a summary metric dinox writes" in state.bad_lines[1]
+    assert (state.end_status, state.end_note, state.end_metrics) == ("KILLED", "", {})

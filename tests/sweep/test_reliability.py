@@ -200,8 +200,16 @@ def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
         assert all(r.data.tags["dinox.status"] == "ok" and "images_per_s" in r.data.metrics for r in trials)
         history = [len(client.get_metric_history(r.info.run_id, "step_s")) for r in trials]
         assert history == [2 * 19] * 3, history  # two windows of 20 step ends
-        assert [r.info.status for r in runs if r.data.tags.get("dinox.role") == "sweep"] == ["FINISHED"]
-        assert all(r.info.status != "RUNNING" for r in runs)
+        (parent,) = [r for r in runs if r.data.tags.get("dinox.role") == "sweep"]
+        assert parent.info.status == "FINISHED" and all(r.info.status != "RUNNING" for r in runs)
+        # The parent closed by sync as the sweep would have: its Description (the ranking, the drift check's
+        # line), its summary metrics and its plot, all kept in the journal and the sweep's folder meanwhile.
+        note = parent.data.tags["mlflow.note.content"]
+        assert note.startswith("**outage**: 3 trials measured (3 ok)") and "Best by its forecast: **" in note, note
+        assert "Drift check: 1 bs=2 ran " in note, note
+        best = max(r.data.metrics["images_per_s"] for r in trials)
+        assert parent.data.metrics["trials_ok"] == 3 and parent.data.metrics["best_images_per_s"] == pytest.approx(best)
+        assert "throughput_vs_batch.png" in {a.path for a in client.list_artifacts(parent.info.run_id)}
         # The drift check on the first trial's run, as the sweep measured it; sync again writes nothing more.
         checks = {r.data.params["batch.size"]: DriftCheck.parse(r.data.tags.get("dinox.drift_check")) for r in trials}
         assert checks["3"] is None and checks["4"] is None and checks["2"] is not None, checks
