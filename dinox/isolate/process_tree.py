@@ -14,6 +14,10 @@ import psutil
 from dinox.isolate.forkserver import ForkedChild
 
 TERM_GRACE_S = 3.0
+# After SIGKILL, how long to wait for the groups to empty: a killed process still frees its memory (a loader
+# worker's gigabytes, a GPU context) before it is gone, and an orphan waits for init to reap it. The next
+# trial must not start beside them; a process stuck in the kernel (D state) is not waited for longer.
+KILL_WAIT_S = 10.0
 
 
 class TreeMemory:
@@ -104,6 +108,16 @@ def kill_group(proc: subprocess.Popen | ForkedChild) -> None:
     for pgid in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+    _wait_gone(proc, alive, time.time() + KILL_WAIT_S)
+
+
+def _wait_gone(proc: subprocess.Popen | ForkedChild, groups: set[int], deadline: float) -> None:
+    """Until no process of `groups` is left (our own child reaped meanwhile), or `deadline`."""
+    while groups and time.time() < deadline:
+        proc.poll()
+        groups = {g for g in groups if _group_alive(g)}
+        if groups:
+            time.sleep(0.02)
 
 
 def _descendant_groups(pid: int) -> set[int]:

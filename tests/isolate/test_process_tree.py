@@ -54,3 +54,26 @@ def test_a_child_made_by_any_thread_of_the_trial_counts_as_its_child():
         finally:
             kill_group(proc)
             proc.wait()
+
+
+def test_a_killed_tree_is_gone_when_kill_group_returns_a_stopped_one_and_its_orphans_included():
+    """A trial frozen by SIGSTOP cannot answer SIGTERM, so its group is SIGKILLed. SIGKILL is sent, not done: the
+    worker it orphans is gone only once init has reaped it (here up to two seconds later), and a trial started
+    meanwhile would share the box, its memory or its GPU with it. kill_group once returned at the SIGKILL, and the
+    runner's own test then found the timed-out trial's group still there (a flake under load)."""
+    import os
+    import signal
+
+    proc = _started(
+        "import subprocess, sys, time\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'b = bytearray(64 << 20); import time; time.sleep(60)'])\n"
+        "time.sleep(0.5); print('up', flush=True); time.sleep(60)"
+    )
+    os.killpg(proc.pid, signal.SIGSTOP)
+    kill_group(proc)
+    proc.wait()
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return
+    raise AssertionError(f"process group {proc.pid} still has a process after kill_group returned")
