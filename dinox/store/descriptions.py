@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
 from dinox import record as rec
 from dinox.spec import params
 from dinox.store import profile_table
@@ -110,6 +112,7 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: s
         f"| # | trial | {IPS_WINDOWS} | slowest-fastest window | {IPS_P90} | bound | peak GiB |",
         "|---|---|---|---|---|---|---|",
     ]
+    table: list[str] = []
     for i, r in enumerate(ranked, 1):
         ok = r["status"] == "ok" and rec.IMAGES_PER_S in r
         p90 = p90_images_per_s(r)
@@ -120,12 +123,30 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: s
         p90_text = f"{p90:.1f}" if ok and p90 is not None else "-"
         peak = f"{float(r[rec.PEAK_MEM_RESERVED_GB]):.2f}" if rec.PEAK_MEM_RESERVED_GB in r else "-"
         bound = _md(r.get("bound") or "-")
-        lines.append(f"| {i} | {_md(r['label'])} | {ips} | {span or '-'} | {p90_text} | {bound} | {peak} |")
-    if shaky:
-        lines += ["", f"Unsettled: {UNSETTLED_WHY}."]
+        table.append(f"| {i} | {_md(r['label'])} | {ips} | {span or '-'} | {p90_text} | {bound} | {peak} |")
+    tail = ["", f"Unsettled: {UNSETTLED_WHY}."] if shaky else []
     if drift:
-        lines += ["", _md(drift[:1].upper() + drift[1:])]
-    return "\n".join(lines)
+        tail += ["", _md(drift[:1].upper() + drift[1:])]
+    return "\n".join(_fitting(lines, table, tail))
+
+
+def _fitting(head: list[str], table: list[str], tail: list[str]) -> list[str]:
+    """The Description within what MLflow keeps of a tag: it cuts a longer one off wherever the limit falls (a
+    warning in the sweep's log; the drift check's line and the table's end gone). A sweep of many trials keeps
+    its best rows and a last row that says how many more results.csv holds."""
+    whole = [*head, *table, *tail]
+    if len("\n".join(whole)) <= MAX_TAG_VAL_LENGTH:
+        return whole
+
+    def more(n: int) -> str:
+        return f"| | {n} more trial{'s' if n != 1 else ''}: results.csv, an artifact of this run | | | | | |"
+
+    room = MAX_TAG_VAL_LENGTH - len("\n".join([*head, more(len(table)), *tail]))
+    kept = 0
+    while kept < len(table) and len(table[kept]) + 1 <= room:  # each row adds itself and a newline
+        room -= len(table[kept]) + 1
+        kept += 1
+    return [*head, *table[:kept], more(len(table) - kept), *tail]
 
 
 def _md(value: object) -> str:

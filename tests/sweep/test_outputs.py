@@ -74,3 +74,27 @@ def test_names_and_errors_are_data_in_the_descriptions_mlflow_renders():
         assert "<strong>b</strong>" not in html and "**b**" in html, html  # shown as typed, styling nothing
     rows_of_table = [ln for ln in note.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
     assert [ln.count(" | ") for ln in rows_of_table] == [6, 6]  # no `|` from the data splits a cell
+
+
+def test_a_description_of_many_trials_fits_what_mlflow_keeps_of_a_tag():
+    """MLflow cuts a tag over MAX_TAG_VAL_LENGTH off wherever the limit falls (a 72-trial GPU sweep's table runs
+    past it): the note keeps its head, its best rows, a row counting the rest, and the drift check's line."""
+    from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+    rows = [
+        dict(OK, label=f"model.name=vit_small_patch14_dinov2 size={n} num_workers=8", images_per_s=1000.0 - n)
+        for n in range(150)
+    ]
+    drift = "drift check: 1 bs=0 ran 990.0-1001.0 img/s 600 s later, within its own 995.0-1003.0: the box held"
+    note = sweep_note("many", rows, drift=drift)
+    lines = note.splitlines()
+    assert len(note) <= MAX_TAG_VAL_LENGTH < len(sweep_note("many", rows[:1]) * 150)
+    assert lines[0] == "**many**: 150 trials measured (150 ok)." and lines[-1].startswith("Drift check: 1 bs")
+    table = [ln for ln in lines if ln.startswith("| ") and ln[2].isdigit()]
+    (more,) = [ln for ln in lines if " more trials: results.csv" in ln]
+    assert table[0].startswith("| 1 | model.name") and "size=0 " in table[0]  # the best first
+    assert int(more.split()[2]) == 150 - len(table) > 0, (more, len(table))
+    # A sweep within the limit: every row, no count row.
+    few = sweep_note("few", rows[:5], drift=drift)
+    assert " more trial" not in few
+    assert len([ln for ln in few.splitlines() if ln.startswith("| ") and ln[2].isdigit()]) == 5
