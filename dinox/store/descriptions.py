@@ -130,18 +130,23 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: s
     return "\n".join(_fitting(lines, table, tail))
 
 
+# What MLflow keeps of a tag (it cuts a longer one off wherever the limit falls, with a warning in the sweep's
+# log), less room for the lines a head-to-head adds to the parent's Description later (readback.note_on_parents).
+SWEEP_NOTE_LIMIT = MAX_TAG_VAL_LENGTH - 1000
+
+
 def _fitting(head: list[str], table: list[str], tail: list[str]) -> list[str]:
-    """The Description within what MLflow keeps of a tag: it cuts a longer one off wherever the limit falls (a
-    warning in the sweep's log; the drift check's line and the table's end gone). A sweep of many trials keeps
-    its best rows and a last row that says how many more results.csv holds."""
+    """The Description within SWEEP_NOTE_LIMIT: where the table would run past it (the drift check's line and the
+    table's end cut off), a sweep of many trials keeps its best rows and a row saying how many more
+    results.csv holds."""
     whole = [*head, *table, *tail]
-    if len("\n".join(whole)) <= MAX_TAG_VAL_LENGTH:
+    if len("\n".join(whole)) <= SWEEP_NOTE_LIMIT:
         return whole
 
     def more(n: int) -> str:
         return f"| | {n} more trial{'s' if n != 1 else ''}: results.csv, an artifact of this run | | | | | |"
 
-    room = MAX_TAG_VAL_LENGTH - len("\n".join([*head, more(len(table)), *tail]))
+    room = SWEEP_NOTE_LIMIT - len("\n".join([*head, more(len(table)), *tail]))
     kept = 0
     while kept < len(table) and len(table[kept]) + 1 <= room:  # each row adds itself and a newline
         room -= len(table[kept]) + 1
