@@ -453,6 +453,25 @@ def test_png_and_raw16_shards_are_compared_when_both_were_swept():
     assert report_json.to_json(d)["loader"]["encodings"][0]["images_per_s"]["raw16"] == 60.0
 
 
+def test_a_loader_alone_window_the_trial_outran_is_no_ceiling_in_the_findings():
+    """Beside two busy processes a loader-alone window read 61 img/s where the timed windows ran 173: the trial's
+    record says that window was slowed (dinox.bound_note), and the findings leave it out rather than print a
+    ceiling below the rate beside it."""
+    base = {"model.name": "m", "batch.size": "8"}
+    slowed = {"dinox.bound_note": "the trial ran faster (173.2 img/s) than its loader alone (60.5 img/s): ..."}
+
+    def rec(i: int, workers: int, ips: float, alone: float, tags: dict) -> TrialRecord:
+        params = {**base, "loader.num_workers": str(workers)}
+        metrics = {"images_per_s": ips, "loader_images_per_s": alone}
+        return TrialRecord(f"r{i}", "0", f"t{i}", params, metrics, {"dinox.status": "ok", **tags})
+
+    d = decide.decide([rec(0, 0, 90.0, 95.0, {}), rec(1, 2, 173.2, 60.5, slowed)], BUDGET)
+    (knee,) = d.loader.knees
+    assert knee.points == [(0, 90.0), (2, 173.2)] and knee.loader_points == [(0, 95.0)]
+    text = report.render_markdown(d, [])
+    assert "| 0: 90, 2: 173 | 0: 95 |" in text, text
+
+
 def test_the_command_decide_prints_quotes_the_spec_it_was_given():
     """The spec's path reaches the terminal, report.md and decision.json inside a command a user pastes: a
     space, a `;` or a newline in it stays one inert shell word."""

@@ -397,8 +397,11 @@ def test_the_timed_windows_do_not_eat_the_batches_ready_after_a_long_first_step(
     # a window (CI on a loaded box once read the first 215 img/s against the others' 178): well under 1.5x.
     first, *rest = stats.window_images_per_s
     assert first < 1.5 * statistics.median(rest), stats.window_images_per_s
-    assert stats.images_per_s < 1.5 * stats.loader_images_per_s, (stats.images_per_s, stats.loader_images_per_s)
-    assert stats.images_per_s < 220  # the two workers' ceiling, 200 img/s, and an edge batch
+    # Neither the windows nor the loader alone outrun the two workers (200 img/s, and an edge batch): a load can
+    # slow either, never speed it (beside two busy processes the loader alone once read 61 img/s against the
+    # windows' 173; the trial's record then says that window was slowed, dinox.bound_note, and decide's findings
+    # leave it out: tests/decide/test_verdict.py).
+    assert stats.images_per_s < 220 and stats.loader_images_per_s < 220, stats
 
 
 def test_settle_takes_the_ready_batches_and_keeps_the_one_it_waited_for():
