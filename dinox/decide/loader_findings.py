@@ -96,7 +96,7 @@ def loader_findings(records: list[TrialRecord], tolerance: float) -> LoaderFindi
     return findings
 
 
-def loader_alone(r: TrialRecord) -> float | None:
+def _loader_alone(r: TrialRecord) -> float | None:
     """What the input pipeline delivered alone, where the trial's record takes it as evidence: a trial that ran
     faster than its loader alone says that window was slowed (rec.BOUND_NOTE), and a slowed window shown as the
     loader's ceiling would sit below the rate beside it (61 img/s against 173, beside two busy processes)."""
@@ -115,7 +115,7 @@ def _knees(ok: list[TrialRecord], tolerance: float) -> list[KneeRow]:
             w = r.param_int(params.LOADER_NUM_WORKERS)
             if w is not None:
                 by_workers[w] = max(by_workers.get(w, 0.0), r.metrics[rec.IMAGES_PER_S])
-                if (alone := loader_alone(r)) is not None:
+                if (alone := _loader_alone(r)) is not None:
                     ceiling[w] = max(ceiling.get(w, 0.0), alone)
         if len(by_workers) >= 2:
             knees.append((key, sorted(by_workers.items()), sorted(ceiling.items())))
@@ -153,7 +153,7 @@ def _encodings(ok: list[TrialRecord]) -> list[EncodingRow]:
             layout = r.tags.get(rec.SHARD_LAYOUT, "")
             if layout in ("png16", "raw16"):
                 row.images_per_s[layout] = max(row.images_per_s.get(layout, 0.0), r.metrics[rec.IMAGES_PER_S])
-                if (alone := loader_alone(r)) is not None:
+                if (alone := _loader_alone(r)) is not None:
                     row.loader_images_per_s[layout] = max(row.loader_images_per_s.get(layout, 0.0), alone)
         rows.append(row)
     return rows

@@ -89,35 +89,30 @@ def _pss_bytes(proc: psutil.Process) -> int:
 
 def kill_group(proc: subprocess.Popen | ForkedChild) -> None:
     """SIGTERM the child's process group, and the groups of its descendants (torchrun starts each rank in
-    a session of its own), then SIGKILL whatever is left of them."""
+    a session of its own), then SIGKILL whatever is left of them, and wait until it is gone (KILL_WAIT_S)."""
     proc.poll()  # reap an exited child first: an unreaped zombie still counts as a group member
     groups = {proc.pid} | _descendant_groups(proc.pid)  # gathered first: a killed parent orphans them
-    alive = {g for g in groups if _group_alive(g)}
-    if not alive:
-        return
-    for pgid in alive:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-    deadline = time.time() + TERM_GRACE_S
-    while time.time() < deadline:
-        proc.poll()
-        alive = {g for g in alive if _group_alive(g)}
-        if not alive:
-            return
-        time.sleep(0.05)
-    for pgid in alive:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    _wait_gone(proc, alive, time.time() + KILL_WAIT_S)
+    alive = _signalled({g for g in groups if _group_alive(g)}, signal.SIGTERM)
+    alive = _signalled(_left(proc, alive, time.time() + TERM_GRACE_S), signal.SIGKILL)
+    _left(proc, alive, time.time() + KILL_WAIT_S)
 
 
-def _wait_gone(proc: subprocess.Popen | ForkedChild, groups: set[int], deadline: float) -> None:
-    """Until no process of `groups` is left (our own child reaped meanwhile), or `deadline`."""
+def _signalled(groups: set[int], signum: signal.Signals) -> set[int]:
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
+    return groups
+
+
+def _left(proc: subprocess.Popen | ForkedChild, groups: set[int], deadline: float) -> set[int]:
+    """The groups still holding a process at `deadline`, or none as soon as they are empty (our own child
+    reaped meanwhile)."""
     while groups and time.time() < deadline:
         proc.poll()
         groups = {g for g in groups if _group_alive(g)}
         if groups:
             time.sleep(0.02)
+    return groups
 
 
 def _descendant_groups(pid: int) -> set[int]:
