@@ -116,7 +116,7 @@ SHRUNK = _tag(
 )
 SHARD = _tag("sweep", "dinox.shard", "the --shard slice this sweep ran (i/n)")
 COUNTS = _tag("sweep", "dinox.counts", "how the sweep's trials ended, status=count")
-ISOLATION = _tag("trial", "dinox.isolation", "how the child was started: forkserver or spawn")
+ISOLATION = _tag("trial", "dinox.isolation", "how the child was started: fork (the fork server), spawn or torchrun")
 CORES = _tag("trial", "dinox.cores", "the cores the child was held to (--devices)")
 SLOT = _tag("trial", "dinox.slot", "the --devices slot(s) the trial ran on")
 CONCURRENT_TRIALS = _tag("trial", "dinox.concurrent_trials", "trials running side by side when it ran (--devices)")

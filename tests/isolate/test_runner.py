@@ -92,7 +92,7 @@ def test_dying_child_is_crashed_with_its_stderr_tail(write_spec, tmp_path, sig, 
     assert r.status == "crashed"
     assert f"child killed by {sig.name}" in r.error
     assert report in r.error  # faulthandler's report, from the child's log
-    assert r.metrics["trial_wall_s"] < 30
+    assert r.metrics["trial_wall_s"] < trial.spec.measure.timeout_s  # seen as it died, not at the timeout
     assert group_gone(pids[0])
 
 
