@@ -47,6 +47,7 @@ def head_to_head(
     from dinox import record as rec
     from dinox.decide.head_to_head import HeadToHead
     from dinox.store.backend import resolve_tracking_uri
+    from dinox.store.descriptions import head_to_head_line
     from dinox.store.readback import note_on_parents, read_run
     from dinox.verify.head_to_head import Leader
     from dinox.verify.head_to_head import head_to_head as measure
@@ -72,11 +73,8 @@ def head_to_head(
     click.echo(f"       pooled over the rounds, img/s: {pooled}; `dinox decide` plans with these now")
     # The sweep's parent shows the figure decide now plans with, and says where it came from.
     parents = [p for x in leaders if (p := x.record.tags.get(rec.PARENT_RUN))]
-    words = "settled" if h.settled() else "still tied, planned at the slower"
-    line = (
-        f"Head-to-head {h.group}: {len(h.rounds) // max(len(h.runs), 1)} interleaved rounds of {names}, {words}: "
-        f"best_images_per_s is now {h.planned():.1f} img/s, pooled over the rounds (`dinox decide` plans with it)."
-    )
+    rounds = len(h.rounds) // max(len(h.runs), 1)
+    line = head_to_head_line(h.group, rounds, names, h.settled(), h.planned())
     note_on_parents(uri, parents, h.planned(), line)
 
 

@@ -7,6 +7,7 @@ runs table like any other metric. Pure functions of the sweep's rows (results.cs
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,43 @@ def _fitting(head: list[str], table: list[str], tail: list[str]) -> list[str]:
         room -= len(table[kept]) + 1
         kept += 1
     return [*head, *table[:kept], more(len(table) - kept), *tail]
+
+
+HEAD_TO_HEAD = "Head-to-head "  # how each head-to-head's line on a parent's Description starts
+
+
+def head_to_head_line(group: str, rounds: int, names: str, settled: bool, planned: float) -> str:
+    """The line a head-to-head adds to the Description of each sweep whose trials it measured again."""
+    words = "settled" if settled else "still tied, planned at the slower"
+    return (
+        f"{HEAD_TO_HEAD}{group}: {rounds} interleaved rounds of {names}, {words}: best_images_per_s is now "
+        f"{planned:.1f} img/s, pooled over the rounds (`dinox decide` plans with it)."
+    )
+
+
+def with_line(note: str, line: str) -> str:
+    """A parent's Description with a head-to-head's line added, within what MLflow keeps of a tag: the sweep's
+    own note left room for a few (SWEEP_NOTE_LIMIT); past them the oldest head-to-head lines give way to a count
+    of them, so the newest line and the sweep's table are never the part cut off."""
+    parts = note.rstrip().split("\n\n") if note.strip() else []
+    earlier = 0
+    if parts and (count := re.fullmatch(r"Earlier head-to-heads: (\d+), .*", parts[-1])):
+        earlier = int(count[1])
+        parts.pop()
+
+    def joined() -> str:
+        gone = (
+            [f"Earlier head-to-heads: {earlier}, each a run of its own (dinox.role = head_to_head)."] if earlier else []
+        )
+        return "\n\n".join([*parts, line, *gone])
+
+    while len(joined()) > MAX_TAG_VAL_LENGTH:
+        oldest = next((i for i, p in enumerate(parts) if p.startswith(HEAD_TO_HEAD)), None)
+        if oldest is None:  # nothing of ours left to drop: MLflow cuts the end, as it would have anyway
+            break
+        del parts[oldest]
+        earlier += 1
+    return joined()
 
 
 def _md(value: object) -> str:

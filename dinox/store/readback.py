@@ -28,7 +28,7 @@ from dinox.store.backend import (
 from dinox.store.backend import (
     client as store_client,
 )
-from dinox.store.descriptions import NOTE_TAG
+from dinox.store.descriptions import NOTE_TAG, with_line
 from dinox.store.trial_record import TrialRecord, store_text
 
 
@@ -264,11 +264,10 @@ def note_on_parents(tracking_uri: str, parents: list[str], best: float, line: st
             run = client.get_run(run_id)
             steps = client.get_metric_history(run_id, rec.BEST_IMAGES_PER_S)
             step = max((m.step for m in steps), default=0) + 1
-            note = run.data.tags.get(NOTE_TAG, "")
             client.log_batch(
                 run_id,
                 metrics=[Metric(rec.BEST_IMAGES_PER_S, float(best), now_ms(), step)],
-                tags=[RunTag(NOTE_TAG, f"{note.rstrip()}\n\n{line}".strip())],
+                tags=[RunTag(NOTE_TAG, with_line(run.data.tags.get(NOTE_TAG, ""), line))],
             )
     except MlflowException as e:
         raise TrackingError(store_error(tracking_uri, e)) from None

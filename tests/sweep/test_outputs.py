@@ -1,6 +1,13 @@
 """What the UI shows of a sweep: the trial line, the parent's ranked description and summary metrics."""
 
-from dinox.store.descriptions import sweep_metrics, sweep_note, trial_body, trial_note
+from dinox.store.descriptions import (
+    head_to_head_line,
+    sweep_metrics,
+    sweep_note,
+    trial_body,
+    trial_note,
+    with_line,
+)
 
 OK = {
     "label": "size=8",
@@ -99,3 +106,27 @@ def test_a_description_of_many_trials_fits_what_mlflow_keeps_of_a_tag():
     few = sweep_note("few", rows[:5], drift=drift)
     assert " more trial" not in few
     assert len([ln for ln in few.splitlines() if ln.startswith("| ") and ln[2].isdigit()]) == 5
+
+
+def test_head_to_head_lines_past_the_room_left_give_way_oldest_first_never_the_table_or_the_newest():
+    """Each `dinox head-to-head` adds a line to the parent's Description; past the room the sweep's note left,
+    the oldest lines become a count, so MLflow never cuts the newest line or the table's end."""
+    from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+    rows = [dict(OK, label=f"model.name=vit_small_patch14_dinov2 size={n} num_workers=8") for n in range(150)]
+    note = sweep_note("many", rows, drift="drift check: 1 bs=0 held")
+    names = ", ".join(f"{n} model.name=vit_small_patch14_dinov2 size={n} num_workers=8" for n in range(1, 4))
+    for n in range(1, 31):
+        note = with_line(note, head_to_head_line(f"h2h-{n:02d}", 9, names, n % 2 == 0, 100.0 + n))
+        assert len(note) <= MAX_TAG_VAL_LENGTH, (n, len(note))
+        assert note.startswith("**many**: 150 trials measured") and " more trials: results.csv" in note
+        assert "Drift check: 1 bs=0 held" in note and f"Head-to-head h2h-{n:02d}: 9 interleaved rounds" in note
+    kept = [p for p in note.split("\n\n") if p.startswith("Head-to-head ")]
+    assert 1 < len(kept) < 30 and kept[-1].endswith(
+        "best_images_per_s is now 130.0 img/s, pooled over the rounds (`dinox decide` plans with it)."
+    )
+    assert f"Earlier head-to-heads: {30 - len(kept)}, " in note.splitlines()[-1]
+    assert [p.split()[1] for p in kept] == [f"h2h-{n:02d}:" for n in range(31 - len(kept), 31)]  # newest kept
+    # A few lines fit whole: nothing counted.
+    short = with_line(with_line(sweep_note("few", rows[:3]), "Head-to-head a: x."), "Head-to-head b: y.")
+    assert short.endswith("\n\nHead-to-head a: x.\n\nHead-to-head b: y.") and "Earlier" not in short
