@@ -54,7 +54,7 @@ def render_terminal(d: Decision) -> str:
         cost = f"{fmt_cost(mv.cost) if mv.cost is not None else '-':>9}  " if priced else ""
         lines.append(
             f"{d.where(mv):<{width}} {_num(mv.params_m, 9, 1)} {_num(s and s.forecast_ips, 9, 1)} "
-            f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {_num(s and s.days, 7, 1)} "
+            f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {fmt_days(s.days) if s is not None else '-':>7} "
             f"{days_range(mv):>12}  {cost}{model_verdict(mv):<9} {statuses}"
             + (f" (tied with {len(mv.tied)}: planned at the slowest)" if mv.tied else "")
             + (" (forecast: real training's rate, outside its windows)" if mv.real_forecast else "")

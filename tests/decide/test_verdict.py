@@ -712,3 +712,21 @@ def test_short_windows_on_an_accelerator_are_a_note_with_the_steps_that_make_a_s
         row["metrics"]["window_s"] = 0.16 * row["metrics"].get("windows", 3)
     for quiet in (long, decide.decide(study.records(on_cpu), BUDGET)):
         assert not any("timed windows lasted" in n for n in quiet.notes)
+
+
+def test_the_terminal_s_days_column_is_the_figure_its_range_and_the_report_show():
+    """A schedule of hours: the days column once read `0.0` beside a range of `0.043-0.045`."""
+    from dinox.decide.budget import fmt_days
+    from dinox.report.settling import days_range
+
+    short = budget.Budget(days=1, target_images=study.DATASET // 50)
+    d = decide.decide(study.records(study.study()), short)
+    terminal, note = report.render_terminal(d), report.render_note(d)
+    shown = [mv for mv in d.models if mv.span is not None]
+    assert shown and all(mv.span.days < 0.1 for mv in shown), [mv.span.days for mv in shown]
+    for mv in shown:
+        days = fmt_days(mv.span.days)
+        low, high = (float(x) for x in days_range(mv).split("-"))
+        assert float(days) > 0 and low <= float(days) <= high, (days, days_range(mv))
+        assert f" {days:>7} {days_range(mv):>12}  " in terminal, terminal
+        assert f" | {days} | {days_range(mv)} | " in note, note
