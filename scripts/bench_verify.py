@@ -8,6 +8,7 @@ forecast error. A benchmark, not a test: it prints figures and asserts nothing a
     python scripts/bench_verify.py --rounds 2 --minutes 1 --spec specs/quickstart.yaml --epoch-images 8000
     python scripts/bench_verify.py --set data.num_samples=2000      # --set reaches `dinox run` (repeatable)
     python scripts/bench_verify.py --head-to-head                   # tied leaders measured again before verify
+    python scripts/bench_verify.py --ct-dino --rounds 4 --minutes 1 # DINO on 96 demo CT slices (CT_DINO below)
 
 Everything is written to a temporary folder per round; nothing outside it. Run it on a quiet machine.
 """
@@ -24,6 +25,38 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Issue 33's CT DINO case: a ViT-Tiny of 4 blocks at 64 px, DINO with two 32 px local crops, batch 8, one
+# persistent worker, on the 96 slices scripts/make_demo_ct.py writes with --slices 32 (an epoch every 12 steps).
+CT_DINO = """\
+name: ct_dino
+model:
+  name: vit_tiny_patch16_224
+  img_size: 64
+  kwargs: {{depth: 4}}
+objective: {{kind: dino, out_dim: 4096, local_crops: 2, local_crop_size: 32}}
+precision: fp32
+batch: {{size: 8}}
+optimizer: {{name: adamw, lr: 5.0e-4, weight_decay: 0.04}}
+loader: {{num_workers: 1, persistent_workers: true}}
+data: {{source: ct_png, index_csv: {index}}}
+hardware: {{device: cpu}}
+budget: {{days: 1, dataset_size: 96, epochs: 1000}}
+"""
+
+
+def make_ct_dino(folder: Path) -> Path:
+    """The demo CT study written into `folder` and preprocessed there; the CT_DINO spec beside it."""
+    for args in (
+        [str(ROOT / "scripts" / "make_demo_ct.py"), "--slices", "32", "dicom"],
+        ["-m", "dinox", "preprocess", "--dicom-root", "dicom", "--out-root", "processed"],
+    ):
+        done = subprocess.run([sys.executable, *args], cwd=folder, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(args[:3])} exited {done.returncode}: {done.stderr[-1500:]}")
+    spec = folder / "ct_dino.yaml"
+    spec.write_text(CT_DINO.format(index=json.dumps(str(folder / "processed" / "_index" / "index.csv"))))
+    return spec
 
 
 def dinox(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -110,20 +143,19 @@ def _verify_metrics(work: Path) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--spec", type=Path, default=ROOT / "specs" / "quickstart.yaml")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--spec", type=Path, default=ROOT / "specs" / "quickstart.yaml")
+    which.add_argument("--ct-dino", action="store_true", help="the CT DINO case on demo CT data (CT_DINO)")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--minutes", type=float, default=2.0)
     p.add_argument("--epoch-images", type=int, default=None)
     p.add_argument("--set", dest="sets", action="append", default=[])
     p.add_argument("--head-to-head", dest="rematch", action="store_true", help="dinox head-to-head a tie first")
     a = p.parse_args()
-    rows = []
-    for i in range(a.rounds):
-        with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-") as name:
-            row = one_round(a.spec.resolve(), a.minutes, a.epoch_images, a.sets, Path(name), a.rematch)
-        rows.append(row)
-        print(f"round {i + 1}: {json.dumps(row)}", flush=True)
-    print(f"\n{a.spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
+    with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-data-") as data:
+        spec = make_ct_dino(Path(data)) if a.ct_dino else a.spec.resolve()
+        rows = rounds(spec, a)
+    print(f"\n{spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
     columns = ("round", "drift", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
     more = ("forecast error", "boundaries", "check img/s", "after img/s", "error at check", "verify")
     print("| " + " | ".join((*columns, *more)) + " |")
@@ -143,6 +175,16 @@ def main() -> int:
             f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {word} |"
         )
     return 0
+
+
+def rounds(spec: Path, a: argparse.Namespace) -> list[dict]:
+    rows = []
+    for i in range(a.rounds):
+        with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-") as name:
+            row = one_round(spec, a.minutes, a.epoch_images, a.sets, Path(name), a.rematch)
+        rows.append(row)
+        print(f"round {i + 1}: {json.dumps(row)}", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -21,9 +21,10 @@ def render(trials: list[Trial], estimates: Estimates | None) -> list[str]:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     m = trials[0].spec.measure
     shrunk = "shrunk " if trials[0].spec.shrunk else ""
+    counted = f"{len(trials)} {shrunk}trial{'s' if len(trials) != 1 else ''}"
     lines.append(
-        f"{len(trials)} {shrunk}trials; each: {m.warmup_steps} warm-up + {_windows(m)} x "
-        f"{m.bench_steps} timed optimizer steps, timeout {m.timeout_s:g}s"
+        f"{counted}; each: {m.warmup_steps} warm-up + {_windows(m)} x {m.bench_steps} timed optimizer steps, "
+        f"timeout {m.timeout_s:g}s"
     )
     return lines + (_estimate_notes(trials, estimates) if estimates is not None else [])
 

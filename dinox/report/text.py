@@ -51,10 +51,11 @@ def render_terminal(d: Decision) -> str:
         b, s = mv.best, mv.span
         statuses = " ".join(f"{k}={v}" for k, v in sorted(mv.statuses.items()))
         mfu = f"{b.mfu:>6.1%}" if b is not None and b.mfu is not None else f"{'-':>6}"
+        days = fmt_days(s.days) if s is not None else "-"
         cost = f"{fmt_cost(mv.cost) if mv.cost is not None else '-':>9}  " if priced else ""
         lines.append(
             f"{d.where(mv):<{width}} {_num(mv.params_m, 9, 1)} {_num(s and s.forecast_ips, 9, 1)} "
-            f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {fmt_days(s.days) if s is not None else '-':>7} "
+            f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {days:>7} "
             f"{days_range(mv):>12}  {cost}{model_verdict(mv):<9} {statuses}"
             + (f" (tied with {len(mv.tied)}: planned at the slowest)" if mv.tied else "")
             + (" (forecast: real training's rate, outside its windows)" if mv.real_forecast else "")
