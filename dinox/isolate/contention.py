@@ -14,9 +14,10 @@ kept. Each trial records what it ran with (``dinox.omp_wait_policy``).
 The box is read before the first child starts, and again before each trial that runs alone (``follow``):
 a neighbour that arrived after the first reading made the quickstart's first trial read 1.7 img/s (quiet:
 66), settled, with its threads spinning. The reading before a trial is what other processes used while the
-trial before it ran (``trial_ended``), so it costs no time; before the first trial, a quarter second. Once
-the children sleep, the box must fall below half the threshold before they spin again, so a box that hovers
-at it does not flip the policy (and restart the fork server) at every trial.
+trial before it ran (``trial_ended``), so it costs no time; before the first trial, what they used since the
+first reading, while the store opened and the fork server imported torch (a quarter second of its own only
+where that span was shorter). Once the children sleep, the box must fall below half the threshold before they
+spin again, so a box that hovers at it does not flip the policy (and restart the fork server) at every trial.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ _last: Reading | None = None
 # trial, which the next `follow` takes instead of reading the box for a quarter second of its own.
 _trial_start: Mark | None = None
 _over_trial: float | None = None
-MIN_SPAN_S = 0.25  # a trial shorter than a reading: the next `follow` reads the box itself
+_since: Mark | None = None  # the moment the last quarter-second reading ended, which the next may read on from
+MIN_SPAN_S = 0.25  # a span shorter than a reading: the next `follow` reads the box itself
 
 
 def _decide(busy: float, was_passive: bool) -> Reading:
@@ -103,11 +105,25 @@ def _decide(busy: float, was_passive: bool) -> Reading:
 
 
 def _read(was_passive: bool) -> Reading:
+    global _since
     try:
         busy = busy_cores()
     except Exception:  # noqa: BLE001 - no reading (no /proc, psutil refused): the box counts as quiet
         busy = 0.0
+    with contextlib.suppress(Exception):  # no mark: the next reading takes its own quarter second
+        _since = mark()
     return _decide(busy, was_passive)
+
+
+def _busy_since(start: Mark | None) -> float | None:
+    """What other processes used from `start` until now, where that span is long enough to be a reading."""
+    if start is None:
+        return None
+    with contextlib.suppress(Exception):
+        end = mark()
+        if end.at - start.at >= MIN_SPAN_S:
+            return busy_between(start, end)
+    return None
 
 
 def _reading() -> Reading:
@@ -118,10 +134,13 @@ def _reading() -> Reading:
 
 
 def reread() -> None:
-    """Read the box again (or take the reading over the last trial): the next `omp_env` answers for it."""
-    global _last, _over_trial
+    """Read the box again (or take the reading over the last trial, else since the last reading): the next
+    `omp_env` answers for it."""
+    global _last, _over_trial, _since
     was = _last is not None and _last.passive
-    _last = _decide(_over_trial, was) if _over_trial is not None else _read(was)
+    since, _since = _since, None
+    busy = _over_trial if _over_trial is not None else _busy_since(since)
+    _last = _decide(busy, was) if busy is not None else _read(was)
     _over_trial = None
 
 

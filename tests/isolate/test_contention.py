@@ -21,7 +21,9 @@ def box(monkeypatch):
     monkeypatch.setattr(contention, "_last", None)
     monkeypatch.setattr(contention, "_trial_start", None)
     monkeypatch.setattr(contention, "_over_trial", None)
+    monkeypatch.setattr(contention, "_since", None)
     monkeypatch.setattr(contention, "busy_cores", lambda: readings.pop(0))
+    monkeypatch.setattr(contention, "_busy_since", lambda start: None)  # every reading from `readings`
     return readings
 
 
@@ -116,17 +118,36 @@ def test_a_neighbour_that_comes_and_goes_between_trials_is_followed_without_flap
 def test_the_reading_before_a_trial_is_what_others_used_while_the_last_one_ran(box, monkeypatch):
     """No quarter second of its own between trials: the box's and the tree's CPU seconds at the trial's start
     and end (here given), the tree's own work taken out."""
-    marks = [contention.Mark(10.0, 100.0, 5.0), contention.Mark(20.0, 125.0, 13.0)]
+    ended = contention.Mark(9.9, 99.0, 5.0)  # each quarter-second reading's end, read on from by the next
+    marks = [ended, ended, contention.Mark(10.0, 100.0, 5.0), contention.Mark(20.0, 125.0, 13.0)]
     monkeypatch.setattr(contention, "mark", lambda: marks.pop(0))
-    box += [0.0]
-    assert contention.follow({}, "trial 1") == ""  # quiet when read (a quarter second), and the trial starts
+    box += [0.0, 0.0]  # the sweep's first reading and trial 1's (here a moment apart: a quarter second each)
+    assert contention.follow({}, "trial 1") == ""  # quiet when read, and the trial starts
     contention.trial_ended({})  # 10 s: the box 25 CPU s busy, 8 of them this tree's: 1.7 cores others'
     line = contention.follow({}, "trial 2")
     assert line.startswith("dinox: the box became busy before trial 2 (1.7 cores"), line
-    assert not box and not marks  # two marks, one reading of its own: the first
+    assert not box and not marks  # trial 2's reading is the trial's span: no quarter second of its own
 
 
 def test_busy_between_takes_the_tree_s_own_seconds_out_and_never_reads_below_zero():
     start = contention.Mark(0.0, 50.0, 10.0)
     assert contention.busy_between(start, contention.Mark(2.0, 54.0, 13.0)) == 0.5
     assert contention.busy_between(start, contention.Mark(2.0, 52.0, 13.0)) == 0.0
+
+
+def test_the_first_trial_s_reading_is_what_others_used_since_the_sweep_s_first_one(monkeypatch):
+    """The first reading (a quarter second, for the fork server's environment) and the first trial's come seconds
+    apart, the store opened and torch imported between them: the second reads that span instead of a quarter
+    second of its own, as the readings between trials read the trial before."""
+    for name in ("_last", "_trial_start", "_over_trial", "_since"):
+        monkeypatch.setattr(contention, name, None)
+    readings = [0.1]
+    monkeypatch.setattr(contention, "busy_cores", lambda: readings.pop(0))
+    # After the quarter second; 3 s later, before trial 1 (the box 6.0 CPU s busy, 2.4 of them this tree's);
+    # at trial 1's start.
+    marks = [contention.Mark(1.0, 50.0, 1.0), contention.Mark(4.0, 56.0, 3.4), contention.Mark(4.0, 56.0, 3.4)]
+    monkeypatch.setattr(contention, "mark", lambda: marks.pop(0))
+    assert "OMP_WAIT_POLICY" not in contention.omp_env({})  # quiet at the first reading (0.1)
+    line = contention.follow({}, "trial 1")
+    assert line.startswith("dinox: the box became busy before trial 1 (1.2 cores"), line
+    assert not readings and not marks  # one quarter second of its own, not two
