@@ -8,7 +8,8 @@ forecast error. A benchmark, not a test: it prints figures and asserts nothing a
     python scripts/bench_verify.py --rounds 2 --minutes 1 --spec specs/quickstart.yaml --epoch-images 8000
     python scripts/bench_verify.py --set data.num_samples=2000      # --set reaches `dinox run` (repeatable)
     python scripts/bench_verify.py --head-to-head                   # tied leaders measured again before verify
-    python scripts/bench_verify.py --ct-dino --rounds 4 --minutes 1 # DINO on 96 demo CT slices (CT_DINO below)
+    python scripts/bench_verify.py --case ct-dino --minutes 1       # DINO on 96 demo CT slices (CT_DINO below)
+    python scripts/bench_verify.py --case jpeg-mixup --minutes 1.5  # 2,000 JPEGs, RandAugment, Mixup (JPEG_MIXUP)
 
 Everything is written to a temporary folder per round; nothing outside it. Run it on a quiet machine.
 """
@@ -45,18 +46,61 @@ budget: {{days: 1, dataset_size: 96, epochs: 1000}}
 """
 
 
-def make_ct_dino(folder: Path) -> Path:
-    """The demo CT study written into `folder` and preprocessed there; the CT_DINO spec beside it."""
-    for args in (
-        [str(ROOT / "scripts" / "make_demo_ct.py"), "--slices", "32", "dicom"],
-        ["-m", "dinox", "preprocess", "--dicom-root", "dicom", "--out-root", "processed"],
-    ):
+# Issue 33's image-folder case, where the p90 step's forecast ran 10-15 % pessimistic: ResNet-18 at 112 px on
+# 2,000 160 px JPEGs of scripts/make_demo_images.py, timm's RandAugment, random erasing and Mixup/CutMix (from
+# specs/resnet50_imagenet.yaml), 2 workers, batch 16 or 32.
+JPEG_MIXUP = """\
+name: jpeg_mixup
+model: {{name: resnet18, img_size: 112}}
+objective: {{kind: classification, num_classes: 10}}
+precision: fp32
+batch: {{size: 16}}
+optimizer: {{name: sgd, lr: 0.1, momentum: 0.9}}
+loader: {{num_workers: 2, persistent_workers: true}}
+data:
+  source: image_folder
+  root: {root}
+  augment: {{auto_augment: rand-m9-mstd0.5, re_prob: 0.25}}
+  mixup: {{mixup_alpha: 0.8, cutmix_alpha: 1.0, label_smoothing: 0.1}}
+hardware: {{device: cpu}}
+budget: {{days: 1, dataset_size: 2000, epochs: 100}}
+sweep:
+  grid:
+    batch.size: [16, 32]
+"""
+
+
+def _steps(folder: Path, *commands: list[str]) -> None:
+    for args in commands:
         done = subprocess.run([sys.executable, *args], cwd=folder, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(args[:3])} exited {done.returncode}: {done.stderr[-1500:]}")
+
+
+def make_ct_dino(folder: Path) -> Path:
+    """The demo CT study written into `folder` and preprocessed there; the CT_DINO spec beside it."""
+    _steps(
+        folder,
+        [str(ROOT / "scripts" / "make_demo_ct.py"), "--slices", "32", "dicom"],
+        ["-m", "dinox", "preprocess", "--dicom-root", "dicom", "--out-root", "processed"],
+    )
     spec = folder / "ct_dino.yaml"
     spec.write_text(CT_DINO.format(index=json.dumps(str(folder / "processed" / "_index" / "index.csv"))))
     return spec
+
+
+def make_jpeg_mixup(folder: Path) -> Path:
+    """2,000 JPEGs in ten classes written into `folder`; the JPEG_MIXUP spec beside them."""
+    size = ["--width", "160", "--height", "160"]
+    _steps(
+        folder, [str(ROOT / "scripts" / "make_demo_images.py"), "--classes", "10", "--per-class", "200", *size, "jpegs"]
+    )
+    spec = folder / "jpeg_mixup.yaml"
+    spec.write_text(JPEG_MIXUP.format(root=json.dumps(str(folder / "jpegs"))))
+    return spec
+
+
+CASES = {"ct-dino": make_ct_dino, "jpeg-mixup": make_jpeg_mixup}
 
 
 def dinox(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -145,7 +189,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = p.add_mutually_exclusive_group()
     which.add_argument("--spec", type=Path, default=ROOT / "specs" / "quickstart.yaml")
-    which.add_argument("--ct-dino", action="store_true", help="the CT DINO case on demo CT data (CT_DINO)")
+    which.add_argument("--case", choices=CASES, help="a spec of issue 33's, on data this script writes first")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--minutes", type=float, default=2.0)
     p.add_argument("--epoch-images", type=int, default=None)
@@ -153,7 +197,7 @@ def main() -> int:
     p.add_argument("--head-to-head", dest="rematch", action="store_true", help="dinox head-to-head a tie first")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-data-") as data:
-        spec = make_ct_dino(Path(data)) if a.ct_dino else a.spec.resolve()
+        spec = CASES[a.case](Path(data)) if a.case else a.spec.resolve()
         rows = rounds(spec, a)
     print(f"\n{spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
     columns = ("round", "drift", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")

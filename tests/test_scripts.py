@@ -275,25 +275,31 @@ def test_bench_verify_prints_a_row_per_round(tmp_path):
     assert re.match(r"\| 1 \| - \| GO \| batch 4 x 1, 0 workers, 32 px \| \d+ \| - " + cells, row), out
 
 
-def test_bench_verify_s_ct_dino_case_is_a_spec_dinox_accepts_on_the_demo_ct_it_writes(tmp_path):
-    """--ct-dino: the 96 demo slices written and preprocessed in a folder whose name a shell or YAML would
-    misread, and the CT_DINO spec beside them naming their index, which `dinox plan` takes as one DINO trial."""
+@pytest.mark.parametrize(
+    ("case", "model", "images"), [("ct-dino", "vit_tiny_patch16_224", 96), ("jpeg-mixup", "resnet18", 2000)]
+)
+def test_bench_verify_s_cases_are_specs_dinox_plans_on_the_data_they_write(tmp_path, case, model, images):
+    """--case: the data written (and preprocessed) in a folder whose name a shell or YAML would misread, and the
+    case's spec beside it naming that data, which `dinox plan` takes as the spec says."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        from bench_verify import make_ct_dino
+        from bench_verify import CASES
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     folder = tmp_path / "it's #1: {a}"
     folder.mkdir()
-    spec = make_ct_dino(folder)
-    assert len((folder / "processed" / "_index" / "index.csv").read_text().splitlines()) == 1 + 96
+    spec = CASES[case](folder)
+    if case == "ct-dino":
+        assert len((folder / "processed" / "_index" / "index.csv").read_text().splitlines()) == 1 + images
+    else:
+        assert len(list((folder / "jpegs").glob("*/*.JPEG"))) == images
     proc = subprocess.run(
         [sys.executable, "-m", "dinox", "plan", str(spec)], capture_output=True, text=True, cwd=tmp_path, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = proc.stdout.splitlines()
-    assert rows[1].split()[2:6] == ["vit_tiny_patch16_224", "64", "8", "1"], proc.stdout  # model, px, batch, accum
-    assert rows[2].startswith("1 trial; each: "), proc.stdout
+    rows, trials = proc.stdout.splitlines(), 1 if case == "ct-dino" else 2  # jpeg-mixup: batch 16 and 32
+    assert all(model in row.split() for row in rows[1 : trials + 1]), proc.stdout
+    assert rows[trials + 1].startswith(f"{trials} trial{'s' if trials > 1 else ''}; each: "), proc.stdout
 
 
 def test_gpu_check_stopped_by_timeout_stops_its_children(tmp_path):
