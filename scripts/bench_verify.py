@@ -11,7 +11,8 @@ forecast error. A benchmark, not a test: it prints figures and asserts nothing a
     python scripts/bench_verify.py --case ct-dino --minutes 1       # DINO on 96 demo CT slices (CT_DINO below)
     python scripts/bench_verify.py --case jpeg-mixup --minutes 1.5  # 2,000 JPEGs, RandAugment, Mixup (JPEG_MIXUP)
 
-Everything is written to a temporary folder per round; nothing outside it. Run it on a quiet machine.
+Everything is written to temporary folders (a case's data once, then a folder per round); nothing outside
+them. Run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -222,6 +223,7 @@ def main() -> int:
 
 
 def rounds(spec: Path, a: argparse.Namespace) -> list[dict]:
+    """One row per round, each printed as it ends (a long run shows its progress)."""
     rows = []
     for i in range(a.rounds):
         with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-") as name:
