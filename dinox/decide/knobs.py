@@ -75,12 +75,17 @@ class KnobEffect:
         """One line: `model.compile False -> True: 1.18x (1.12-1.25x, 4 pairs), memory +0.40 GiB`."""
         parts = []
         if self.ratio is not None:
-            n = len(self.ratios)
-            span = f"{min(self.ratios):.2f}-{max(self.ratios):.2f}x, {n} pair{'s' if n > 1 else ''}"
+            n, low, high = len(self.ratios), f"{min(self.ratios):.2f}", f"{max(self.ratios):.2f}"
+            pairs = f"{n} pair{'s' if n > 1 else ''}"
+            # One pair, or pairs that agree to the digits shown, have no range: `1.11x (1.11-1.11x, 2 pairs)` was
+            # the figure three times.
+            span = f"{low}-{high}x, {pairs}" if low != high else f"{low}x, {pairs}"
             if self.unapplied:
                 parts.append(f"{self.unapplied} ({span})")
+            elif self.within_noise:
+                parts.append(f"within noise ({span})")
             else:
-                parts.append(f"within noise ({span})" if self.within_noise else f"{self.ratio:.2f}x ({span})")
+                parts.append(f"{self.ratio:.2f}x ({span if low != high else pairs})")
         if self.memory is not None:
             parts.append(f"memory {self.memory:+.2f} GiB")
         parts += [f"{n} pair{'s' if n > 1 else ''} {change}" for change, n in sorted(self.statuses.items())]
