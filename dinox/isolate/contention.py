@@ -149,12 +149,8 @@ def trial_ended(parent: Mapping[str, str]) -> None:
     ran is the next `follow`'s reading."""
     global _trial_start, _over_trial
     start, _trial_start = _trial_start, None
-    if start is None or "OMP_WAIT_POLICY" in parent:
-        return
-    with contextlib.suppress(Exception):  # no reading: the next `follow` reads the box itself
-        end = mark()
-        if end.at - start.at >= MIN_SPAN_S:
-            _over_trial = busy_between(start, end)
+    if start is not None and "OMP_WAIT_POLICY" not in parent:
+        _over_trial = _busy_since(start)  # None (too short, no mark): the next `follow` reads the box itself
 
 
 def omp_env(parent: Mapping[str, str]) -> dict[str, str]:

@@ -2,7 +2,8 @@
 Markdown description (the trials ranked by throughput), its summary metrics and a throughput plot.
 
 MLflow shows a run's `mlflow.note.content` tag as its Description; summary metrics sort and compare in the
-runs table like any other metric. Pure functions of the sweep's rows (results.csv's rows); no MLflow here.
+runs table like any other metric. Pure functions of the sweep's rows (results.csv's rows); of MLflow only its
+tag limit, which the parent's Description is kept within.
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def _fitting(head: list[str], table: list[str], tail: list[str]) -> list[str]:
 
 
 HEAD_TO_HEAD = "Head-to-head "  # how each head-to-head's line on a parent's Description starts
+EARLIER = "Earlier head-to-heads: "  # the count the oldest of them give way to
 
 
 def head_to_head_line(group: str, rounds: int, names: str, settled: bool, planned: float) -> str:
@@ -173,14 +175,12 @@ def with_line(note: str, line: str) -> str:
     of them, so the newest line and the sweep's table are never the part cut off."""
     parts = note.rstrip().split("\n\n") if note.strip() else []
     earlier = 0
-    if parts and (count := re.fullmatch(r"Earlier head-to-heads: (\d+), .*", parts[-1])):
+    if parts and (count := re.fullmatch(rf"{EARLIER}(\d+), .*", parts[-1])):
         earlier = int(count[1])
         parts.pop()
 
     def joined() -> str:
-        gone = (
-            [f"Earlier head-to-heads: {earlier}, each a run of its own (dinox.role = head_to_head)."] if earlier else []
-        )
+        gone = [f"{EARLIER}{earlier}, each a run of its own (dinox.role = head_to_head)."] if earlier else []
         return "\n\n".join([*parts, line, *gone])
 
     while len(joined()) > MAX_TAG_VAL_LENGTH:

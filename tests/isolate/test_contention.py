@@ -13,6 +13,8 @@ import pytest
 
 from dinox.isolate import contention
 
+BUSY_SINCE = contention._busy_since  # the `box` fixture stubs it; a test of the spans between marks uses it
+
 
 @pytest.fixture
 def box(monkeypatch):
@@ -118,8 +120,9 @@ def test_a_neighbour_that_comes_and_goes_between_trials_is_followed_without_flap
 def test_the_reading_before_a_trial_is_what_others_used_while_the_last_one_ran(box, monkeypatch):
     """No quarter second of its own between trials: the box's and the tree's CPU seconds at the trial's start
     and end (here given), the tree's own work taken out."""
-    ended = contention.Mark(9.9, 99.0, 5.0)  # each quarter-second reading's end, read on from by the next
-    marks = [ended, ended, contention.Mark(10.0, 100.0, 5.0), contention.Mark(20.0, 125.0, 13.0)]
+    monkeypatch.setattr(contention, "_busy_since", BUSY_SINCE)
+    ended = contention.Mark(9.9, 99.0, 5.0)  # the readings' ends, a moment apart: no span to read on from
+    marks = [ended, ended, ended, contention.Mark(10.0, 100.0, 5.0), contention.Mark(20.0, 125.0, 13.0)]
     monkeypatch.setattr(contention, "mark", lambda: marks.pop(0))
     box += [0.0, 0.0]  # the sweep's first reading and trial 1's (here a moment apart: a quarter second each)
     assert contention.follow({}, "trial 1") == ""  # quiet when read, and the trial starts
