@@ -35,6 +35,18 @@ def slow_tests() -> dict[str, float]:
     return out
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Torch inside pytest's own process (a trial's code called in-process) on one thread. On two cores with two
+    # workers each thread's partner shares a core with the other worker, and libgomp's threads spin while they
+    # wait: a 6 s in-process verify took 31 s and twice its CPU in the suite. The call leaves the environment
+    # alone, so every dinox command a test starts runs with the threads a user's would.
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # xdist's controller, which runs no test
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     slow = slow_tests()
     for item in items:
