@@ -122,7 +122,9 @@ SLOT = _tag("trial", "dinox.slot", "the --devices slot(s) the trial ran on")
 CONCURRENT_TRIALS = _tag("trial", "dinox.concurrent_trials", "trials running side by side when it ran (--devices)")
 TORCH_THREADS = _tag("trial", "dinox.torch_threads", "torch's intra-op threads in the child")
 OMP_WAIT_POLICY = _tag(
-    "trial", "dinox.omp_wait_policy", "OpenMP's waiting threads in the child (PASSIVE: they sleep), and who chose it"
+    "trial",
+    "dinox.omp_wait_policy",
+    "OpenMP's waiting threads in the child (PASSIVE: they sleep), and who chose it; a verify run's: as its trial's",
 )
 WORLD_SIZE = _tag("trial", "dinox.world_size", "ranks of a multi-GPU trial (hardware.gpus)")
 RANK = _tag("trial", "dinox.rank", "the rank whose result this is (multi-GPU trials)")

@@ -153,10 +153,37 @@ def trial_ended(parent: Mapping[str, str]) -> None:
         _over_trial = _busy_since(start)  # None (too short, no mark): the next `follow` reads the box itself
 
 
+# The policies a record may name (OpenMP's two; "unset": torch's default, which spins a while).
+POLICIES = ("PASSIVE", "ACTIVE", "unset")
+_held: tuple[str, str] | None = None  # (policy, why) pinned by `hold`: every child then runs with it
+
+
+def hold(recorded_text: str) -> bool:
+    """Give every child from here the policy a trial's record says it ran with (`recorded`'s text, e.g.
+    "PASSIVE (set by dinox: 1.0 cores busy when read)"), whatever the box reads now: `dinox verify` trains the
+    step the trial measured, and its check windows say whether the box moved since. A policy the user sets
+    now is still theirs. False, nothing held, where the text names no policy (an older trial, a damaged tag):
+    the box is read as for any child."""
+    global _held
+    policy, _, why = recorded_text.partition(" (")
+    policy = policy.strip()
+    if policy.upper() in ("PASSIVE", "ACTIVE"):
+        policy = policy.upper()
+    if policy not in POLICIES:
+        return False
+    why = "".join(c if c.isprintable() else " " for c in why.removesuffix(")").strip()[:200])  # the store's text
+    _held = (policy, why)
+    return True
+
+
 def omp_env(parent: Mapping[str, str]) -> dict[str, str]:
     """What dinox adds to a child's environment for OpenMP's waiting threads, and why (see the module)."""
     if "OMP_WAIT_POLICY" in parent:
         return {WHY_VAR: "the user's"}
+    if _held is not None:
+        policy, why = _held
+        held = {WHY_VAR: f"as its trial ran: {why}" if why else "as its trial ran"}
+        return held if policy == "unset" else {"OMP_WAIT_POLICY": policy, **held}
     now = _reading()
     if not now.passive:
         return {WHY_VAR: f"the box was quiet: {now.busy:.1f} cores busy when read"}

@@ -16,6 +16,7 @@ from dinox import record as rec
 from dinox.contract import SLICE_FILE, SM_CLOCK_KEY, TrialResult
 from dinox.decide.routine import unit_costs
 from dinox.errors import DinoxError
+from dinox.isolate import contention
 from dinox.isolate.runner import run_trial
 from dinox.plan.grid import Trial
 from dinox.spec.data_sources import SyntheticData
@@ -263,7 +264,7 @@ def verify(
     workdir: Path,
 ) -> VerifyOutcome:
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
-    result = _train(trial, seconds, epochs, epoch_images, workdir)
+    result = _train(trial, seconds, epochs, epoch_images, workdir, record.tags.get(rec.OMP_WAIT_POLICY, ""))
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
     routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
@@ -287,7 +288,8 @@ def verify(
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"
     tags.update({k: result.tags.get(k, "") for k in (rec.VERIFY_EPOCHS, rec.VERIFY_CHECK_WINDOWS)})
-    tags.update({k: v for k, v in result.tags.items() if k in (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION)})
+    kept = (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION, rec.OMP_WAIT_POLICY)
+    tags.update({k: v for k, v in result.tags.items() if k in kept})
     settings = {
         "seconds": f"{seconds:g}",
         "epochs": str(epochs),
@@ -303,9 +305,12 @@ def verify(
     return done
 
 
-def _train(trial: Trial, seconds: float, epochs: float | None, epoch_images: int, workdir: Path) -> TrialResult:
-    """The child that trains the trial for the slice (its folder under WORKDIR/verify); its result, or
-    VerifyError where it could not start or did not end ok."""
+def _train(
+    trial: Trial, seconds: float, epochs: float | None, epoch_images: int, workdir: Path, omp_policy: str
+) -> TrialResult:
+    """The child that trains the trial for the slice (its folder under WORKDIR/verify), with the OpenMP policy
+    the trial's record names (`omp_policy`, its dinox.omp_wait_policy); its result, or VerifyError where it
+    could not start or did not end ok."""
     if trial.spec.hardware.gpus > 1:
         raise VerifyError("dinox verify trains on one device: hardware.gpus > 1 is not verified yet")
     folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -316,6 +321,7 @@ def _train(trial: Trial, seconds: float, epochs: float | None, epoch_images: int
     except OSError as e:
         raise VerifyError(f"cannot write {folder}: {e.strerror or e}") from None
     timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
+    contention.hold(omp_policy)  # the step the trial measured, its threads waiting as the trial's did
     outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None)
     if outcome.result.status != "ok":
         r = outcome.result

@@ -24,6 +24,7 @@ def box(monkeypatch):
     monkeypatch.setattr(contention, "_trial_start", None)
     monkeypatch.setattr(contention, "_over_trial", None)
     monkeypatch.setattr(contention, "_since", None)
+    monkeypatch.setattr(contention, "_held", None)
     monkeypatch.setattr(contention, "busy_cores", lambda: readings.pop(0))
     monkeypatch.setattr(contention, "_busy_since", lambda start: None)  # every reading from `readings`
     return readings
@@ -34,6 +35,27 @@ def test_a_user_s_own_policy_is_kept(box):
     assert contention.recorded({"OMP_WAIT_POLICY": "ACTIVE", contention.WHY_VAR: "the user's"}) == "ACTIVE (the user's)"
     assert contention.recorded({}) == "unset"
     assert contention.follow({"OMP_WAIT_POLICY": "ACTIVE"}, "trial 1") == ""  # never read: `box` holds none
+
+
+def test_a_held_policy_is_the_trial_s_whatever_the_box_reads(box):
+    """`dinox verify` holds the policy its trial's record names: its child trains the step the trial measured."""
+    box.extend([2.0, 0.0])  # busy now, then quiet: neither is read while a policy is held
+    why = contention.WHY_VAR
+    assert contention.hold("unset (the box was quiet: 0.1 cores busy when read)")
+    assert contention.omp_env({}) == {why: "as its trial ran: the box was quiet: 0.1 cores busy when read"}
+    assert contention.hold("PASSIVE (set by dinox: 1.0 cores busy when read)")
+    env = contention.omp_env({})
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE", why: "as its trial ran: set by dinox: 1.0 cores busy when read"}
+    assert contention.recorded(env) == "PASSIVE (as its trial ran: set by dinox: 1.0 cores busy when read)"
+    assert contention.hold("active (the user's)") and contention.omp_env({})["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert contention.omp_env({"OMP_WAIT_POLICY": "PASSIVE"}) == {why: "the user's"}  # one set now is still theirs
+    assert contention.hold("PASSIVE (a\nforged\x1b[2Jline)")
+    assert contention.omp_env({})[why] == "as its trial ran: a forged [2Jline"  # the store's text, printable
+    assert box == [2.0, 0.0]  # the box was never read
+    contention._held = None
+    for damaged in ("", "spin (x)", "PASSIVE; rm -rf /", "(unset)"):
+        assert not contention.hold(damaged), damaged  # nothing held: the box is read as for any child
+    assert contention.omp_env({})["OMP_WAIT_POLICY"] == "PASSIVE" and box == [0.0]
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 
 import pytest
 from mlflow import MlflowClient
@@ -29,8 +30,16 @@ def measured(tmp_path_factory):
 
 def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(measured):
     work, trial = measured
+    # The trial's record says its threads slept (a busy box then): the slice trains that step, whatever this box
+    # reads now, and its run says so. Without a policy of the user's, as the trial's own command ran.
+    passive = "PASSIVE (set by dinox: 9.9 cores busy when read)"
+    MlflowClient(f"sqlite:///{work / 'mlflow.db'}").set_tag(trial.info.run_id, "dinox.omp_wait_policy", passive)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     proc = run_dinox(
-        ["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.05", "--epoch-images", "16"], cwd=work
+        ["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "0.05", "--epoch-images", "16"],
+        cwd=work,
+        env=env,
+        inherit=False,
     )
     assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr  # held, off, or undecided: each an answer
     first = proc.stdout.splitlines()[0]
@@ -64,6 +73,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     assert m["check_windows_error"] == pytest.approx((at_check - m["verify_wall_s"]) / m["verify_wall_s"])
     assert said.startswith("UNDECIDED: ") == (proc.returncode == 3), said
     assert tags["dinox.verifies"] == trial.info.run_id and tags["dinox.trial_id"] == trial.data.tags["dinox.trial_id"]
+    assert tags["dinox.omp_wait_policy"] == "PASSIVE (as its trial ran: set by dinox: 9.9 cores busy when read)"
     # 16-image epochs of batch 4: the slice crossed epoch boundaries, each epoch of whole steps.
     epochs = json.loads(tags["dinox.verify_epochs"])
     assert m["verify_epochs_ended"] >= 1 and len(epochs) == m["verify_epochs_ended"] + 1
