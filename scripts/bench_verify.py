@@ -150,6 +150,7 @@ def one_round(
         "after_ips": runs.get("verify_check_after_images_per_s"),
         "check_error": runs.get("check_windows_error"),
         "check_windows": runs.get("check_windows", {}),
+        "waits": runs.get("waits", "-"),
         "verify_exit": verified.returncode,
         "said": said[0] if said else verified.stderr.strip()[-200:],
     }
@@ -182,8 +183,13 @@ def _verify_metrics(work: Path) -> dict:
     )
     if not runs:
         return {}
-    windows = json.loads(runs[0].data.tags.get("dinox.verify_check_windows") or "{}")
-    return dict(runs[0].data.metrics) | {"check_windows": windows}
+    tags = runs[0].data.tags
+    windows = json.loads(tags.get("dinox.verify_check_windows") or "{}")
+    # OpenMP's waiting threads in the trial and in the slice (the policy's word, PASSIVE or unset): verify holds
+    # the trial's, so the two differ only where the user set one of their own between the commands.
+    trial = client.get_run(tags["dinox.verifies"]).data.tags.get("dinox.omp_wait_policy", "-")
+    waits = f"{trial.split(' (')[0]} / {tags.get('dinox.omp_wait_policy', '-').split(' (')[0]}"
+    return dict(runs[0].data.metrics) | {"check_windows": windows, "waits": waits}
 
 
 def main() -> int:
@@ -203,6 +209,7 @@ def main() -> int:
     print(f"\n{spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
     columns = ("round", "drift", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
     more = ("forecast error", "boundaries", "check img/s", "after img/s", "error at check", "verify")
+    more += ("threads waiting (trial / slice)",)
     print("| " + " | ".join((*columns, *more)) + " |")
     print("|---" * (len(columns) + len(more)) + "|")
     said = {0: "held", 1: "off", 3: "undecided"}  # verify's exit code
@@ -217,7 +224,7 @@ def main() -> int:
         print(
             f"| {i} | {r.get('drift', '-')} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | "
             f"{r['h2h']} | {fc} | {real} | "
-            f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {word} |"
+            f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {word} | {r.get('waits', '-')} |"
         )
     return 0
 
