@@ -165,6 +165,33 @@ def test_local_results_csv_matches_the_store(oom_sweep):
     assert float(rows[1]["images_per_s"]) == pytest.approx(ok_run.data.metrics["images_per_s"], rel=1e-4)
 
 
+def test_every_name_in_the_store_is_in_the_record(oom_sweep):
+    """A real sweep (an oom and an ok trial) and a real decision on it: every dinox tag, metric and param
+    name the store holds is defined in dinox.record (a trial's params are its spec's field paths)."""
+    from dinox import record
+    from dinox.spec.fields import path_problem
+    from dinox.spec.sections import TrialSpec
+
+    work, _ = oom_sweep
+    days = ["--days", "15", "--dataset-size", "1000", "--epochs", "1", "--out", str(work / "decision")]
+    proc = run_dinox(["decide", "--experiment", "oom_then_ok", *days], cwd=work)
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("oom_then_ok")
+    runs = client.search_runs([exp.experiment_id])
+    roles = {r.data.tags.get(record.ROLE) for r in runs}
+    assert roles == {"sweep", "trial", "decision"}, roles
+    unknown = []
+    for run in runs:
+        role = run.data.tags[record.ROLE]
+        unknown += [t for t in run.data.tags if t.startswith("dinox.") and not record.known(t, "tag")]
+        unknown += [m for m in run.data.metrics if not m.startswith("system/") and not record.known(m, "metric")]
+        for p in run.data.params:
+            ok = path_problem(TrialSpec, p) is None if role == "trial" else record.known(p, "param")
+            unknown += [] if ok else [f"param {p} ({role})"]
+    assert not unknown, sorted(set(unknown))
+
+
 def test_validate_ok(tmp_path):
     (tmp_path / "s.yaml").write_text(TINY.format(name="v"))
     proc = run_dinox(["validate", "s.yaml"], cwd=tmp_path)
@@ -500,33 +527,6 @@ def test_a_ctrl_c_before_the_sweep_opens_is_exit_130_and_says_nothing_was_record
     assert proc.returncode == 130, out + err
     assert "dinox: interrupted by SIGINT" in err and "nothing was recorded" in err, err
     assert "Aborted!" not in err and "Traceback" not in err
-
-
-def test_every_name_in_the_store_is_in_the_record(oom_sweep):
-    """A real sweep (an oom and an ok trial) and a real decision on it: every dinox tag, metric and param
-    name the store holds is defined in dinox.record (a trial's params are its spec's field paths)."""
-    from dinox import record
-    from dinox.spec.fields import path_problem
-    from dinox.spec.sections import TrialSpec
-
-    work, _ = oom_sweep
-    days = ["--days", "15", "--dataset-size", "1000", "--epochs", "1", "--out", str(work / "decision")]
-    proc = run_dinox(["decide", "--experiment", "oom_then_ok", *days], cwd=work)
-    assert proc.returncode in (0, 1, 3), proc.stderr
-    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("oom_then_ok")
-    runs = client.search_runs([exp.experiment_id])
-    roles = {r.data.tags.get(record.ROLE) for r in runs}
-    assert roles == {"sweep", "trial", "decision"}, roles
-    unknown = []
-    for run in runs:
-        role = run.data.tags[record.ROLE]
-        unknown += [t for t in run.data.tags if t.startswith("dinox.") and not record.known(t, "tag")]
-        unknown += [m for m in run.data.metrics if not m.startswith("system/") and not record.known(m, "metric")]
-        for p in run.data.params:
-            ok = path_problem(TrialSpec, p) is None if role == "trial" else record.known(p, "param")
-            unknown += [] if ok else [f"param {p} ({role})"]
-    assert not unknown, sorted(set(unknown))
 
 
 def test_under_mlflow_run_a_refusal_explains_its_failed_run_and_a_stop_says_what_mlflow_run_marks(tmp_path):

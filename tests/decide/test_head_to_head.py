@@ -221,26 +221,6 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     assert "head to head, 5 interleaved rounds:" in line and "pooled, where the sweep had measured" in line, gate.stdout
 
 
-def test_head_to_head_needs_two_trials_a_decision_that_names_them_and_a_store(tmp_path):
-    (tmp_path / "spec.yaml").write_text(SPEC)
-    one = run_dinox(["head-to-head", "spec.yaml", "--run-id", "abc"], cwd=tmp_path)
-    assert one.returncode == 2 and one.stderr.startswith("error: --run-id: a head-to-head needs two trial runs"), one
-    missing = run_dinox(["head-to-head", "spec.yaml", "--decision", "nowhere"], cwd=tmp_path)
-    assert missing.returncode == 2 and missing.stderr.startswith("error: nowhere/decision.json: No such file"), missing
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "decision.json").write_text(json.dumps({"verdict": "GO", "head_to_head": None}))
-    alone = run_dinox(["head-to-head", "spec.yaml", "--decision", "d"], cwd=tmp_path)
-    assert alone.returncode == 2 and "nothing is tied in this decision (verdict GO)" in alone.stderr, alone.stderr
-    (tmp_path / "d" / "decision.json").write_text("[1, 2]")
-    bad = run_dinox(["head-to-head", "spec.yaml", "--decision", "d"], cwd=tmp_path)
-    assert bad.returncode == 2 and "not a dinox decision" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
-    rounds = run_dinox(["head-to-head", "spec.yaml", "--rounds", "4", "--run-id", "a", "--run-id", "b"], cwd=tmp_path)
-    assert rounds.returncode == 2 and "--rounds" in rounds.stderr and "4 is not in the range 5<=x<=9" in rounds.stderr
-    down = ["--tracking-uri", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b"]
-    gone = run_dinox(["head-to-head", "spec.yaml", *down], cwd=tmp_path)
-    assert gone.returncode == 2 and gone.stderr.count("\n") == 1 and "127.0.0.1:9" in gone.stderr, gone.stderr
-
-
 def test_a_reader_that_leaves_does_not_stop_the_rounds(measured):
     from tests.cli.test_closed_stdout import GONE, closed_stdout
 
@@ -283,3 +263,23 @@ def test_ctrl_c_mid_round_keeps_the_rounds_done_and_leaves_no_child(measured):
         ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log"], cwd=tmp_path
     )
     assert gate.returncode in (0, 3) and "interleaved rounds:" in gate.stdout, gate.stdout + gate.stderr
+
+
+def test_head_to_head_needs_two_trials_a_decision_that_names_them_and_a_store(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    one = run_dinox(["head-to-head", "spec.yaml", "--run-id", "abc"], cwd=tmp_path)
+    assert one.returncode == 2 and one.stderr.startswith("error: --run-id: a head-to-head needs two trial runs"), one
+    missing = run_dinox(["head-to-head", "spec.yaml", "--decision", "nowhere"], cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: nowhere/decision.json: No such file"), missing
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "decision.json").write_text(json.dumps({"verdict": "GO", "head_to_head": None}))
+    alone = run_dinox(["head-to-head", "spec.yaml", "--decision", "d"], cwd=tmp_path)
+    assert alone.returncode == 2 and "nothing is tied in this decision (verdict GO)" in alone.stderr, alone.stderr
+    (tmp_path / "d" / "decision.json").write_text("[1, 2]")
+    bad = run_dinox(["head-to-head", "spec.yaml", "--decision", "d"], cwd=tmp_path)
+    assert bad.returncode == 2 and "not a dinox decision" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    rounds = run_dinox(["head-to-head", "spec.yaml", "--rounds", "4", "--run-id", "a", "--run-id", "b"], cwd=tmp_path)
+    assert rounds.returncode == 2 and "--rounds" in rounds.stderr and "4 is not in the range 5<=x<=9" in rounds.stderr
+    down = ["--tracking-uri", "http://127.0.0.1:9", "--run-id", "a", "--run-id", "b"]
+    gone = run_dinox(["head-to-head", "spec.yaml", *down], cwd=tmp_path)
+    assert gone.returncode == 2 and gone.stderr.count("\n") == 1 and "127.0.0.1:9" in gone.stderr, gone.stderr
