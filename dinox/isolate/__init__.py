@@ -5,6 +5,7 @@
 - ``process_tree``: a child's whole tree (its PSS peak, ending it whole); ``lifeline``: processes that die with
   their parent; ``ranks``: one result from the results of a trial's ranks.
 - ``slots``: the devices and cores a child runs on (``dinox run --devices``).
-- ``contention``: a busy box read once before the first child; its children's OpenMP threads then sleep when
-  they wait (``OMP_WAIT_POLICY=PASSIVE``), recorded per trial.
+- ``contention``: a busy box read before the first child and between trials; its children's OpenMP threads
+  then sleep when they wait (``OMP_WAIT_POLICY=PASSIVE``), recorded per trial; or a trial's recorded policy
+  held for every child (``hold``: ``dinox verify``).
 """
