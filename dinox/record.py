@@ -124,7 +124,7 @@ TORCH_THREADS = _tag("trial", "dinox.torch_threads", "torch's intra-op threads i
 OMP_WAIT_POLICY = _tag(
     "trial",
     "dinox.omp_wait_policy",
-    "OpenMP's waiting threads in the child (PASSIVE: they sleep), and who chose it; a verify run's: as its trial's",
+    "OpenMP's waiting threads in the child (PASSIVE: they sleep) and who chose it; also on verify runs and rounds",
 )
 WORLD_SIZE = _tag("trial", "dinox.world_size", "ranks of a multi-GPU trial (hardware.gpus)")
 RANK = _tag("trial", "dinox.rank", "the rank whose result this is (multi-GPU trials)")

@@ -206,6 +206,8 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     assert sorted(int(r.data.metrics["round"]) for r in runs) == sorted(list(range(1, 6)) * 2)
     assert len({r.data.tags["dinox.head_to_head"] for r in runs}) == 1
     assert all("dinox.status" not in r.data.tags for r in runs)  # not trials: the sweep's records stay as they are
+    # Each round says what OpenMP's waiting threads did in it (the box is read again before each round).
+    assert all(r.data.tags["dinox.omp_wait_policy"].startswith(("PASSIVE (", "unset (", "ACTIVE (")) for r in runs)
     out = tmp_path / "after"
     gate = run_dinox(
         ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "100", "--no-log", "--out", str(out)],
