@@ -4,6 +4,7 @@ recommendation, or --run-id), its spec, the slice, the training, the verdict sai
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def verify(
 
     \b
     Trains the trial `dinox decide` recommended (or --run-id) through the same loader, data, epoch boundaries
-    and step as the trial, for --minutes (default 3) or --epochs, then compares the slice's wall time with the
+    and step as the trial (its OpenMP threads waiting as the trial's did), for --minutes (default 3) or
+    --epochs, then compares the slice's wall time with the
     forecast for the same images (decide's figure: images over the timed windows, plus each epoch boundary,
     checkpoint and evaluation pass: the spec's routine, run at its cadence). Records a run
     (dinox.role = verify) beside the trial; `dinox decide` then shows it.
@@ -90,6 +92,12 @@ def verify(
     )
     if why:
         click.echo(f"       {why}")
+    slept = record.tags.get(rec.OMP_WAIT_POLICY, "").startswith("PASSIVE (set by dinox")  # not the tag's text
+    if slept and "OMP_WAIT_POLICY" not in os.environ:
+        click.echo(
+            "       its threads sleep when they wait (OMP_WAIT_POLICY=PASSIVE), as the trial's did on a busy box: "
+            "the step it measured, which a quiet box runs faster with torch's own policy"
+        )
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
     undecided = done.word == "UNDECIDED"

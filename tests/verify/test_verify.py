@@ -44,6 +44,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr  # held, off, or undecided: each an answer
     first = proc.stdout.splitlines()[0]
     assert first.startswith("dinox: verifying ") and "for 0.05 minutes" in first, proc.stdout
+    assert "its threads sleep when they wait (OMP_WAIT_POLICY=PASSIVE), as the trial's did" in proc.stdout
     said = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("HELD: ", "OFF: ", "UNDECIDED: ")))
     assert said.startswith("HELD: ") == (proc.returncode == 0), said
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
