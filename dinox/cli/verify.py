@@ -55,10 +55,10 @@ def verify(
     \b
     Trains the trial `dinox decide` recommended (or --run-id) through the same loader, data, epoch boundaries
     and step as the trial (its OpenMP threads waiting as the trial's did), for --minutes (default 3) or
-    --epochs, then compares the slice's wall time with the
-    forecast for the same images (decide's figure: images over the timed windows, plus each epoch boundary,
-    checkpoint and evaluation pass: the spec's routine, run at its cadence). Records a run
-    (dinox.role = verify) beside the trial; `dinox decide` then shows it.
+    --epochs, then compares the slice's wall time with the forecast for the same images (decide's figure:
+    images over the timed windows, plus each epoch boundary, checkpoint and evaluation pass: the spec's
+    routine, run at its cadence). Records a run (dinox.role = verify) beside the trial; `dinox decide` then
+    shows it.
     Before the slice, windows are timed as the trial timed its: where they run outside the trial's windows by
     more than 5 %, the box (or the process) is not as the trial found it, and a miss cannot say whether the
     forecast or the box is wrong.
