@@ -170,6 +170,7 @@ def hold(recorded_text: str) -> bool:
     if policy.upper() in ("PASSIVE", "ACTIVE"):
         policy = policy.upper()
     if policy not in POLICIES:
+        _held = None
         return False
     why = "".join(c if c.isprintable() else " " for c in why.removesuffix(")").strip()[:200])  # the store's text
     _held = (policy, why)
