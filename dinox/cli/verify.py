@@ -7,11 +7,15 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from dinox.cli.common import SET, TRACKING_URI, BadInput, decision_option, load_trials, read_decision
 from dinox.errors import shell_word
+
+if TYPE_CHECKING:
+    from dinox.store.trial_record import TrialRecord
 
 
 @click.command()
@@ -67,8 +71,8 @@ def verify(
     stand-in was trained.
     """
     from dinox import record as rec
+    from dinox.isolate import contention
     from dinox.store.backend import resolve_tracking_uri
-    from dinox.store.readback import read_run
     from dinox.verify import Forecast
     from dinox.verify import verify as run_verify
     from dinox.verify.run import epoch_images_for, find_trial
@@ -79,11 +83,7 @@ def verify(
     if run_id is None:
         run_id, forecast = _recommended(decision_dir)
     _doc, trials = load_trials(spec_file, None, sets=sets, shrink=shrink)
-    record = read_run(uri, run_id)
-    if record.status != "ok":
-        raise BadInput(
-            f"run {run_id} is not an ok trial (dinox.status {record.status or 'missing'!r}): nothing to verify"
-        )
+    record = _ok_trial(uri, run_id)
     forecast = forecast or Forecast.of_record(record)
     trial = find_trial(record, trials, spec_file, shrink)
     epoch, why = epoch_images_for(trial, epoch_images, seconds if math.isfinite(seconds) else 0.0, forecast)
@@ -92,12 +92,8 @@ def verify(
     )
     if why:
         click.echo(f"       {why}")
-    slept = record.tags.get(rec.OMP_WAIT_POLICY, "").startswith("PASSIVE (set by dinox")  # not the tag's text
-    if slept and "OMP_WAIT_POLICY" not in os.environ:
-        click.echo(
-            "       its threads sleep when they wait (OMP_WAIT_POLICY=PASSIVE), as the trial's did on a busy box: "
-            "the step it measured, which a quiet box runs faster with torch's own policy"
-        )
+    if line := contention.held_notice(record.tags.get(rec.OMP_WAIT_POLICY, ""), os.environ):  # fixed text
+        click.echo(f"       {line}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
     undecided = done.word == "UNDECIDED"
@@ -105,6 +101,18 @@ def verify(
         again = _measure_again(spec_file, sets)
         click.echo(f"       undecided: `{again}` measures the sweep again on the box as it is; verify again then")
     sys.exit(3 if shrink or undecided else 0 if done.word == "HELD" else 1)
+
+
+def _ok_trial(uri: str, run_id: str) -> TrialRecord:
+    """The trial run `run_id` from the store; BadInput where it is not an ok trial."""
+    from dinox.store.readback import read_run
+
+    record = read_run(uri, run_id)
+    if record.status != "ok":
+        raise BadInput(
+            f"run {run_id} is not an ok trial (dinox.status {record.status or 'missing'!r}): nothing to verify"
+        )
+    return record
 
 
 def _slice_seconds(minutes: float | None, epochs: float | None, epoch_images: int | None) -> float:

@@ -158,23 +158,38 @@ POLICIES = ("PASSIVE", "ACTIVE", "unset")
 _held: tuple[str, str] | None = None  # (policy, why) pinned by `hold`: every child then runs with it
 
 
-def hold(recorded_text: str) -> bool:
-    """Give every child from here the policy a trial's record says it ran with (`recorded`'s text, e.g.
-    "PASSIVE (set by dinox: 1.0 cores busy when read)"), whatever the box reads now: `dinox verify` trains the
-    step the trial measured, and its check windows say whether the box moved since. A policy the user sets
-    now is still theirs. False, nothing held, where the text names no policy (an older trial, a damaged tag):
-    the box is read as for any child."""
-    global _held
+def _parse(recorded_text: str) -> tuple[str, str] | None:
+    """(policy, why) of `recorded`'s text, e.g. "PASSIVE (set by dinox: 1.0 cores busy when read)"; None where
+    it names no policy. The why is the store's text: made printable and cut short."""
     policy, _, why = recorded_text.partition(" (")
     policy = policy.strip()
     if policy.upper() in ("PASSIVE", "ACTIVE"):
         policy = policy.upper()
     if policy not in POLICIES:
-        _held = None
-        return False
-    why = "".join(c if c.isprintable() else " " for c in why.removesuffix(")").strip()[:200])  # the store's text
-    _held = (policy, why)
-    return True
+        return None
+    return policy, "".join(c if c.isprintable() else " " for c in why.removesuffix(")").strip()[:200])
+
+
+def hold(recorded_text: str) -> bool:
+    """Give every child from here the policy a trial's record says it ran with (`recorded`'s text), whatever the
+    box reads now: `dinox verify` trains the step the trial measured, and its check windows say whether the box
+    moved since. A policy the user sets now is still theirs. False, nothing held, where the text names no
+    policy (an older trial, a damaged tag): the box is read as for any child."""
+    global _held
+    _held = _parse(recorded_text)
+    return _held is not None
+
+
+def held_notice(recorded_text: str, parent: Mapping[str, str]) -> str:
+    """One line for `dinox verify`'s terminal where holding the trial's policy makes the slice's threads sleep
+    because dinox found the box busy then; "" where it does not (or the user set a policy now)."""
+    held = _parse(recorded_text)
+    if "OMP_WAIT_POLICY" in parent or held is None or held[0] != "PASSIVE" or not held[1].startswith("set by dinox"):
+        return ""
+    return (
+        "its threads sleep when they wait (OMP_WAIT_POLICY=PASSIVE), as the trial's did on a busy box: the step it "
+        "measured, which a quiet box runs faster with torch's own policy"
+    )
 
 
 def omp_env(parent: Mapping[str, str]) -> dict[str, str]:
