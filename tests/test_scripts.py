@@ -32,6 +32,32 @@ def test_bench_overhead_prints_its_figures(tmp_path):
     assert re.search(r"^overhead_per_trial_s\[fork\] \d+\.\d{3} ", out, re.M), out
 
 
+def test_bench_settle_prints_each_way_of_starting_a_window_and_refuses_a_bad_set_in_one_line(tmp_path):
+    """The trial's windows timed three ways in one process (continuous, drained as the trial drains, from a
+    full queue), on a loader with a worker so the steadying has something to drain."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(TINY.format(name="bench_settle") + "loader: {num_workers: 1}\n")
+    out = run_script("bench_settle.py", str(spec), "--rounds", "1", cwd=tmp_path)
+    assert "1 workers (2 batches ready at most), windows of 3 steps, an ablation round between" in out, out
+    assert re.search(r"^round\s+continuous\s+drained\s+full$", out, re.M), out
+    assert re.search(r"^\s+1(\s+\d+\.\d){3}$", out, re.M), out
+    assert re.search(r"^vs continuous drained [+-]\d+\.\d% {2}full [+-]\d+\.\d%$", out, re.M), out
+    steadying = float(re.search(r"^steadying: (\d+\.\d{3}) s in all$", out, re.M).group(1))
+    assert steadying > 0, out  # the drained windows steadied the pipeline; the others never do
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_settle.py"), str(spec), "--set", "batch.nope=1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stdout == "", bad.stdout
+    assert bad.stderr.startswith("error: ") and "batch.nope" in bad.stderr and "Traceback" not in bad.stderr
+    escape = tmp_path / "s\x1b]0;x\x07.yaml"
+    escape.write_text(spec.read_text())
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_settle.py"), str(escape)], capture_output=True)
+    assert bad.returncode == 2 and b"\x1b" not in bad.stdout + bad.stderr and b"printable" in bad.stderr, bad.stderr
+
+
 def test_bench_sweep_prints_each_sides_wall_and_windows(tmp_path):
     spec = tmp_path / "two.yaml"
     spec.write_text(TINY.format(name="bench_sweep") + "sweep:\n  grid:\n    batch.size: [2, 4]\n")
