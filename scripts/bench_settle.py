@@ -31,9 +31,9 @@ PATTERNS = ("continuous", "drained", "full")
 WINDOWS = 3  # per pattern and round
 
 
-def patterns(loop, steps: int, pause_s: float | None) -> dict[str, Callable[[], list[float]]]:  # noqa: ANN001
+def patterns(loop, steps: int, ablation: int, pause_s: float | None) -> dict[str, Callable[[], list[float]]]:  # noqa: ANN001
     """Each pattern's windows (images/s); `loop` is a dinox.measure.loop.Loop past its warm-up."""
-    per_round = max(1, -(-steps // 2))  # as the trial's rounds: half a window's steps (ablation_steps unset)
+    per_round = max(1, -(-ablation // 2))  # as the trial's rounds: half of measure.ablation_steps each
 
     def between() -> None:
         if pause_s is not None:
@@ -99,7 +99,7 @@ def main() -> int:
         f"({ready} batches ready at most), windows of {steps} steps, "
         f"{'an ablation round' if a.pause is None else f'a {a.pause:g} s sleep'} between; images/s"
     )
-    ways = patterns(loop, steps, a.pause)
+    ways = patterns(loop, steps, spec.measure.ablation_steps or steps, a.pause)
     rates: dict[str, list[float]] = {name: [] for name in PATTERNS}
     print("round  " + "  ".join(f"{name:>10}" for name in PATTERNS))
     for r in range(a.rounds):
