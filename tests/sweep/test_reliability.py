@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from dinox.contract import DriftCheck
-from tests.conftest import BACKENDS, SIDE_BY_SIDE, TINY, MlflowServer, backend_uri, run_dinox, trial_process
+from tests.conftest import SIDE_BY_SIDE, TINY, MlflowServer, backend_uri, outage_backend, run_dinox, trial_process
 
 
 def dinox_popen(
@@ -155,15 +155,15 @@ def test_pruning_on_a_real_oom_and_from_the_store(tmp_path):
     assert "] oom      size=1024 |" in proc.stdout, proc.stdout
 
 
-@pytest.fixture(params=BACKENDS)
-def outage_backend(request):
+@pytest.fixture(params=[outage_backend()])
+def outage_store(request):
     return backend_uri(request, "outage")
 
 
-def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_backend):
+def test_tracking_server_dies_mid_sweep_then_sync(tmp_path, outage_store):
     """The store goes away during trial 1 and stays away through the drift check: sync writes every result and the
     drift check (kept in the journal only) once it is back, each on its trial's run once."""
-    server = MlflowServer(tmp_path / "server", outage_backend)
+    server = MlflowServer(tmp_path / "server", outage_store)
     (tmp_path / "server").mkdir()
     server.start()
     try:
