@@ -167,7 +167,10 @@ VERIFY_CHECK_WINDOWS = _tag(
     "each check window's images/s as JSON: before and after the slice (sm_clock_mhz: each one's GPU clock)",
 )
 VERIFY_MOVED = _tag(
-    "verify", "dinox.verify_moved", "true: check windows after the slice >5 % outside the trial's: the box moved"
+    "verify",
+    "dinox.verify_moved",
+    "true: the box moved: check windows after the slice >5 % outside the trial's, or their forecast and the "
+    "trial's on either side of ±5 %",
 )
 VERIFY_VERDICT = _tag(
     "verify", "dinox.verify_verdict", "HELD, OFF or UNDECIDED (the box moved: a match as open as a miss): exit 0, 1, 3"

@@ -63,12 +63,13 @@ def verify(
     images over the timed windows, plus each epoch boundary, checkpoint and evaluation pass: the spec's
     routine, run at its cadence). Records a run (dinox.role = verify) beside the trial; `dinox decide` then
     shows it.
-    Before the slice, windows are timed as the trial timed its: where they run outside the trial's windows by
-    more than 5 %, the box (or the process) is not as the trial found it, and a miss cannot say whether the
-    forecast or the box is wrong.
-    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 undecided: the check windows ran
-    outside the trial's windows, so a match is as open as a miss (measure again, then verify), or a --shrink
-    stand-in was trained.
+    Before and after the slice, windows are timed as the trial timed its: where those after run outside the
+    trial's windows by more than 5 %, or the forecast at their rate and the trial's fall on either side of 5 %,
+    the box (or the process) is not as the trial found it, and a miss cannot say whether the forecast or the box
+    is wrong.
+    Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 undecided: the box moved by the
+    check windows, so a match is as open as a miss (measure again, then verify), or a --shrink stand-in was
+    trained.
     """
     from dinox import record as rec
     from dinox.isolate import contention

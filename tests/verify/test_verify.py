@@ -199,6 +199,52 @@ def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
     assert held.word == "HELD" and off.word == "OFF" and started_slow.word == "OFF"
 
 
+def test_a_verdict_the_box_s_move_decides_is_undecided_whichever_way_it_falls():
+    """The slice's error measured twice: by the sweep's windows (the forecast) and by windows timed as the trial's
+    right after the slice. On either side of 5 %, the box's move between them (under the 5 % that calls a box
+    moved on its own) is what makes the slice held or off: UNDECIDED, a match then as open as a miss. Issue 33's
+    JPEG case (2026-11-29 19:29, round 4): the trial 100.3 img/s, the slice 105.3, the check windows 103.9
+    before and 103.4 after; OFF by 5.1 % before this rule, +1.8 % at the check windows' rate."""
+    from dinox.verify.run import VerifyOutcome
+
+    def outcome(real: float, before: float, after: float | None, plan: float = 100.0) -> VerifyOutcome:
+        own = Forecast(100.0, 99.5, 100.5)
+        f = own if plan == 100.0 else Forecast(plan, plan, plan)  # a tie's plan: the slower trial's figure
+        forecast_s, slow_s, fast_s = slice_forecast(f, 10_000.0, 0)
+        o = VerifyOutcome(
+            "t", "v", 10_000 / real, 10_000.0, 0, 0, forecast_s, slow_s, fast_s, real, f,
+            check_ips=before, after_ips=after, own=own,
+        )  # fmt: skip
+        o.own_error = o.error_at(own, (0.0, 0.0))
+        o.check_error = o.error_at_rate(o.check_rate, (0.0, 0.0))
+        o.after_error = o.error_at_rate(after, (0.0, 0.0))
+        return o
+
+    jpeg = outcome(105.3, 103.9, 103.4)
+    assert not jpeg.held and jpeg.error == pytest.approx(0.053, abs=1e-3)
+    assert jpeg.after_error == pytest.approx(0.0184, abs=1e-3)
+    assert not jpeg.outside(103.4) and jpeg.straddles and jpeg.moved and jpeg.word == "UNDECIDED"
+    assert jpeg.verdict().endswith(
+        "; but windows timed as the trial timed its ran 103.9 img/s before the slice and 103.4 after it, over the "
+        "trial's windows (99.5-100.5), and at their rate the forecast is within 1.8%: the box's move since the "
+        "sweep, under 5% on its own, decides whether the slice held, not the forecast"
+    )
+    lucky = outcome(104.5, 99.5, 99.0)  # held within 4.5 %; at the rate of the windows after it, off by 5.6 %
+    assert lucky.held and lucky.straddles and lucky.word == "UNDECIDED"
+    assert "99.0 after it, under the trial's windows (99.5-100.5), and at their rate the forecast is off by 5.6%" in (
+        lucky.verdict()
+    )
+    # Off by 6.0 %, and by 5.1 % at the rate of the windows after the slice: OFF. Pooled with the young process's
+    # slow windows before it (86.0), the rate would say +2.1 % and make the box's move decide.
+    young = outcome(94.0, 86.0, 99.0)
+    assert not young.straddles and young.word == "OFF" and "only those before it" in young.verdict()
+    assert outcome(100.5, 100.0, 99.8).word == "HELD" and outcome(110.0, 99.0, 100.2).word == "OFF"
+    assert outcome(100.0, 99.0, None).word == "HELD"  # an older child's result: those before decide
+    # A tie planned at the slower trial's 90.0 img/s: that part of the miss is the plan's, not the box's.
+    tie = outcome(100.0, 100.0, 100.0, plan=90.0)
+    assert tie.error == pytest.approx(0.111, abs=1e-3) and not tie.straddles and tie.word == "OFF"
+
+
 def test_the_gpu_s_clock_at_each_check_window_and_epoch_is_kept_and_said(tmp_path, monkeypatch):
     """On a GPU NVML reads, the verify child keeps the SM clock at each check window's end and each epoch's (a GPU
     still ramping up in the process's first seconds, or throttling by the slice's end, shows there), and the
