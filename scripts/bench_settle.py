@@ -2,7 +2,7 @@
 """Do the trial's timed windows time the step continuous training runs? Three ways of starting a window, in one
 process, on the trial's own loader, model and step (TrialRun's setup, as `dinox verify` trains with them):
 
-  continuous  windows back to back after 10 untimed steps: the loader as a training run keeps it
+  continuous  windows back to back after 10 untimed steps (`--lead-in N`: N): the loader as training keeps it
   drained     a round, then the pipeline steadied as the trial does it (dinox.measure.batches.Batches.settle:
               the batches the workers made ready taken untimed, one step on the one waited for), then the window
   full        a round, then the window at once: the workers' queues as the round left them, full
@@ -31,9 +31,17 @@ PATTERNS = ("continuous", "drained", "full")
 WINDOWS = 3  # per pattern and round
 
 
-def patterns(loop, steps: int, ablation: int, pause_s: float | None) -> dict[str, Callable[[], list[float]]]:  # noqa: ANN001
-    """Each pattern's windows (images/s); `loop` is a dinox.measure.loop.Loop past its warm-up."""
+def patterns(  # noqa: ANN001 - loop: a Loop
+    loop, steps: int, ablation: int, pause_s: float | None, lead_in: int, ends: dict[str, list[int]]
+) -> dict[str, Callable[[], list[float]]]:
+    """Each pattern's windows (images/s); `loop` is a dinox.measure.loop.Loop past its warm-up. `ends` gets, by
+    pattern, the batches the workers held ready as each window ended (the queue a drained window refilled)."""
     per_round = max(1, -(-ablation // 2))  # as the trial's rounds: half of measure.ablation_steps each
+
+    def timed(name: str) -> float:
+        ips = loop.window(steps).images_per_s
+        ends[name].append(loop.batches.batches_waiting() or 0)
+        return ips
 
     def between() -> None:
         if pause_s is not None:
@@ -43,9 +51,9 @@ def patterns(loop, steps: int, ablation: int, pause_s: float | None) -> dict[str
         loop.window(per_round, "host")
 
     def continuous() -> list[float]:
-        for _ in range(10):
+        for _ in range(lead_in):
             loop.untimed_step()
-        return [loop.window(steps).images_per_s for _ in range(WINDOWS)]
+        return [timed("continuous") for _ in range(WINDOWS)]
 
     def after_pause(steady: bool) -> list[float]:
         out = []
@@ -53,7 +61,7 @@ def patterns(loop, steps: int, ablation: int, pause_s: float | None) -> dict[str
             between()
             if steady:
                 loop.steady()
-            out.append(loop.window(steps).images_per_s)
+            out.append(timed("drained" if steady else "full"))
         return out
 
     return {"continuous": continuous, "drained": lambda: after_pause(True), "full": lambda: after_pause(False)}
@@ -66,6 +74,7 @@ def main() -> int:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="as dinox run's")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--pause", type=float, help="a sleep of this many seconds between windows instead of a round")
+    p.add_argument("--lead-in", type=int, default=10, help="untimed steps before the continuous windows")
     a = p.parse_args()
 
     if not a.spec.isprintable():  # printed below, and in any error: one line of printable characters, as dinox's
@@ -99,7 +108,8 @@ def main() -> int:
         f"({ready} batches ready at most), windows of {steps} steps, "
         f"{'an ablation round' if a.pause is None else f'a {a.pause:g} s sleep'} between; images/s"
     )
-    ways = patterns(loop, steps, spec.measure.ablation_steps or steps, a.pause)
+    ends: dict[str, list[int]] = {name: [] for name in PATTERNS}
+    ways = patterns(loop, steps, spec.measure.ablation_steps or steps, a.pause, a.lead_in, ends)
     rates: dict[str, list[float]] = {name: [] for name in PATTERNS}
     print("round  " + "  ".join(f"{name:>10}" for name in PATTERNS))
     for r in range(a.rounds):
@@ -111,6 +121,7 @@ def main() -> int:
     print("median " + "  ".join(f"{statistics.median(rates[n]):>10.1f}" for n in PATTERNS))
     print("vs continuous " + "  ".join(f"{n} {statistics.median(rates[n]) / base - 1:+.1%}" for n in PATTERNS[1:]))
     print(f"steadying: {loop.settle_s:.3f} s in all")
+    print("ready as a window ended (median) " + "  ".join(f"{n} {statistics.median(ends[n]):g}" for n in PATTERNS))
     return 0
 
 

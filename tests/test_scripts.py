@@ -44,6 +44,8 @@ def test_bench_settle_prints_each_way_of_starting_a_window_and_refuses_a_bad_set
     assert re.search(r"^vs continuous drained [+-]\d+\.\d% {2}full [+-]\d+\.\d%$", out, re.M), out
     steadying = float(re.search(r"^steadying: (\d+\.\d{3}) s in all$", out, re.M).group(1))
     assert steadying > 0, out  # the drained windows steadied the pipeline; the others never do
+    ends = r"^ready as a window ended \(median\) continuous \d+(\.5)?  drained \d+(\.5)?  full \d+(\.5)?$"
+    assert re.search(ends, out, re.M), out  # the queue each kind of window left: the refill a drained one paid for
     bad = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_settle.py"), str(spec), "--set", "batch.nope=1"],
         cwd=tmp_path,
