@@ -76,7 +76,8 @@ def main() -> int:
     p.add_argument("--pause", type=float, help="a sleep of this many seconds between windows instead of a round")
     p.add_argument("--lead-in", type=int, default=10, help="untimed steps before the continuous windows")
     a = p.parse_args()
-
+    if a.rounds < 1 or a.lead_in < 0 or (a.pause is not None and a.pause < 0):
+        p.error("--rounds is 1 or more, --lead-in and --pause 0 or more")
     if not a.spec.isprintable():  # printed below, and in any error: one line of printable characters, as dinox's
         print(f"error: {a.spec!r}: a path is one line of printable characters", file=sys.stderr)
         return 2
