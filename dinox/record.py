@@ -327,6 +327,9 @@ OWN_WINDOWS_ERROR = _metric(
 CHECK_WINDOWS_ERROR = _metric(
     "verify", "check_windows_error", "the same at the check windows' rate: the forecast's method, the box's move aside"
 )
+CHECK_AFTER_ERROR = _metric(
+    "verify", "check_after_error", "the same at the rate of the check windows after the slice: what verify_moved reads"
+)
 NEEDED_IMAGES_PER_S = _metric("decision", "needed_images_per_s", "the rate the schedule needs to fit the days")
 MODELS = _metric("decision", "models", "models compared")
 RECOMMENDED_DAYS = _metric("decision", "recommended_days", "days the recommended configuration needs")

@@ -149,6 +149,7 @@ def one_round(
         "check_ips": runs.get("verify_check_images_per_s"),
         "after_ips": runs.get("verify_check_after_images_per_s"),
         "check_error": runs.get("check_windows_error"),
+        "after_error": runs.get("check_after_error"),
         "check_windows": runs.get("check_windows", {}),
         "waits": runs.get("waits", "-"),
         "verify_exit": verified.returncode,
@@ -208,7 +209,7 @@ def main() -> int:
         rows = rounds(spec, a)
     print(f"\n{spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
     columns = ("round", "drift", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
-    more = ("forecast error", "boundaries", "check img/s", "after img/s", "error at check", "verify")
+    more = ("forecast error", "boundaries", "check img/s", "after img/s", "error at check", "error after", "verify")
     more += ("threads waiting (trial / slice)",)
     print("| " + " | ".join((*columns, *more)) + " |")
     print("|---" * (len(columns) + len(more)) + "|")
@@ -220,11 +221,13 @@ def main() -> int:
         check = f"{r['check_ips']:.1f}" if r.get("check_ips") else "-"
         after = f"{r['after_ips']:.1f}" if r.get("after_ips") else "-"
         at_check = f"{r['check_error']:+.1%}" if r.get("check_error") is not None else "-"
+        at_after = f"{r['after_error']:+.1%}" if r.get("after_error") is not None else "-"
         word = said.get(r.get("verify_exit"), "-") if "verify_exit" in r else "-"
         print(
             f"| {i} | {r.get('drift', '-')} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | "
             f"{r['h2h']} | {fc} | {real} | "
-            f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {word} | {r.get('waits', '-')} |"
+            f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {at_after} | {word} | "
+            f"{r.get('waits', '-')} |"
         )
     return 0
 

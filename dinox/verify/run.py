@@ -326,8 +326,9 @@ def verify(
     done.own_error = metrics[rec.OWN_WINDOWS_ERROR] = done.error_at(own, routine_done)
     done.check_error = done.error_at_rate(done.check_rate, routine_done)
     done.after_error = done.error_at_rate(done.after_ips, routine_done)
-    if done.check_error is not None:
-        metrics[rec.CHECK_WINDOWS_ERROR] = done.check_error
+    for name, value in ((rec.CHECK_WINDOWS_ERROR, done.check_error), (rec.CHECK_AFTER_ERROR, done.after_error)):
+        if value is not None:
+            metrics[name] = value
     tags = {rec.VERIFIES: record.run_id, rec.TRIAL_ID: trial.trial_id, rec.VERIFY_MOVED: str(done.moved).lower()}
     tags[rec.VERIFY_VERDICT] = done.word
     if trial.spec.shrunk:

@@ -57,7 +57,8 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     # Moved: outside them by more than 5 %, or the forecast at their rate on the other side of 5 % than the
     # trial's forecast (a tie's plan added back): the box's move decided the verdict.
     at_after = m["verify_images"] / after + m["verify_epochs_ended"] * t["epoch_boundary_s"]
-    boxless = (at_after - m["verify_wall_s"]) / m["verify_wall_s"] + m["forecast_error"] - m["own_windows_error"]
+    assert m["check_after_error"] == pytest.approx((at_after - m["verify_wall_s"]) / m["verify_wall_s"])
+    boxless = m["check_after_error"] + m["forecast_error"] - m["own_windows_error"]
     straddles = (abs(boxless) <= 0.05) != (abs(m["forecast_error"]) <= 0.05)
     moved = not low * 0.95 <= after <= high * 1.05 or straddles
     assert tags["dinox.verify_moved"] == str(moved).lower(), (after, low, high, boxless, m["forecast_error"])
