@@ -8,11 +8,12 @@ process, on the trial's own loader, model and step (TrialRun's setup, as `dinox 
   full        a round, then the window at once: the workers' queues as the round left them, full
 
 The round is what a trial runs between two timed windows: its ablation windows (compute alone on a batch
-already on the device, then a host batch copied each step), half a window's steps each, while the workers keep
-loading and nothing takes their batches (`--pause S`: a sleep of S seconds instead). Where `drained` and
-`continuous` agree, the windows time the step training runs; where `full` runs above them, a window that
-skipped the steadying is flattered by the backlog (a loader-bound trial). The patterns alternate, their order
-rotated each round:
+already on the device, then a host batch copied each step), half of measure.ablation_steps each (a window's
+steps unless set), while the workers keep loading and nothing takes their batches (`--pause S`: a sleep of S
+seconds instead). Where `drained` and `continuous` agree, the windows time the step training runs; where
+`full` runs above them, a window that skipped the steadying is flattered by the backlog (a loader-bound trial).
+The batches the workers held ready as each window ended are printed too: a drained window that ends with the
+queue full has refilled it inside its own time. The patterns alternate, their order rotated each round:
 
     python scripts/bench_settle.py SPEC                          # the grid's first trial, 4 rounds
     python scripts/bench_settle.py SPEC --trial 2 --rounds 6 --pause 1
