@@ -134,7 +134,13 @@ class VerifyOutcome:
         timed: the process is then as old as the slice's bulk, where the windows before it, in its first
         seconds, ran 10-18 % under the slice and 8-13 % under the trial's slowest window on an H200 (three times
         of three) with nothing else on the box. A child without them (older) is read by the windows before."""
-        return self.outside(self.after_ips if self.after_ips else self.check_ips) or self.straddles
+        return self.left_trial_windows or self.straddles
+
+    @property
+    def left_trial_windows(self) -> bool:
+        """The check windows after the slice (before it, where a child timed none after) ran outside the trial's
+        windows by more than the tolerance."""
+        return self.outside(self.after_ips if self.after_ips else self.check_ips)
 
     @property
     def boxless_error(self) -> float | None:
@@ -190,7 +196,7 @@ class VerifyOutcome:
         checks += f"{' and ' if checks else ''}{self.after_ips:.1f} after it" if self.after_ips else ""
         checks += self.clocks_said()
         timed, trials = "windows timed as the trial timed its ran", f"({own.slow_ips:.1f}-{own.fast_ips:.1f})"
-        if self.outside(self.after_ips if self.after_ips else self.check_ips):
+        if self.left_trial_windows:
             return (
                 f"; but {timed} {checks}, outside the trial's windows {trials} by more than {TOLERANCE:.0%}: this box "
                 "(or process) is not as the trial found it, so "
