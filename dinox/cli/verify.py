@@ -58,7 +58,8 @@ def verify(
 
     \b
     Trains the trial `dinox decide` recommended (or --run-id) through the same loader, data, epoch boundaries
-    and step as the trial (its OpenMP threads waiting as the trial's did), for --minutes (default 3) or
+    and step as the trial (its OpenMP threads waiting as they did where the forecast was measured: the trial, or
+    the head-to-head rounds a decision planned with), for --minutes (default 3) or
     --epochs, then compares the slice's wall time with the forecast for the same images (decide's figure:
     images over the timed windows, plus each epoch boundary, checkpoint and evaluation pass: the spec's
     routine, run at its cadence). Records a run (dinox.role = verify) beside the trial; `dinox decide` then
@@ -76,7 +77,7 @@ def verify(
     from dinox.store.backend import resolve_tracking_uri
     from dinox.verify import Forecast
     from dinox.verify import verify as run_verify
-    from dinox.verify.run import epoch_images_for, find_trial
+    from dinox.verify.run import epoch_images_for, find_trial, held_policy
 
     seconds = _slice_seconds(minutes, epochs, epoch_images)
     uri = resolve_tracking_uri(tracking_uri)
@@ -93,10 +94,19 @@ def verify(
     )
     if why:
         click.echo(f"       {why}")
-    if line := contention.held_notice(record.tags.get(rec.OMP_WAIT_POLICY, ""), os.environ):  # fixed text
+    policy, forecasts = held_policy(record, forecast)
+    if forecasts:  # words of a closed set (contention.POLICIES), never the store's text
+        click.echo(
+            f"       its forecast was measured with OMP_WAIT_POLICY={contention.policy_of(policy)} (the decision's "
+            "head-to-head rounds, or the verification it planned with), the trial's own windows with "
+            f"{contention.policy_of(record.tags.get(rec.OMP_WAIT_POLICY, '')) or 'none recorded'}: the slice trains "
+            "the forecast's step, and its check windows are held against the forecast's range"
+        )
+    whose = "the forecast's measurement" if forecasts else "the trial's"
+    if line := contention.held_notice(policy, os.environ, whose):  # fixed text
         click.echo(f"       {line}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
-    _say(done, record.metrics.get(rec.IMAGES_PER_S, 0.0), shrink)
+    _say(done, done.trial_windows.ips, shrink)
     undecided = done.word == "UNDECIDED"
     if undecided and not shrink:
         again = _measure_again(spec_file, sets)
@@ -178,6 +188,7 @@ def _recommended(folder: str):  # noqa: ANN202 - (run id, Forecast)
             f"decision {shown}",
             float(routine.get("checkpoint_s") or 0.0),
             float(routine.get("eval_s") or 0.0),
+            _policy_text(best.get("omp_wait_policy")),
         )
         run_id = str(best["run_id"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -188,3 +199,12 @@ def _recommended(folder: str):  # noqa: ANN202 - (run id, Forecast)
     ):  # a forecast no decide writes: NaN or a negative rate would pass as a figure
         raise BadInput(f"{shown}: not a dinox decision (its forecast holds a rate or cost that is not a finite figure)")
     return run_id, forecast
+
+
+def _policy_text(value: object) -> str:
+    """decision.json's omp_wait_policy: text, or "" where the decision (an older one) names none."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"omp_wait_policy is {type(value).__name__}, not text")
+    return value

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from dinox import record as rec
+from dinox.isolate.contention import policy_of
 from dinox.store.trial_record import MAX_IMAGES_PER_S_PER_DEVICE, TrialRecord, code_span
 
 MIN_ROUNDS = 5
@@ -45,6 +46,7 @@ class Round:
     slow_ips: float
     fast_ips: float
     windows: int
+    omp_policy: str = ""  # what its child's OpenMP threads did (dinox.omp_wait_policy's text): "" not recorded
 
 
 @dataclass(frozen=True)
@@ -83,14 +85,29 @@ class HeadToHead:
     def of(self, run: str) -> list[Round]:
         return [r for r in self.rounds if r.trial_run == run]
 
+    def policy(self, run: str) -> str:
+        """The OpenMP policy (dinox.omp_wait_policy's text) of its latest round: the step its plan's figure is of,
+        which `dinox verify` trains."""
+        rs = self.of(run)
+        return max(rs, key=lambda r: r.number).omp_policy if rs else ""
+
+    def planning(self, run: str) -> list[Round]:
+        """Its rounds under its latest round's OpenMP policy. dinox reads the box before each round and makes
+        the threads sleep where it is busy, so a neighbour that came or went mid head-to-head leaves rounds of two
+        steps (on a small CPU step sleeping threads run at about half the rate): each round still orders its
+        pair, both measured under one policy, but a figure pooled over both steps is of neither."""
+        word = policy_of(self.policy(run))
+        return [r for r in self.of(run) if policy_of(r.omp_policy) == word]
+
     def pooled(self, run: str) -> float:
-        """Images over wall time across its rounds: each round times the same images, so the harmonic mean."""
-        rates = [r.images_per_s for r in self.of(run)]
+        """Images over wall time across its rounds of one step (`planning`): each round times the same images,
+        so the harmonic mean."""
+        rates = [r.images_per_s for r in self.planning(run)]
         return len(rates) / sum(1 / x for x in rates) if rates else math.nan
 
     def span(self, run: str) -> tuple[float, float, int]:
-        """Its slowest and fastest window over the rounds, and the windows behind them."""
-        rs = self.of(run)
+        """Its slowest and fastest window over its rounds of one step (`planning`), and the windows behind them."""
+        rs = self.planning(run)
         return min(r.slow_ips for r in rs), max(r.fast_ips for r in rs), sum(r.windows for r in rs)
 
     def paired(self, a: str, b: str) -> tuple[int, int]:
@@ -163,7 +180,8 @@ def read(records: list[TrialRecord]) -> dict[str, HeadToHead]:
             continue  # another tool's run, or an edited store: not a round
         slow, fast = (x if math.isfinite(x) and x > 0 else ips for x in (m.get(k, ips) for k in _ENDS))
         h = groups.setdefault(group, HeadToHead(group))
-        h.rounds.append(Round(run, number, ips, min(slow, ips), max(fast, ips), windows or 1))
+        policy = r.tags.get(rec.OMP_WAIT_POLICY, "")
+        h.rounds.append(Round(run, number, ips, min(slow, ips), max(fast, ips), windows or 1, policy))
     latest: dict[str, HeadToHead] = {}
     for group in sorted(groups):  # its id begins with when it started (GROUP_FORMAT)
         for run in groups[group].runs:

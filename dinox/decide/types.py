@@ -90,6 +90,10 @@ class Candidate:
     rematch: Rematch | None = None  # measured again head to head: its rounds replaced the sweep's figures
     sweep: str = ""  # the sweep (parent run) that measured it: ranges from two sweeps order them only if
     # the box did not move between them (dinox.decide.occasions)
+    # What OpenMP's waiting threads did in the measurement its forecast comes from (dinox.omp_wait_policy's
+    # text): the trial's, its head-to-head's latest rounds', or the verification's whose rate replaced them.
+    # `dinox verify` trains with it, so the slice is the step the forecast measured. "" where not recorded.
+    omp_policy: str = ""
 
     @property
     def rates(self) -> tuple[float, float, float]:

@@ -155,7 +155,7 @@ def trial_ended(parent: Mapping[str, str]) -> None:
 
 # The policies a record may name (OpenMP's two; "unset": torch's default, which spins a while).
 POLICIES = ("PASSIVE", "ACTIVE", "unset")
-_held: tuple[str, str] | None = None  # (policy, why) pinned by `hold`: every child then runs with it
+_held: tuple[str, str, str] | None = None  # (policy, why, whose) pinned by `hold`: every child then runs with it
 
 
 def _parse(recorded_text: str) -> tuple[str, str] | None:
@@ -170,24 +170,33 @@ def _parse(recorded_text: str) -> tuple[str, str] | None:
     return policy, "".join(c if c.isprintable() else " " for c in why.removesuffix(")").strip()[:200])
 
 
-def hold(recorded_text: str) -> bool:
-    """Give every child from here the policy a trial's record says it ran with (`recorded`'s text), whatever the
-    box reads now: `dinox verify` trains the step the trial measured, and its check windows say whether the box
-    moved since. A policy the user sets now is still theirs. False, nothing held, where the text names no
-    policy (an older trial, a damaged tag): the box is read as for any child."""
+def policy_of(recorded_text: str) -> str:
+    """The policy a record's text names ("PASSIVE", "ACTIVE", "unset"); "" where it names none."""
+    parsed = _parse(recorded_text)
+    return parsed[0] if parsed else ""
+
+
+def hold(recorded_text: str, whose: str = "its trial ran") -> bool:
+    """Give every child from here the policy a record says its measurement ran with (`recorded`'s text),
+    whatever the box reads now: `dinox verify` trains the step its forecast measured (`whose` names that
+    measurement in the child's record), and its check windows say whether the box moved since. A policy the
+    user sets now is still theirs. False, nothing held, where the text names no policy (an older trial, a
+    damaged tag): the box is read as for any child."""
     global _held
-    _held = _parse(recorded_text)
+    parsed = _parse(recorded_text)
+    _held = (*parsed, whose) if parsed else None
     return _held is not None
 
 
-def held_notice(recorded_text: str, parent: Mapping[str, str]) -> str:
-    """One line for `dinox verify`'s terminal where holding the trial's policy makes the slice's threads sleep
-    because dinox found the box busy then; "" where it does not (or the user set a policy now)."""
+def held_notice(recorded_text: str, parent: Mapping[str, str], whose: str = "the trial's") -> str:
+    """One line for `dinox verify`'s terminal where holding the policy its forecast was measured with (`whose`
+    measurement: the trial's, or its head-to-head rounds') makes the slice's threads sleep because dinox found
+    the box busy then; "" where it does not (or the user set a policy now)."""
     held = _parse(recorded_text)
-    if "OMP_WAIT_POLICY" in parent or held is None or held[0] != "PASSIVE" or not held[1].startswith("set by dinox"):
+    if "OMP_WAIT_POLICY" in parent or held is None or held[0] != "PASSIVE" or "set by dinox" not in held[1]:
         return ""
     return (
-        "its threads sleep when they wait (OMP_WAIT_POLICY=PASSIVE), as the trial's did on a busy box: the step it "
+        f"its threads sleep when they wait (OMP_WAIT_POLICY=PASSIVE), as {whose} did on a busy box: the step "
         "measured, which a quiet box runs faster with torch's own policy"
     )
 
@@ -197,8 +206,8 @@ def omp_env(parent: Mapping[str, str]) -> dict[str, str]:
     if "OMP_WAIT_POLICY" in parent:
         return {WHY_VAR: "the user's"}
     if _held is not None:
-        policy, why = _held
-        held = {WHY_VAR: f"as its trial ran: {why}" if why else "as its trial ran"}
+        policy, why, whose = _held
+        held = {WHY_VAR: f"as {whose}: {why}" if why else f"as {whose}"}
         return held if policy == "unset" else {"OMP_WAIT_POLICY": policy, **held}
     now = _reading()
     if not now.passive:

@@ -115,7 +115,8 @@ def _measure(uri: str, group: str, number: int, x: Leader, trial: Trial, folder:
     log_beside(uri, x.record.experiment_id, "head_to_head", name, {}, kept, tags, note)
     windows = int(m.get(rec.WINDOWS, 1))
     slow, fast = m.get(rec.IMAGES_PER_S_MIN, m[rec.IMAGES_PER_S]), m.get(rec.IMAGES_PER_S_MAX, m[rec.IMAGES_PER_S])
-    return Round(x.record.run_id, number, m[rec.IMAGES_PER_S], slow, fast, windows)
+    policy = result.tags.get(rec.OMP_WAIT_POLICY, "")
+    return Round(x.record.run_id, number, m[rec.IMAGES_PER_S], slow, fast, windows, policy)
 
 
 # What a round keeps of its child's result: the windows' rate and range, and what the box did meanwhile.

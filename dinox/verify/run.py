@@ -44,6 +44,9 @@ class Forecast:
     source: str = ""
     checkpoint_s: float = 0.0  # one checkpoint save, as the trial measured it (routine:)
     eval_s: float = 0.0  # one evaluation pass of routine.eval_images, as decide charges it
+    # What OpenMP's waiting threads did where the rate was measured (dinox.omp_wait_policy's text: the trial's,
+    # or the head-to-head rounds' a decision planned with): the slice trains with it. "" where not recorded.
+    omp_policy: str = ""
 
     @classmethod
     def of_record(cls, r: TrialRecord) -> Forecast:
@@ -55,7 +58,7 @@ class Forecast:
         checkpoint_s, eval_s = unit_costs(r.params, m)  # the slice's cadence gives the counts
         return cls(
             ips, min(slow, ips), max(fast, ips), r.epoch_boundary_s, f"trial run {r.run_id}",
-            checkpoint_s, eval_s,
+            checkpoint_s, eval_s, r.tags.get(rec.OMP_WAIT_POLICY, ""),
         )  # fmt: skip
 
 
@@ -314,12 +317,12 @@ def verify(
     workdir: Path,
 ) -> VerifyOutcome:
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
-    result = _train(trial, seconds, epochs, epoch_images, workdir, record.tags.get(rec.OMP_WAIT_POLICY, ""))
+    own = own_windows(record, forecast)
+    result = _train(trial, seconds, epochs, epoch_images, workdir, *held_policy(record, forecast))
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
     routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
     forecast_s, slow_s, fast_s = slice_forecast(forecast, images, ended, *routine_done)
-    own = Forecast.of_record(record)
     done = VerifyOutcome(
         record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
         m[rec.VERIFY_IMAGES_PER_S], forecast, check_ips=m.get(rec.VERIFY_CHECK_IMAGES_PER_S), own=own,
@@ -357,12 +360,35 @@ def verify(
     return done
 
 
+def held_policy(record: TrialRecord, forecast: Forecast) -> tuple[str, bool]:
+    """The OpenMP policy the slice trains with (dinox.omp_wait_policy's text), and whether it is the forecast's
+    rather than the trial's: a head-to-head's rounds (or a verification a decision planned with) may have run
+    under another policy than the trial's sweep, and the slice trains the step its forecast measured."""
+    trials = record.tags.get(rec.OMP_WAIT_POLICY, "")
+    if contention.policy_of(forecast.omp_policy) not in ("", contention.policy_of(trials)):
+        return forecast.omp_policy, True
+    return trials, False
+
+
+def own_windows(record: TrialRecord, forecast: Forecast) -> Forecast:
+    """The trained trial's own windows, which the check windows are held against: the sweep's, unless the
+    forecast's measurement ran under another OpenMP policy (then the sweep's windows timed another step than
+    the slice trains, and the forecast's own range stands in for them)."""
+    return forecast if held_policy(record, forecast)[1] else Forecast.of_record(record)
+
+
 def _train(
-    trial: Trial, seconds: float, epochs: float | None, epoch_images: int, workdir: Path, omp_policy: str
+    trial: Trial,
+    seconds: float,
+    epochs: float | None,
+    epoch_images: int,
+    workdir: Path,
+    omp_policy: str,
+    forecasts: bool,
 ) -> TrialResult:
     """The child that trains the trial for the slice (its folder under WORKDIR/verify), with the OpenMP policy
-    the trial's record names (`omp_policy`, its dinox.omp_wait_policy); its result, or VerifyError where it
-    could not start or did not end ok."""
+    `omp_policy` (dinox.omp_wait_policy's text: the forecast's measurement's where `forecasts`, else the
+    trial's; see held_policy); its result, or VerifyError where it could not start or did not end ok."""
     if trial.spec.hardware.gpus > 1:
         raise VerifyError("dinox verify trains on one device: hardware.gpus > 1 is not verified yet")
     folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -373,7 +399,8 @@ def _train(
     except OSError as e:
         raise VerifyError(f"cannot write {folder}: {e.strerror or e}") from None
     timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
-    contention.hold(omp_policy)  # the step the trial measured, its threads waiting as the trial's did
+    # The step the forecast measured, its threads waiting as they did there; the child's record says whose.
+    contention.hold(omp_policy, "its forecast was measured" if forecasts else "its trial ran")
     outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None)
     if outcome.result.status != "ok":
         r = outcome.result

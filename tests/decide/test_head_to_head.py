@@ -36,10 +36,14 @@ def test_the_order_needs_a_sign_test_at_one_in_sixteen_over_five_rounds_or_more(
     assert h2h.sign_test(5, 0) == pytest.approx(1 / 16) and h2h.sign_test(8, 1) == pytest.approx(20 / 512)
 
 
-def _round(trial: str, number: int, ips: float, group: str = "20261126T150000-box-1", **extra) -> TrialRecord:
+def _round(
+    trial: str, number: int, ips: float, group: str = "20261126T150000-box-1", policy: str = "", **extra
+) -> TrialRecord:
     metrics = {"images_per_s": ips, "images_per_s_min": ips * 0.997, "images_per_s_max": ips * 1.003, "windows": 3.0}
     metrics |= {"round": float(number), **extra}
     tags = {"dinox.role": "head_to_head", "dinox.remeasures": trial, "dinox.head_to_head": group}
+    if policy:
+        tags["dinox.omp_wait_policy"] = policy
     return TrialRecord(f"{trial}-{group}-{number}", "0", f"round {number}", {}, metrics, tags)
 
 
@@ -100,6 +104,55 @@ def test_a_settled_head_to_head_orders_the_tie_and_the_plan_takes_the_rounds_fig
     schema = json.loads((ROOT / "docs" / "decision.schema.json").read_text())
     for decision in (before, after):
         jsonschema.validate(report_json.to_json(decision), schema)
+
+
+def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_path):
+    """A neighbour arrived mid head-to-head: rounds 1-3 ran with torch's own policy (spinning threads, as the
+    sweep's trials did), rounds 4-7 with OMP_WAIT_POLICY=PASSIVE, slower. Each round orders its pair
+    (one policy for both), so 64x4 is faster in 7 of 7; the plan pools only the rounds of the latest step, and
+    decision.json names that step, which `dinox verify` then trains (its check windows held against the rounds'
+    range, not the sweep's windows of the other step)."""
+    from dinox.cli.verify import _recommended
+    from dinox.verify.run import held_policy, own_windows
+
+    quiet, busy = (
+        "unset (the box was quiet: 0.1 cores busy when read)",
+        "PASSIVE (set by dinox: 1.3 cores busy when read)",
+    )
+    first, second = [24.90, 25.01, 24.98, 23.40, 23.42, 23.39, 23.41], [25.22, 25.30, 25.26, 23.60, 23.63, 23.59, 23.61]
+    records = [
+        _round(trial, i + 1, x, policy=quiet if i < 3 else busy)
+        for trial, rates in ((FIRST, first), (SECOND, second))
+        for i, x in enumerate(rates)
+    ]
+    rounds = h2h.read(records)
+    rows = study.study()
+    for row in rows:
+        row["tags"]["dinox.omp_wait_policy"] = quiet  # the sweep: a quiet box
+    d = decide.decide(study.records(rows), BUDGET, rematches=rounds)
+    large = next(m for m in d.models if m.name.startswith("vit_large"))
+    assert large.best.run_id == SECOND and large.tied == [] and large.bouts[0].won == 7
+    assert large.span.forecast_ips == pytest.approx(4 / sum(1 / x for x in second[3:]))  # the busy rounds' step only
+    assert large.span.slow_ips == pytest.approx(23.59 * 0.997) and large.best.rematch.rounds == 4
+    assert large.best.omp_policy == busy
+    small = next(m for m in d.models if m is not large and m.best is not None)
+    assert small.best.omp_policy == quiet  # no rounds: its sweep's own step
+    payload = report_json.to_json(d)
+    assert payload["recommended"]["omp_wait_policy"] == busy
+    import jsonschema
+
+    jsonschema.validate(payload, json.loads((ROOT / "docs" / "decision.schema.json").read_text()))
+    (tmp_path / "decision.json").write_text(report_json.dumps(d))
+    run_id, forecast = _recommended(str(tmp_path))
+    record = next(r for r in study.records(rows) if r.run_id == run_id)
+    assert held_policy(record, forecast) == (busy, True)
+    assert own_windows(record, forecast) is forecast  # the sweep's windows timed the other step
+    same = type(forecast)(forecast.ips, forecast.slow_ips, forecast.fast_ips, omp_policy="unset (the user's)")
+    assert held_policy(record, same) == (quiet, False) and own_windows(record, same).ips == 23.51
+    for forged in ({"omp_wait_policy": 7}, {"omp_wait_policy": ["PASSIVE"]}):
+        (tmp_path / "decision.json").write_text(json.dumps({"recommended": payload["recommended"] | forged}))
+        with pytest.raises(Exception, match="not a dinox decision .TypeError: omp_wait_policy is"):
+            _recommended(str(tmp_path))
 
 
 def test_a_trial_settled_slower_than_a_tied_one_is_out_of_the_plan():
@@ -221,6 +274,15 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     assert "Head-to-head " in parent.data.tags["mlflow.note.content"] and "pooled over the rounds" in proc.stdout
     line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("leaders: "))
     assert "head to head, 5 interleaved rounds:" in line and "pooled, where the sweep had measured" in line, gate.stdout
+    # The step the plan's figure is of, for `dinox verify` to train: the best trial's latest round's (GO or not).
+    best, recommended = model["best"], json.loads((out / "decision.json").read_text())["recommended"]
+    latest = max((r for r in runs if r.data.tags["dinox.remeasures"] == best["run_id"]), key=_round_number)
+    assert best["omp_policy"] == latest.data.tags["dinox.omp_wait_policy"], best
+    assert recommended is None or recommended["omp_wait_policy"] == best["omp_policy"], recommended
+
+
+def _round_number(run) -> float:  # noqa: ANN001 - an MLflow Run
+    return run.data.metrics["round"]
 
 
 def test_a_reader_that_leaves_does_not_stop_the_rounds(measured):
