@@ -93,7 +93,7 @@ def candidate(
         epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
         epoch_boundary_s=r.epoch_boundary_s,
         sweep=r.tags.get(rec.PARENT_RUN, ""),
-        omp_policy=r.tags.get(rec.OMP_WAIT_POLICY, ""),
+        omp_wait_policy=r.tags.get(rec.OMP_WAIT_POLICY, ""),
     )
     _apply_head_to_head(c, rematch)
     _apply_verification(c, verify)
@@ -115,7 +115,7 @@ def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
     if not c.slow_ips <= ips <= c.fast_ips:
         if not c.verified.moved:
             c.windows_ips, c.measured_ips = c.measured_ips, ips
-            c.omp_policy = verify.tags.get(rec.OMP_WAIT_POLICY, "")  # real training's rate: the step it trained
+            c.omp_wait_policy = verify.tags.get(rec.OMP_WAIT_POLICY, "")  # real training's rate: the step it trained
         c.window_min_ips, c.window_max_ips = min(c.slow_ips, ips), max(c.fast_ips, ips)
         c.widened = True
 
@@ -128,7 +128,7 @@ def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
     slow, fast, windows = h.span(c.run_id)
     c.rematch = Rematch(h.group, len(h.planning(c.run_id)), c.measured_ips, (c.slow_ips, c.fast_ips))
     c.measured_ips, c.window_min_ips, c.window_max_ips, c.windows = h.pooled(c.run_id), slow, fast, windows
-    c.omp_policy = h.policy(c.run_id)  # the step the rounds measured: verify trains it
+    c.omp_wait_policy = h.policy(c.run_id)  # the step the rounds measured: verify trains it
 
 
 def _rate(value: float | None) -> float | None:

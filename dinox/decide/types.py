@@ -93,7 +93,7 @@ class Candidate:
     # What OpenMP's waiting threads did in the measurement its forecast comes from (dinox.omp_wait_policy's
     # text): the trial's, its head-to-head's latest rounds', or the verification's whose rate replaced them.
     # `dinox verify` trains with it, so the slice is the step the forecast measured. "" where not recorded.
-    omp_policy: str = ""
+    omp_wait_policy: str = ""
 
     @property
     def rates(self) -> tuple[float, float, float]:

@@ -29,7 +29,7 @@ _JSON = TypeAdapter(dict[str, Any])
 # combined[]: measured is the median over every pair that made the changes (was one pair's), with pairs,
 # ratios, noise (each pair's) and multiplies (every pair's ratio within its noise of the product); lead
 # (recommended and each model: the fastest-measured trial of a tie, which the recommendation is not: it is the
-# tie's slowest, the trial the plan's figure comes from); recommended.omp_wait_policy and best.omp_policy (what
+# tie's slowest, the trial the plan's figure comes from); recommended.omp_wait_policy and best.omp_wait_policy (what
 # OpenMP's waiting threads did in the measurement the forecast comes from: `dinox verify` trains with it).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
@@ -147,7 +147,7 @@ def _recommended(rec: ModelVerdict | None) -> dict[str, Any] | None:
         "margin_days": rec.margin_days,
         "epoch_start_s": rec.best.epoch_start_s,
         "epoch_boundary_s": rec.best.epoch_boundary_s,
-        "omp_wait_policy": rec.best.omp_policy or None,
+        "omp_wait_policy": rec.best.omp_wait_policy or None,
         "routine": asdict(rec.best.routine) | {"seconds": rec.best.routine.seconds},
         "profile": rec.best.profile,
         "device": rec.device,

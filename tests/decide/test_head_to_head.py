@@ -134,9 +134,9 @@ def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_p
     assert large.best.run_id == SECOND and large.tied == [] and large.bouts[0].won == 7
     assert large.span.forecast_ips == pytest.approx(4 / sum(1 / x for x in second[3:]))  # the busy rounds' step only
     assert large.span.slow_ips == pytest.approx(23.59 * 0.997) and large.best.rematch.rounds == 4
-    assert large.best.omp_policy == busy
+    assert large.best.omp_wait_policy == busy
     small = next(m for m in d.models if m is not large and m.best is not None)
-    assert small.best.omp_policy == quiet  # no rounds: its sweep's own step
+    assert small.best.omp_wait_policy == quiet  # no rounds: its sweep's own step
     payload = report_json.to_json(d)
     assert payload["recommended"]["omp_wait_policy"] == busy
     import jsonschema
@@ -277,8 +277,8 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     # The step the plan's figure is of, for `dinox verify` to train: the best trial's latest round's (GO or not).
     best, recommended = model["best"], json.loads((out / "decision.json").read_text())["recommended"]
     latest = max((r for r in runs if r.data.tags["dinox.remeasures"] == best["run_id"]), key=_round_number)
-    assert best["omp_policy"] == latest.data.tags["dinox.omp_wait_policy"], best
-    assert recommended is None or recommended["omp_wait_policy"] == best["omp_policy"], recommended
+    assert best["omp_wait_policy"] == latest.data.tags["dinox.omp_wait_policy"], best
+    assert recommended is None or recommended["omp_wait_policy"] == best["omp_wait_policy"], recommended
 
 
 def _round_number(run) -> float:  # noqa: ANN001 - an MLflow Run
