@@ -71,6 +71,11 @@ def head_to_head(
         click.echo(f"{'SETTLED' if bout.order else 'TIED'}: {bout.describe()}")
     pooled = ", ".join(f"{h.names[r]} {h.pooled(r):.1f}" for r in h.runs)
     click.echo(f"       pooled over the rounds, img/s: {pooled}; `dinox decide` plans with these now")
+    if mixed := h.mixed():  # words of a closed set (contention.POLICIES)
+        click.echo(
+            f"       the box crossed dinox's busy line between rounds (OMP_WAIT_POLICY {mixed}): each round still "
+            "orders its pair, but each figure pools only the rounds under its latest round's policy, one step"
+        )
     # The sweep's parent shows the figure decide now plans with, and says where it came from.
     parents = [p for x in leaders if (p := x.record.tags.get(rec.PARENT_RUN))]
     rounds = len(h.rounds) // max(len(h.runs), 1)

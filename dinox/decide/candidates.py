@@ -15,6 +15,7 @@ from dinox.decide.head_to_head import Bout, HeadToHead
 from dinox.decide.occasions import Move
 from dinox.decide.routine import routine_cost
 from dinox.decide.types import Candidate, ModelVerdict, Policy, Rematch, Verification
+from dinox.isolate.contention import policy_of
 from dinox.spec import params
 from dinox.spec.sections import ROLES
 from dinox.store.profile_table import ProfileSummary
@@ -126,7 +127,8 @@ def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
     if h is None or not h.of(c.run_id):
         return
     slow, fast, windows = h.span(c.run_id)
-    c.rematch = Rematch(h.group, len(h.planning(c.run_id)), c.measured_ips, (c.slow_ips, c.fast_ips))
+    pooled, word = len(h.planning(c.run_id)), policy_of(h.policy(c.run_id))
+    c.rematch = Rematch(h.group, len(h.of(c.run_id)), c.measured_ips, (c.slow_ips, c.fast_ips), pooled, word)
     c.measured_ips, c.window_min_ips, c.window_max_ips, c.windows = h.pooled(c.run_id), slow, fast, windows
     c.omp_wait_policy = h.policy(c.run_id)  # the step the rounds measured: verify trains it
 

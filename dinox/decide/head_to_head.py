@@ -99,6 +99,12 @@ class HeadToHead:
         word = policy_of(self.policy(run))
         return [r for r in self.of(run) if policy_of(r.omp_policy) == word]
 
+    def mixed(self) -> str:
+        """Where its rounds ran under more than one OpenMP policy (the box crossed dinox's busy line between
+        them), the policies' words in the order they came ("unset, PASSIVE"); "" where they ran under one."""
+        words = list(dict.fromkeys(policy_of(r.omp_policy) for r in sorted(self.rounds, key=lambda r: r.number)))
+        return ", ".join(w or "none recorded" for w in words) if len(words) > 1 else ""
+
     def pooled(self, run: str) -> float:
         """Images over wall time across its rounds of one step (`planning`): each round times the same images,
         so the harmonic mean."""

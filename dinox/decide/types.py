@@ -142,6 +142,10 @@ class Rematch:
     rounds: int
     sweep_ips: float  # the sweep's own figure, which the rounds replaced
     sweep_range: tuple[float, float]  # the sweep's slowest and fastest window (what ties are read from)
+    # The rounds the plan's figure pools: those under its latest round's OpenMP policy (`policy`, the word), all of
+    # them unless the box crossed dinox's busy line mid head-to-head (HeadToHead.planning).
+    pooled_rounds: int = 0
+    policy: str = ""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ _JSON = TypeAdapter(dict[str, Any])
 # ratios, noise (each pair's) and multiplies (every pair's ratio within its noise of the product); lead
 # (recommended and each model: the fastest-measured trial of a tie, which the recommendation is not: it is the
 # tie's slowest, the trial the plan's figure comes from); recommended.omp_wait_policy and best.omp_wait_policy (what
-# OpenMP's waiting threads did in the measurement the forecast comes from: `dinox verify` trains with it).
+# OpenMP's waiting threads did in the measurement the forecast comes from: `dinox verify` trains with it);
+# recommended.head_to_head.pooled_rounds (the rounds its figure pools: those under its latest round's policy).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
@@ -166,7 +167,8 @@ def _bouts(mv: ModelVerdict) -> dict[str, Any] | None:
     best = mv.best
     if best is None or best.rematch is None:
         return None
-    return {"id": best.rematch.group, "rounds": best.rematch.rounds, "sweep_images_per_s": best.rematch.sweep_ips,
+    r = best.rematch
+    return {"id": r.group, "rounds": r.rounds, "pooled_rounds": r.pooled_rounds, "sweep_images_per_s": r.sweep_ips,
             "bouts": mv.bouts}  # fmt: skip
 
 

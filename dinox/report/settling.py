@@ -176,9 +176,15 @@ def head_to_head_lines(mv: ModelVerdict, d: Decision) -> list[str]:
     if best is not None and best.rematch is not None:
         r = best.rematch
         bouts = "; ".join(b.describe() for b in mv.bouts)
+        # Rounds under two OpenMP policies measured two steps: the figure pools the latest's (words of a closed set).
+        over = (
+            f" over the {r.pooled_rounds} with OMP_WAIT_POLICY={r.policy}, its latest round's"
+            if r.pooled_rounds < r.rounds
+            else ""
+        )
         out.append(
             f"Measured again head to head, {r.rounds} interleaved rounds: {bouts}; the plan takes the rounds' "
-            f"figures ({best.measured_ips:.1f} img/s pooled, where the sweep had measured {r.sweep_ips:.1f})"
+            f"figures ({best.measured_ips:.1f} img/s pooled{over}, where the sweep had measured {r.sweep_ips:.1f})"
         )
     if d.contested and mv.lead is d.contested[0]:
         command = head_to_head_command(d)

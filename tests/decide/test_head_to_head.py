@@ -133,12 +133,21 @@ def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_p
     large = next(m for m in d.models if m.name.startswith("vit_large"))
     assert large.best.run_id == SECOND and large.tied == [] and large.bouts[0].won == 7
     assert large.span.forecast_ips == pytest.approx(4 / sum(1 / x for x in second[3:]))  # the busy rounds' step only
-    assert large.span.slow_ips == pytest.approx(23.59 * 0.997) and large.best.rematch.rounds == 4
+    assert large.span.slow_ips == pytest.approx(23.59 * 0.997)
+    assert (large.best.rematch.rounds, large.best.rematch.pooled_rounds, large.best.rematch.policy) == (7, 4, "PASSIVE")
     assert large.best.omp_wait_policy == busy
+    line = next(ln for ln in report.render_terminal(d).splitlines() if ln.startswith("leaders: "))
+    assert "7 interleaved rounds: " in line and "in 7 of 7 rounds" in line, line  # the order: every round
+    assert "pooled over the 4 with OMP_WAIT_POLICY=PASSIVE, its latest round's, where the sweep" in line, line
+    assert rounds[FIRST].mixed() == "unset, PASSIVE" and h2h.read(records[:3] + records[7:10])[FIRST].mixed() == ""
     small = next(m for m in d.models if m is not large and m.best is not None)
     assert small.best.omp_wait_policy == quiet  # no rounds: its sweep's own step
     payload = report_json.to_json(d)
     assert payload["recommended"]["omp_wait_policy"] == busy
+    assert (
+        payload["recommended"]["head_to_head"]["rounds"] == 7
+        and payload["recommended"]["head_to_head"]["pooled_rounds"] == 4
+    )
     import jsonschema
 
     jsonschema.validate(payload, json.loads((ROOT / "docs" / "decision.schema.json").read_text()))
