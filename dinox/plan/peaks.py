@@ -27,7 +27,9 @@ PEAKS: tuple[Peak, ...] = (
     Peak(("h100", "pcie"), "NVIDIA H100 PCIe", 51.2, 378.0, 756.0),
     Peak(("h100", "nvl"), "NVIDIA H100 NVL", 60.0, 417.5, 835.0),
     Peak(("h100",), "NVIDIA H100 SXM", 66.9, 494.7, 989.4),
+    Peak(("h200", "nvl"), "NVIDIA H200 NVL", 60.0, 417.5, 835.0),  # the NVL boards' lower clocks (600 W)
     Peak(("h200",), "NVIDIA H200 SXM", 66.9, 494.7, 989.4),
+    Peak(("gh200",), "NVIDIA GH200 (its H100-class GPU)", 66.9, 494.7, 989.4),  # "NVIDIA GH200 480GB": no "h200" word
     Peak(("a100",), "NVIDIA A100", 19.5, 156.0, 312.0),
     Peak(("rtx", "5090"), "NVIDIA GeForce RTX 5090", 104.8, 104.8, 209.5),
     Peak(("rtx", "4090"), "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2),

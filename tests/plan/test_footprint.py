@@ -87,6 +87,8 @@ def test_tflops_and_mfu_against_the_table_or_the_override():
         ("NVIDIA H100 PCIe", "bf16-mixed", 756.0),
         ("NVIDIA H100 80GB HBM3", "tf32", 494.7),
         ("NVIDIA H200", "fp16-mixed", 989.4),
+        ("NVIDIA H200 NVL", "bf16-mixed", 835.0),
+        ("NVIDIA GH200 480GB", "tf32", 494.7),
         ("NVIDIA A100-SXM4-80GB", "fp32", 19.5),
         ("NVIDIA GeForce RTX 4090", "bf16-mixed", 165.2),
         ("NVIDIA GeForce RTX 5090", "bf16-mixed", 209.5),
