@@ -322,7 +322,10 @@ FORECAST_SLOW_S = _metric("verify", "forecast_slow_s", "the same at the slowest 
 FORECAST_FAST_S = _metric("verify", "forecast_fast_s", "the same at the fastest timed window's rate")
 FORECAST_ERROR = _metric("verify", "forecast_error", "(forecast_s - verify_wall_s) / verify_wall_s: + pessimistic")
 OWN_WINDOWS_ERROR = _metric(
-    "verify", "own_windows_error", "the same against this trial's own windows (not a tied trial's plan): fidelity"
+    "verify",
+    "own_windows_error",
+    "the same against the windows the check windows are held against: the trial's sweep windows, else the "
+    "forecast's own (its head-to-head rounds, or a measurement under another OpenMP policy)",
 )
 CHECK_WINDOWS_ERROR = _metric(
     "verify", "check_windows_error", "the same at the check windows' rate: the forecast's method, the box's move aside"

@@ -65,9 +65,9 @@ def verify(
     routine, run at its cadence). Records a run (dinox.role = verify) beside the trial; `dinox decide` then
     shows it.
     Before and after the slice, windows are timed as the trial timed its: where those after run outside the
-    trial's windows by more than 5 %, or the forecast at their rate and the trial's fall on either side of 5 %,
-    the box (or the process) is not as the trial found it, and a miss cannot say whether the forecast or the box
-    is wrong.
+    trial's windows (the head-to-head rounds' where the forecast pools them) by more than 5 %, or the forecast
+    at their rate and the trial's fall on either side of 5 %, the box (or the process) is not as the trial found
+    it, and a miss cannot say whether the forecast or the box is wrong.
     Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 undecided: the box moved by the
     check windows, so a match is as open as a miss (measure again, then verify), or a --shrink stand-in was
     trained.
@@ -189,6 +189,7 @@ def _recommended(folder: str):  # noqa: ANN202 - (run id, Forecast)
             float(routine.get("checkpoint_s") or 0.0),
             float(routine.get("eval_s") or 0.0),
             _policy_text(best.get("omp_wait_policy")),
+            _pooled_rounds(best.get("head_to_head")),
         )
         run_id = str(best["run_id"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -208,3 +209,13 @@ def _policy_text(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"omp_wait_policy is {type(value).__name__}, not text")
     return value
+
+
+def _pooled_rounds(block: object) -> int:
+    """decision.json's recommended.head_to_head: the rounds the forecast pools (0 where no head-to-head ran)."""
+    if block is None:
+        return 0
+    count = block["pooled_rounds"] if "pooled_rounds" in block else block["rounds"]  # type: ignore[index, operator]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise TypeError(f"head_to_head's rounds is {count!r}, not a count")
+    return count

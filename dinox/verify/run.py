@@ -47,6 +47,7 @@ class Forecast:
     # What OpenMP's waiting threads did where the rate was measured (dinox.omp_wait_policy's text: the trial's,
     # or the head-to-head rounds' a decision planned with): the slice trains with it. "" where not recorded.
     omp_policy: str = ""
+    rounds: int = 0  # the head-to-head rounds a decision's figure pools (0: not a head-to-head's)
 
     @classmethod
     def of_record(cls, r: TrialRecord) -> Forecast:
@@ -72,6 +73,16 @@ def slice_forecast(
     return tuple(images / ips + fixed for ips in (f.ips, f.slow_ips, f.fast_ips))  # type: ignore[return-value]
 
 
+# Whose windows verify's check windows are held against, as its verdict names them: (the windows, who found
+# the box so, since when the box moved).
+Reference = Literal["trial", "rounds", "forecast"]
+REFERENCES: dict[str, tuple[str, str, str]] = {
+    "trial": ("the trial's windows", "the trial", "the sweep"),
+    "rounds": ("the head-to-head rounds' windows", "the rounds", "the rounds"),
+    "forecast": ("the forecast's windows", "the forecast's measurement", "that measurement"),
+}
+
+
 @dataclass
 class VerifyOutcome:
     trial_run: str
@@ -93,6 +104,9 @@ class VerifyOutcome:
     after_error: float | None = None  # at the rate of the windows after the slice (the process as old as the slice)
     # The GPU's SM clock (MHz) at each check window's end, by side ("before", "after"); empty off a GPU.
     clocks: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    # Whose windows the check windows are held against (`own`): the trial's sweep, the head-to-head rounds the
+    # forecast pools, or the forecast's measurement (another OpenMP policy than the sweep's).
+    reference: Reference = "trial"
 
     @property
     def error(self) -> float:
@@ -199,10 +213,11 @@ class VerifyOutcome:
         checks += f"{' and ' if checks else ''}{self.after_ips:.1f} after it" if self.after_ips else ""
         checks += self.clocks_said()
         timed, trials = "windows timed as the trial timed its ran", f"({own.slow_ips:.1f}-{own.fast_ips:.1f})"
+        windows, found_by, since = REFERENCES[self.reference]
         if self.left_trial_windows:
             return (
-                f"; but {timed} {checks}, outside the trial's windows {trials} by more than {TOLERANCE:.0%}: this box "
-                "(or process) is not as the trial found it, so "
+                f"; but {timed} {checks}, outside {windows} {trials} by more than {TOLERANCE:.0%}: this box "
+                f"(or process) is not as {found_by} found it, so "
                 + ("the miss is not the forecast's alone" if not self.held else "the match may be luck")
             )
         if self.straddles:
@@ -210,13 +225,13 @@ class VerifyOutcome:
             side = "over" if rate > own.fast_ips else "under" if rate < own.slow_ips else "inside"
             at = f"{'within' if abs(boxless) <= TOLERANCE else 'off by'} {abs(boxless):.1%}"
             return (
-                f"; but {timed} {checks}, {side} the trial's windows {trials}, and at their rate the forecast is "
-                f"{at}: the box's move since the sweep, under {TOLERANCE:.0%} on its own, decides whether the slice "
+                f"; but {timed} {checks}, {side} {windows} {trials}, and at their rate the forecast is "
+                f"{at}: the box's move since {since}, under {TOLERANCE:.0%} on its own, decides whether the slice "
                 "held, not the forecast"
             )
         if self.outside(self.check_ips):  # only the young process's windows: its start, not the box
             return (
-                f"; {timed} {checks}: only those before it, in the process's first seconds, outside the trial's "
+                f"; {timed} {checks}: only those before it, in the process's first seconds, outside {windows} "
                 f"{trials}: the box had not moved by the slice's end"
             )
         return ""
@@ -317,7 +332,7 @@ def verify(
     workdir: Path,
 ) -> VerifyOutcome:
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
-    own = own_windows(record, forecast)
+    own, against = reference(record, forecast)
     result = _train(trial, seconds, epochs, epoch_images, workdir, *held_policy(record, forecast))
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
@@ -327,7 +342,7 @@ def verify(
         record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
         m[rec.VERIFY_IMAGES_PER_S], forecast, check_ips=m.get(rec.VERIFY_CHECK_IMAGES_PER_S), own=own,
         after_ips=m.get(rec.VERIFY_CHECK_AFTER_IMAGES_PER_S),
-        clocks=check_clocks(result.tags.get(rec.VERIFY_CHECK_WINDOWS, "")),
+        clocks=check_clocks(result.tags.get(rec.VERIFY_CHECK_WINDOWS, "")), reference=against,
     )  # fmt: skip
     metrics = {k: v for k, v in m.items() if k in _KEPT}
     metrics.update({rec.FORECAST_S: forecast_s, rec.FORECAST_SLOW_S: slow_s, rec.FORECAST_FAST_S: fast_s})
@@ -370,11 +385,16 @@ def held_policy(record: TrialRecord, forecast: Forecast) -> tuple[str, bool]:
     return trials, False
 
 
-def own_windows(record: TrialRecord, forecast: Forecast) -> Forecast:
-    """The trained trial's own windows, which the check windows are held against: the sweep's, unless the
-    forecast's measurement ran under another OpenMP policy (then the sweep's windows timed another step than
-    the slice trains, and the forecast's own range stands in for them)."""
-    return forecast if held_policy(record, forecast)[1] else Forecast.of_record(record)
+def reference(record: TrialRecord, forecast: Forecast) -> tuple[Forecast, Reference]:
+    """The windows the check windows are held against, and whose they are: the trial's sweep windows, unless
+    the forecast pools a head-to-head's rounds (the trial measured again, later: the forecast and its range are
+    theirs) or was measured under another OpenMP policy (the sweep's windows timed another step than the
+    slice trains); then the forecast's own range."""
+    if forecast.rounds:
+        return forecast, "rounds"
+    if held_policy(record, forecast)[1]:
+        return forecast, "forecast"
+    return Forecast.of_record(record), "trial"
 
 
 def _train(

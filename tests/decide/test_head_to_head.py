@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -113,7 +115,7 @@ def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_p
     decision.json names that step, which `dinox verify` then trains (its check windows held against the rounds'
     range, not the sweep's windows of the other step)."""
     from dinox.cli.verify import _recommended
-    from dinox.verify.run import held_policy, own_windows
+    from dinox.verify.run import held_policy, reference
 
     quiet, busy = (
         "unset (the box was quiet: 0.1 cores busy when read)",
@@ -155,12 +157,20 @@ def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_p
     run_id, forecast = _recommended(str(tmp_path))
     record = next(r for r in study.records(rows) if r.run_id == run_id)
     assert held_policy(record, forecast) == (busy, True)
-    assert own_windows(record, forecast) is forecast  # the sweep's windows timed the other step
+    assert forecast.rounds == 4 and reference(record, forecast) == (forecast, "rounds")  # checked against the rounds
+    unpooled = dataclasses.replace(forecast, rounds=0)
+    assert reference(record, unpooled) == (unpooled, "forecast")  # another step than the sweep's windows timed
     same = type(forecast)(forecast.ips, forecast.slow_ips, forecast.fast_ips, omp_policy="unset (the user's)")
-    assert held_policy(record, same) == (quiet, False) and own_windows(record, same).ips == 23.51
-    for forged in ({"omp_wait_policy": 7}, {"omp_wait_policy": ["PASSIVE"]}):
+    assert held_policy(record, same) == (quiet, False) and reference(record, same)[0].ips == 23.51
+    for forged, said in (
+        ({"omp_wait_policy": 7}, "omp_wait_policy is int, not text"),
+        ({"omp_wait_policy": ["PASSIVE"]}, "omp_wait_policy is list, not text"),
+        ({"head_to_head": {"rounds": "7"}}, "head_to_head's rounds is '7', not a count"),
+        ({"head_to_head": {"pooled_rounds": True}}, "head_to_head's rounds is True, not a count"),
+        ({"head_to_head": []}, "list indices"),
+    ):
         (tmp_path / "decision.json").write_text(json.dumps({"recommended": payload["recommended"] | forged}))
-        with pytest.raises(Exception, match="not a dinox decision .TypeError: omp_wait_policy is"):
+        with pytest.raises(Exception, match=f"not a dinox decision .TypeError: {re.escape(said)}"):
             _recommended(str(tmp_path))
 
 

@@ -204,11 +204,14 @@ def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
     said = "ran 82.0 img/s before the slice and 83.0 after it, outside the trial's windows (95.0-105.0) by more than 5%"
     assert said in moved.verdict()
     assert moved.verdict().endswith("so the miss is not the forecast's alone")
+    rounds = dataclasses.replace(moved, reference="rounds")  # a forecast pooling a head-to-head's rounds: theirs
+    said = "outside the head-to-head rounds' windows (95.0-105.0) by more than 5%: this box (or process) is not as the"
+    assert f"{said} rounds found it" in rounds.verdict(), rounds.verdict()
     assert moved.check_rate == pytest.approx(2 / (1 / 82 + 1 / 83))  # the two pooled, as many windows each
     started_slow = outcome(12.0, 82.0, 99.0)  # only before: the young process, not the box
     assert not started_slow.moved and started_slow.verdict().endswith(
         "ran 82.0 img/s before the slice and 99.0 after it: only those before it, in the process's first seconds, "
-        "outside the trial's (95.0-105.0): the box had not moved by the slice's end"
+        "outside the trial's windows (95.0-105.0): the box had not moved by the slice's end"
     )
     assert outcome(12.0, 99.0, 82.0).moved  # the box moved while the slice ran
     for old in (None, 0.0):  # a child's result without the windows after: those before decide, as before
