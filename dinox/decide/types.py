@@ -236,6 +236,14 @@ class ModelVerdict:
         """What the ends of its range are of (`best`'s): see Candidate.range_ends."""
         return self.best.range_ends if self.best is not None else "window measured"
 
+    def real_ends(self) -> tuple[bool, bool]:
+        """Whether its span's slowest / fastest end is real training's rate (a verification outside a trial's
+        windows widened its range), not a timed window's: a table of windows says so beside it."""
+        real = {c.verified.images_per_s for c in self.candidates if c.widened and c.verified is not None}
+        if self.span is None or not real:
+            return False, False
+        return self.span.slow_ips in real, self.span.fast_ips in real
+
     @property
     def real_forecast(self) -> bool:
         """Its forecast is real training's rate (a verification of `best` outside its windows), not the windows'."""

@@ -20,7 +20,16 @@ from dinox.report.settling import (
     verifications,
 )
 from dinox.spec import params
-from dinox.store.trial_record import IPS_P50, IPS_P90, IPS_WINDOWS, REAL_MARK, SETTLED_WINDOWS, code_span, inert
+from dinox.store.trial_record import (
+    IPS_P50,
+    IPS_P90,
+    IPS_REAL,
+    IPS_WINDOWS,
+    REAL_MARK,
+    SETTLED_WINDOWS,
+    code_span,
+    inert,
+)
 
 
 def _fmt_config(config: dict[str, str]) -> str:
@@ -58,7 +67,7 @@ def render_terminal(d: Decision) -> str:
             f"{_num(s and s.slow_ips, 9, 1)} {_num(s and s.fast_ips, 9, 1)} {mfu} {days:>7} "
             f"{days_range(mv):>12}  {cost}{model_verdict(mv):<9} {statuses}"
             + (f" (tied with {len(mv.tied)}: planned at the slowest)" if mv.tied else "")
-            + (" (forecast: real training's rate, outside its windows)" if mv.real_forecast else "")
+            + _real_said(mv)
         )
     lines.append(f"budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}")
     if excluded := excluded_line(d):
@@ -102,7 +111,9 @@ def render_note(d: Decision) -> str:
     for mv in d.models:
         s = mv.span
         cells = [inert(d.where(mv)), _cell(s and s.forecast_ips) + (REAL_MARK if mv.real_forecast else "")]
-        cells.append(f"{s.slow_ips:.1f}-{s.fast_ips:.1f}" if s is not None else "-")
+        real_slow, real_fast = mv.real_ends()
+        ends = f"{s.slow_ips:.1f}{REAL_MARK * real_slow}-{s.fast_ips:.1f}{REAL_MARK * real_fast}" if s else "-"
+        cells.append(ends)
         cells += [fmt_days(s.days) if s is not None else "-", days_range(mv)]
         if priced:
             cells.append(fmt_cost(mv.cost) if mv.cost is not None else "-")
@@ -110,6 +121,14 @@ def render_note(d: Decision) -> str:
         out.append("| " + " | ".join(cells) + " |")
     out += ["", f"Budget: {d.budget.describe()}; needs {d.needed_ips:.1f} {IPS_WINDOWS}. The report: report.html."]
     return "\n".join(out)
+
+
+def _real_said(mv: ModelVerdict) -> str:
+    """Where a figure of its row is real training's rate (a verification outside its windows: the forecast
+    planned with it, or an end of the range it widened), not a window's as the header says, which."""
+    ends = [end for end, real in zip(("slowest", "fastest"), mv.real_ends(), strict=True) if real]
+    said = ["forecast"] * mv.real_forecast + ends
+    return f" ({' and '.join(said)}: real training's rate, outside its windows)" if said else ""
 
 
 def _policy_line(d: Decision) -> str:
@@ -267,9 +286,11 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
             notes.append(f"unstable (windows differ by {c.spread:.0%})" if c.spread is not None else "unstable")
         cells = [inert(c.configuration.get(k, "")) for k in varying]
         count = f"{c.windows}: " if c.windows is not None else ""
+        real = c.verified.images_per_s if c.widened and c.verified is not None else None  # an end, not a window
+        slow, fast = (f"{x:.2f}{REAL_MARK * (x == real)}" for x in (c.slow_ips, c.fast_ips))
         cells += [
-            f"{c.measured_ips:.2f}",
-            f"{count}{c.slow_ips:.2f}-{c.fast_ips:.2f}",
+            f"{c.measured_ips:.2f}" + (REAL_MARK if c.forecast_unit == IPS_REAL else ""),
+            f"{count}{slow}-{fast}",
             f"{c.conservative_ips:.2f}",
             f"{c.mfu:.1%}" if c.mfu is not None else "-",
             fmt_days(c.days),

@@ -373,6 +373,15 @@ def test_a_verification_on_a_moved_box_widens_the_range_but_is_not_planned_with(
     assert c.verified.describe().startswith("undecided: forecast off by 24.0% (verify run v1")
     md = report.render_markdown(d, [])
     assert "(not planned with, the box having moved: its rate only widens the range)" in md
+    # Its real rate stands at the slow end of columns headed as windows: each says it is not a window's.
+    large = next(m for m in d.models if c in m.candidates)
+    assert large.real_ends() == (True, False)
+    row = next(ln for ln in report.render_terminal(d).splitlines() if ln.startswith(large.name[:20]))
+    assert row.endswith("(slowest: real training's rate, outside its windows)"), row
+    assert f"| 19.0 (real training)-{large.span.fast_ips:.1f} |" in report.render_note(d)
+    assert f": 19.00 (real training)-{c.fast_ips:.2f} |" in md  # the trial's row: its windows' count, then the range
+    others = [m for m in d.models if m is not large and m.span is not None]
+    assert others and all(m.real_ends() == (False, False) for m in others)
 
 
 def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
@@ -405,10 +414,9 @@ def test_decide_plans_with_the_real_rate_only_outside_the_windows_range():
     assert "- Forecast: 23.0 img/s (real training) -> **12.3 days**" in md
     assert "- Margin: at the slowest rate measured in windows or real training, 23.0 img/s" in md
     assert "23.0 img/s (windows)" not in md  # real training's figure, never printed as a window's
-    assert "(tied with 1: planned at the slowest) (forecast: real training's rate, outside its windows)" in (
-        report.render_terminal(held)
-    )
-    assert "| 23.0 (real training) | 23.0-23.6 |" in report.render_note(held)
+    said = "(tied with 1: planned at the slowest) (forecast and slowest: real training's rate, outside its windows)"
+    assert said in report.render_terminal(held)
+    assert "| 23.0 (real training) | 23.0 (real training)-23.6 |" in report.render_note(held)
     assert "forecast 23.5 img/s (windows)" in decide.decide(study.records(rows), b).reason  # unverified: windows
     giant = "vit_giant-32x8-w4-True-ok"  # NO-GO at 5.37-5.43 img/s; trained at 4.0: its needs row says whose
     trained = decide.decide(study.records(rows), b, verified={giant: _verify_run(giant, 4.0, 0.3)})
