@@ -81,6 +81,8 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
             ax.plot([], [], marker="o", color=color, label=_name(d, mv, 60))
     if values:  # what the glyphs are, in the plot itself
         ax.scatter([], [], color="grey", alpha=0.6, s=18, label=f"a trial: {IPS_WINDOWS} (what decide plans with)")
+        # A verification outside a trial's windows widened its range (Candidate.widened): the bar says so.
+        widened = any(c.widened for mv in d.models for c in mv.candidates)
         ax.vlines(
             [],
             [],
@@ -88,7 +90,8 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
             color="grey",
             alpha=0.5,
             linewidth=2,
-            label=f"its timed windows, slowest to fastest ({IPS_WINDOWS})",
+            label=f"its timed windows, slowest to fastest ({IPS_WINDOWS})"
+            + ("; widened to real training's rate where dinox verify fell outside them" if widened else ""),
         )
     if any(failed["oom"].values()):
         ax.scatter([], [], marker="x", color="black", label="out of memory (at the foot)")
@@ -260,8 +263,9 @@ def _days(d: Decision, path: Path) -> Path:
     ax.scatter([], [], marker="|", s=120, color="black", label=tick)
     priced = any(mv.cost is not None for mv in d.models)
     ax.set_xlim(0, xmax * (1.7 if priced else 1.5))  # room for the annotations
-    ends = "rate in windows or real training" if real else "timed window"
-    ax.set_xlabel(f"days for the schedule: bar from the fastest to the slowest {ends} of the plan's trials")
+    widened = real or any(any(mv.real_ends()) for mv in d.models)  # an end is a verification's real rate
+    ends = "rate in windows or real training" if widened else "timed window"
+    ax.set_xlabel(f"days for the schedule\nbar: from the fastest to the slowest {ends} of the plan's trials")
     settled = " on SHRUNK trials (not the study's)" if d.shrunk else "" if d.settled else " (not settled)"
     ax.set_title(f"{d.verdict}{settled}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()

@@ -197,3 +197,13 @@ def test_days_vs_budget_says_a_forecast_is_real_training_s_where_verify_replaced
     assert "forecast: all windows, or real training's rate (dinox verify)" in legend, legend
     assert axis.endswith("slowest rate in windows or real training of the plan's trials"), axis
     assert any(t.endswith("forecast 50.3 at real training's rate (NO-GO)") for t in texts), texts
+    # An UNDECIDED verification (its box had moved) is not planned with, but its rate widens the range: the axis
+    # and the batch plot's bar say their ends are not all windows'.
+    moved = _verify_run(best, 19.0, 0.24)
+    moved.tags["dinox.verify_moved"] = "true"
+    d = decide.decide(study.records(rows), BUDGET, verified={best: moved})
+    plots.write_plots(d, study.records(rows), tmp_path)
+    legend, axis, texts = seen["days_vs_budget.png"]
+    assert "forecast (all windows)" in legend and axis.endswith("rate in windows or real training of the plan's trials")
+    widened = "slowest to fastest (img/s (windows)); widened to real training's rate where dinox verify fell outside"
+    assert any(widened in x for x in seen["throughput_vs_batch.png"][0]), seen["throughput_vs_batch.png"][0]
