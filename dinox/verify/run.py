@@ -76,7 +76,7 @@ def slice_forecast(
 # Whose windows verify's check windows are held against, as its verdict names them: (the windows, who found
 # the box so, since when the box moved).
 Reference = Literal["trial", "rounds", "forecast"]
-REFERENCES: dict[str, tuple[str, str, str]] = {
+REFERENCES: dict[Reference, tuple[str, str, str]] = {
     "trial": ("the trial's windows", "the trial", "the sweep"),
     "rounds": ("the head-to-head rounds' windows", "the rounds", "the rounds"),
     "forecast": ("the forecast's windows", "the forecast's measurement", "that measurement"),
@@ -96,10 +96,10 @@ class VerifyOutcome:
     fast_s: float
     images_per_s: float
     forecast: Forecast
-    own_error: float = 0.0  # against the trained trial's own windows, where the plan was a tied trial's
+    own_error: float = 0.0  # against `own`, the windows the check windows are held against (`reference`)
     check_error: float | None = None  # at the check windows' rate: the method's error, the box's moves aside
     check_ips: float | None = None  # the check windows before the slice, timed as the trial timed its
-    own: Forecast | None = None  # the trained trial's own windows (the plan may be a tied trial's)
+    own: Forecast | None = None  # those windows: the trial's sweep's, else the forecast's own (`reference`)
     after_ips: float | None = None  # the same windows right after the slice
     after_error: float | None = None  # at the rate of the windows after the slice (the process as old as the slice)
     # The GPU's SM clock (MHz) at each check window's end, by side ("before", "after"); empty off a GPU.
@@ -189,7 +189,8 @@ class VerifyOutcome:
 
     @property
     def trial_windows(self) -> Forecast:
-        """The trained trial's own windows (the forecast may be a tied trial's plan)."""
+        """The windows the check windows are held against: the trial's sweep windows, or the forecast's own
+        where it pools a head-to-head's rounds or ran another OpenMP policy (`reference`)."""
         return self.own or self.forecast
 
     def verdict(self) -> str:
