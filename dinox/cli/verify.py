@@ -72,12 +72,10 @@ def verify(
     check windows, so a match is as open as a miss (measure again, then verify), or a --shrink stand-in was
     trained.
     """
-    from dinox import record as rec
-    from dinox.isolate import contention
     from dinox.store.backend import resolve_tracking_uri
     from dinox.verify import Forecast
     from dinox.verify import verify as run_verify
-    from dinox.verify.run import epoch_images_for, find_trial, held_policy
+    from dinox.verify.run import epoch_images_for, find_trial
 
     seconds = _slice_seconds(minutes, epochs, epoch_images)
     uri = resolve_tracking_uri(tracking_uri)
@@ -94,16 +92,7 @@ def verify(
     )
     if why:
         click.echo(f"       {why}")
-    policy, forecasts = held_policy(record, forecast)
-    if forecasts:  # words of a closed set (contention.POLICIES), never the store's text
-        click.echo(
-            f"       its forecast was measured with OMP_WAIT_POLICY={contention.policy_of(policy)} (the decision's "
-            "head-to-head rounds, or the verification it planned with), the trial's own windows with "
-            f"{contention.policy_of(record.tags.get(rec.OMP_WAIT_POLICY, '')) or 'none recorded'}: the slice trains "
-            "the forecast's step, and its check windows are held against the forecast's range"
-        )
-    whose = "the forecast's measurement" if forecasts else "the trial's"
-    if line := contention.held_notice(policy, os.environ, whose):  # fixed text
+    for line in _policy_lines(record, forecast):
         click.echo(f"       {line}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, done.trial_windows.ips, shrink)
@@ -112,6 +101,29 @@ def verify(
         again = _measure_again(spec_file, sets)
         click.echo(f"       undecided: `{again}` measures the sweep again on the box as it is; verify again then")
     sys.exit(3 if shrink or undecided else 0 if done.word == "HELD" else 1)
+
+
+def _policy_lines(record: TrialRecord, forecast) -> list[str]:  # noqa: ANN001 - a dinox.verify.Forecast (lazily)
+    """What the terminal says of the OpenMP policy the slice trains with: the forecast's where it differs from the
+    trial's sweep, and that its threads sleep where dinox made them. Words of a closed set (contention.POLICIES),
+    never the store's text."""
+    from dinox import record as rec
+    from dinox.isolate import contention
+    from dinox.verify.run import held_policy
+
+    policy, forecasts = held_policy(record, forecast)
+    lines = []
+    if forecasts:
+        sweep = contention.policy_of(record.tags.get(rec.OMP_WAIT_POLICY, "")) or "none recorded"
+        lines.append(
+            f"its forecast was measured with OMP_WAIT_POLICY={contention.policy_of(policy)} (the decision's "
+            f"head-to-head rounds, or the verification it planned with), the trial's own windows with {sweep}: the "
+            "slice trains the forecast's step, and its check windows are held against the forecast's range"
+        )
+    whose = "the forecast's measurement" if forecasts else "the trial's"
+    if line := contention.held_notice(policy, os.environ, whose):
+        lines.append(line)
+    return lines
 
 
 def _ok_trial(uri: str, run_id: str) -> TrialRecord:

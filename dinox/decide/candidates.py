@@ -59,15 +59,9 @@ def candidate(
     p90, p50 = m.get(rec.STEP_S_P90), m.get(rec.STEP_S_P50)
     total, reserved = m.get(rec.DEVICE_MEM_TOTAL_GB), m.get(rec.PEAK_MEM_RESERVED_GB)
     share = reserved / total if total and reserved is not None else None
-    excluded = ""
-    if policy.effective_batch is not None and effective != policy.effective_batch:
-        excluded = f"effective batch {effective} != {policy.effective_batch}"
-    elif share is not None and share > policy.max_memory_share:
-        excluded = f"peak reserved memory {share:.0%} of the device > {policy.max_memory_share:.0%}"
     unstable = r.tags.get(rec.UNSTABLE) == "true"
     spread = m.get(rec.WINDOW_SPREAD)
-    if not excluded and unstable and policy.exclude_unstable:
-        excluded = f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
+    excluded = _excluded(policy, effective, share, unstable, spread)
     windows = m.get(rec.WINDOWS)
     c = Candidate(
         run_id=r.run_id,
@@ -103,6 +97,18 @@ def candidate(
     return c
 
 
+def _excluded(policy: Policy, effective: int, share: float | None, unstable: bool, spread: float | None) -> str:
+    """Why the policy leaves the trial out ("" where it does not): its effective batch, its memory, its
+    unsettled windows (--exclude-unstable)."""
+    if policy.effective_batch is not None and effective != policy.effective_batch:
+        return f"effective batch {effective} != {policy.effective_batch}"
+    if share is not None and share > policy.max_memory_share:
+        return f"peak reserved memory {share:.0%} of the device > {policy.max_memory_share:.0%}"
+    if unstable and policy.exclude_unstable:
+        return f"unstable: its timed windows differ by {spread:.0%}" if spread is not None else "unstable"
+    return ""
+
+
 def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
     """Real training of the trial (dinox verify): shown beside it, and planned with where its rate falls
     outside the range the windows measured (the windows' spread cannot explain the difference). Where its check
@@ -127,10 +133,12 @@ def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
     if h is None or not h.of(c.run_id):
         return
     slow, fast, windows = h.span(c.run_id)
-    pooled, word = len(h.planning(c.run_id)), policy_of(h.policy(c.run_id))
-    c.rematch = Rematch(h.group, len(h.of(c.run_id)), c.measured_ips, (c.slow_ips, c.fast_ips), pooled, word)
+    pooled, policy = len(h.planning(c.run_id)), h.policy(c.run_id)
+    c.rematch = Rematch(
+        h.group, len(h.of(c.run_id)), c.measured_ips, (c.slow_ips, c.fast_ips), pooled, policy_of(policy)
+    )
     c.measured_ips, c.window_min_ips, c.window_max_ips, c.windows = h.pooled(c.run_id), slow, fast, windows
-    c.omp_wait_policy = h.policy(c.run_id)  # the step the rounds measured: verify trains it
+    c.omp_wait_policy = policy  # the step the rounds measured: verify trains it
 
 
 def _rate(value: float | None) -> float | None:

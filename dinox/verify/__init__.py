@@ -6,10 +6,12 @@ images, recorded as a run (dinox.role = verify) that `dinox decide` then reads.
 `dinox head-to-head` (``head_to_head``): tied leaders measured again in rounds, each trial once a round in an
 order that reverses every round, each measurement a run (dinox.role = head_to_head) that decide orders them by.
 
-Offers: ``verify`` (the whole recipe), ``Forecast`` (what decide forecast for the trial), ``slice_forecast``;
-``head_to_head.head_to_head`` and ``head_to_head.Leader``.
+Offers: ``verify`` (the whole recipe, ``run``), ``Forecast`` (what decide forecast for the trial),
+``slice_forecast`` and ``VerifyOutcome`` (the verdict's rules, ``outcome``); ``head_to_head.head_to_head`` and
+``head_to_head.Leader``.
 """
 
-from dinox.verify.run import Forecast, VerifyOutcome, slice_forecast, verify
+from dinox.verify.outcome import Forecast, VerifyOutcome, slice_forecast
+from dinox.verify.run import verify
 
 __all__ = ["Forecast", "VerifyOutcome", "slice_forecast", "verify"]

@@ -174,7 +174,7 @@ def test_what_a_boundary_adds_is_read_from_the_decision_or_record_and_an_older_o
         (tmp_path / "decision.json").write_text(json.dumps({"verdict": "GO", "recommended": best | forged}))
         with pytest.raises(BadInput, match="not a dinox decision .its forecast holds a rate or cost that is not a fi"):
             _recommended(str(tmp_path))
-    from dinox.verify.run import VerifyOutcome
+    from dinox.verify.outcome import VerifyOutcome
 
     crossed = VerifyOutcome("t", "v", 11.2, 1000.0, 3, 0, 11.5, 12.0, 11.0, 90.0, Forecast(100.0, 95.0, 105.0, 0.5))
     assert "for 1,000 images (3 epoch boundaries, charged 0.5 s each); the real time is" in crossed.verdict()
@@ -188,7 +188,7 @@ def test_a_miss_where_the_check_windows_left_the_trial_s_windows_is_undecided():
     of the two is wrong; inside, a miss is the forecast's. Those before the slice alone outside are the process's
     first seconds (an H200 ran them 10-18 % under the slice three times of three), said but not a moved box; a
     result with none after the slice (an older child's) is read by those before."""
-    from dinox.verify.run import VerifyOutcome
+    from dinox.verify.outcome import VerifyOutcome
 
     def outcome(wall: float, check: float | None, after: float | None = None) -> VerifyOutcome:
         f = Forecast(100.0, 95.0, 105.0)
@@ -230,7 +230,7 @@ def test_a_verdict_the_box_s_move_decides_is_undecided_whichever_way_it_falls():
     moved on its own) is what makes the slice held or off: UNDECIDED, a match then as open as a miss. Issue 33's
     JPEG case (2026-11-29 19:29, round 4): the trial 100.3 img/s, the slice 105.3, the check windows 103.9
     before and 103.4 after; OFF by 5.1 % before this rule, +1.8 % at the check windows' rate."""
-    from dinox.verify.run import VerifyOutcome
+    from dinox.verify.outcome import VerifyOutcome
 
     def outcome(real: float, before: float, after: float | None, plan: float = 100.0) -> VerifyOutcome:
         own = Forecast(100.0, 99.5, 100.5)
@@ -280,7 +280,7 @@ def test_the_gpu_s_clock_at_each_check_window_and_epoch_is_kept_and_said(tmp_pat
     from dinox.measure.verify import VerifyRun
     from dinox.plan import grid
     from dinox.spec import file as spec_file
-    from dinox.verify.run import VerifyOutcome, check_clocks
+    from dinox.verify.outcome import VerifyOutcome, check_clocks
 
     (tmp_path / "spec.yaml").write_text(SPEC)
     (trial,) = grid.expand(spec_file.load(tmp_path / "spec.yaml"))
