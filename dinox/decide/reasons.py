@@ -55,7 +55,7 @@ def reason(
             f"{recommended.label} is the largest model that finishes {budget.describe()}"
             f"{f', on {recommended.device}' if per_device else ''}: forecast {span.forecast_ips:.1f} "
             f"{recommended.best.forecast_unit} -> {fmt_days(span.days)} days{cost}; even at the slowest "
-            f"{recommended.best.range_ends} "
+            f"{recommended.range_ends} "
             f"({span.slow_ips:.1f} img/s, {fmt_days(span.days_slow)} days) "
             f"{fmt_days(recommended.margin_days or 0.0)} days to spare"
         )

@@ -233,7 +233,10 @@ class ModelVerdict:
 
     @property
     def range_ends(self) -> str:
-        """What the ends of its range are of (`best`'s): see Candidate.range_ends."""
+        """What the ends of its span are of: see Candidate.range_ends; real training's too where a verification
+        widened the range of `best` or of the tied trial whose end the span takes (`real_ends`)."""
+        if any(self.real_ends()):
+            return "rate measured in windows or real training"
         return self.best.range_ends if self.best is not None else "window measured"
 
     def real_ends(self) -> tuple[bool, bool]:

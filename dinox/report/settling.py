@@ -126,7 +126,7 @@ def decision_section(d: Decision) -> list[str]:
             f"- Forecast: {s.forecast_ips:.1f} {rec.best.forecast_unit} -> **{fmt_days(s.days)} days** of the "
             f"{b.days:g}-day "
             f"budget, about {s.forecast_ips * SECONDS_PER_DAY * b.utilization:,.0f} images a day",
-            f"- Margin: at the slowest {rec.best.range_ends}, {s.slow_ips:.1f} img/s -> {fmt_days(s.days_slow)} days "
+            f"- Margin: at the slowest {rec.range_ends}, {s.slow_ips:.1f} img/s -> {fmt_days(s.days_slow)} days "
             f"({fmt_days(rec.margin_days or 0.0)} days to spare); at the fastest, {s.fast_ips:.1f} img/s -> "
             f"{fmt_days(s.days_fast)} days",
             f"- Shown, not planned with: {rec.best.conservative_ips:.1f} {IPS_P90}, {rec.best.median_ips:.1f} "
@@ -148,7 +148,7 @@ def decision_section(d: Decision) -> list[str]:
             assert s is not None and mv.best is not None
             out.append(
                 f"- **{inert(d.where(mv))}** ({code_span(mv.best.run_name)}): forecast {s.forecast_ips:.1f} "
-                f"{mv.best.forecast_unit} -> {fmt_days(s.days)} days; at the slowest {mv.best.range_ends}, "
+                f"{mv.best.forecast_unit} -> {fmt_days(s.days)} days; at the slowest {mv.range_ends}, "
                 f"{s.slow_ips:.1f} img/s -> "
                 f"{fmt_days(s.days_slow)} days ({'GO' if s.days_slow <= b.days else 'NO-GO'}), at the fastest, "
                 f"{s.fast_ips:.1f} img/s -> {fmt_days(s.days_fast)} days "

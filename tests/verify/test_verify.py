@@ -380,6 +380,10 @@ def test_a_verification_on_a_moved_box_widens_the_range_but_is_not_planned_with(
     assert row.endswith("(slowest: real training's rate, outside its windows)"), row
     assert f"| 19.0 (real training)-{large.span.fast_ips:.1f} |" in report.render_note(d)
     assert f": 19.00 (real training)-{c.fast_ips:.2f} |" in md  # the trial's row: its windows' count, then the range
+    # The tied trial's real rate is the span's slow end, though the plan is another's: every margin says so.
+    assert large.best.run_id != best and large.range_ends == "rate measured in windows or real training"
+    assert "even at the slowest rate measured in windows or real training (19.0 img/s" in d.reason, d.reason
+    assert "- Margin: at the slowest rate measured in windows or real training, 19.0 img/s" in md
     others = [m for m in d.models if m is not large and m.span is not None]
     assert others and all(m.real_ends() == (False, False) for m in others)
 
