@@ -21,7 +21,14 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("spec_file", metavar="SPEC")
 @decision_option("train its recommended configuration")
-@click.option("--run-id", "run_id", default=None, metavar="ID", help="Train this trial run instead.")
+@click.option(
+    "--run-id",
+    "run_id",
+    default=None,
+    metavar="ID",
+    help="Train this trial run instead, held against what decide plans it at: its windows, or where `dinox "
+    "head-to-head` measured it again, its rounds' pooled figure.",
+)
 @TRACKING_URI
 @click.option(
     "--minutes", type=float, default=None, help="Train this long after warm-up (default 3, with no --epochs)."
@@ -59,9 +66,9 @@ def verify(
     \b
     Trains the trial `dinox decide` recommended (or --run-id) through the same loader, data, epoch boundaries
     and step as the trial (its OpenMP threads waiting as they did where the forecast was measured: the trial, or
-    the head-to-head rounds a decision planned with), for --minutes (default 3) or
-    --epochs, then compares the slice's wall time with the forecast for the same images (decide's figure:
-    images over the timed windows, plus each epoch boundary, checkpoint and evaluation pass: the spec's
+    the head-to-head rounds decide plans it with), for --minutes (default 3) or --epochs, then compares the
+    slice's wall time with the forecast for the same images (decide's figure: images over the timed windows, or
+    the trial's head-to-head rounds, plus each epoch boundary, checkpoint and evaluation pass: the spec's
     routine, run at its cadence). Records a run (dinox.role = verify) beside the trial; `dinox decide` then
     shows it.
     Before and after the slice, windows are timed as the trial timed its: where those after run outside the
@@ -73,7 +80,6 @@ def verify(
     trained.
     """
     from dinox.store.backend import resolve_tracking_uri
-    from dinox.verify import Forecast
     from dinox.verify import verify as run_verify
     from dinox.verify.run import epoch_images_for, find_trial
 
@@ -84,7 +90,7 @@ def verify(
         run_id, forecast = _recommended(decision_dir)
     _doc, trials = load_trials(spec_file, None, sets=sets, shrink=shrink)
     record = _ok_trial(uri, run_id)
-    forecast = forecast or Forecast.of_record(record)
+    forecast = forecast or _planned(uri, record)
     trial = find_trial(record, trials, spec_file, shrink)
     epoch, why = epoch_images_for(trial, epoch_images, seconds if math.isfinite(seconds) else 0.0, forecast)
     click.echo(
@@ -116,9 +122,10 @@ def _policy_lines(record: TrialRecord, forecast) -> list[str]:  # noqa: ANN001 -
     if forecasts:
         sweep = contention.policy_of(record.tags.get(rec.OMP_WAIT_POLICY, "")) or "none recorded"
         lines.append(
-            f"its forecast was measured with OMP_WAIT_POLICY={contention.policy_of(policy)} (the decision's "
-            f"head-to-head rounds, or the verification it planned with), the trial's own windows with {sweep}: the "
-            "slice trains the forecast's step, and its check windows are held against the forecast's range"
+            f"its forecast was measured with OMP_WAIT_POLICY={contention.policy_of(policy)} (the head-to-head "
+            "rounds decide plans it with, or the verification a decision planned with), the trial's own windows "
+            f"with {sweep}: the slice trains the forecast's step, and its check windows are held against the "
+            "forecast's range"
         )
     whose = "the forecast's measurement" if forecasts else "the trial's"
     if line := contention.held_notice(policy, os.environ, whose):
@@ -136,6 +143,17 @@ def _ok_trial(uri: str, run_id: str) -> TrialRecord:
             f"run {run_id} is not an ok trial (dinox.status {record.status or 'missing'!r}): nothing to verify"
         )
     return record
+
+
+def _planned(uri: str, record: TrialRecord):  # noqa: ANN202 - a dinox.verify.Forecast (lazily)
+    """--run-id's forecast: what decide plans the trial at, its head-to-head's rounds where one measured it again
+    (its sweep's windows are then not the figure any decision holds, nor the step the rounds timed)."""
+    from dinox.decide import head_to_head
+    from dinox.store.readback import fetch_head_to_heads
+    from dinox.verify import Forecast
+
+    rounds = head_to_head.read(fetch_head_to_heads(uri, [record.experiment_id])).get(record.run_id)
+    return Forecast.of_trial(record, rounds)
 
 
 def _slice_seconds(minutes: float | None, epochs: float | None, epoch_images: int | None) -> float:

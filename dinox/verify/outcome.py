@@ -12,6 +12,7 @@ from typing import Literal
 
 from dinox import record as rec
 from dinox.contract import SM_CLOCK_KEY
+from dinox.decide.head_to_head import HeadToHead
 from dinox.decide.routine import unit_costs
 from dinox.errors import DinoxError
 from dinox.store.trial_record import TrialRecord
@@ -51,6 +52,21 @@ class Forecast:
         return cls(
             ips, min(slow, ips), max(fast, ips), r.epoch_boundary_s, f"trial run {r.run_id}",
             checkpoint_s, eval_s, r.tags.get(rec.OMP_WAIT_POLICY, ""),
+        )  # fmt: skip
+
+    @classmethod
+    def of_trial(cls, r: TrialRecord, rounds: HeadToHead | None) -> Forecast:
+        """What decide plans the trial at, as its candidate takes it (dinox.decide.candidates): the sweep's
+        windows, or where a head-to-head measured it again (`rounds`, its latest), the rounds' figures pooled
+        under its latest round's OpenMP policy, which the slice then trains."""
+        own = cls.of_record(r)
+        if rounds is None or not rounds.of(r.run_id):
+            return own
+        ips, (slow, fast, _windows) = rounds.pooled(r.run_id), rounds.span(r.run_id)
+        pooled = len(rounds.planning(r.run_id))
+        return dataclasses.replace(
+            own, ips=ips, slow_ips=min(slow, ips), fast_ips=max(fast, ips), omp_policy=rounds.policy(r.run_id),
+            rounds=pooled, source=f"trial run {r.run_id}'s head-to-head, {pooled} round{'s' * (pooled != 1)} pooled",
         )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 from dinox.decide import budget
 from dinox.decide import head_to_head as h2h
 from dinox.decide import verdict as decide
+from dinox.isolate import contention
 from dinox.report import decision_json as report_json
 from dinox.report import text as report
 from dinox.store.trial_record import TrialRecord
@@ -115,6 +116,7 @@ def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_p
     decision.json names that step, which `dinox verify` then trains (its check windows held against the rounds'
     range, not the sweep's windows of the other step)."""
     from dinox.cli.verify import _recommended
+    from dinox.verify import Forecast
     from dinox.verify.run import held_policy, reference
 
     quiet, busy = (
@@ -158,6 +160,18 @@ def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_p
     record = next(r for r in study.records(rows) if r.run_id == run_id)
     assert held_policy(record, forecast) == (busy, True)
     assert forecast.rounds == 4 and reference(record, forecast) == (forecast, "rounds")  # checked against the rounds
+    # `dinox verify --run-id` (no recommendation to read, e.g. an UNSETTLED decision): the same forecast of the
+    # same step, from the store's rounds, for either trial of them; a trial never measured again keeps its windows.
+    by_id = {r.run_id: r for r in study.records(rows)}
+    named = Forecast.of_trial(record, rounds[SECOND])
+    fields = ("ips", "slow_ips", "fast_ips", "omp_policy", "rounds")
+    assert [getattr(named, f) for f in fields] == [pytest.approx(getattr(forecast, f)) for f in fields]
+    other = Forecast.of_trial(by_id[FIRST], rounds[FIRST])
+    assert other.ips == pytest.approx(4 / sum(1 / x for x in first[3:]))
+    assert (other.omp_policy, other.rounds) == (busy, 4)
+    assert reference(by_id[FIRST], other) == (other, "rounds") and held_policy(by_id[FIRST], other) == (busy, True)
+    alone = by_id[small.best.run_id]
+    assert Forecast.of_trial(alone, rounds.get(alone.run_id)) == Forecast.of_record(alone)
     unpooled = dataclasses.replace(forecast, rounds=0)
     assert reference(record, unpooled) == (unpooled, "forecast")  # another step than the sweep's windows timed
     same = type(forecast)(forecast.ips, forecast.slow_ips, forecast.fast_ips, omp_policy="unset (the user's)")
@@ -298,6 +312,23 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     latest = max((r for r in runs if r.data.tags["dinox.remeasures"] == best["run_id"]), key=_round_number)
     assert best["omp_wait_policy"] == latest.data.tags["dinox.omp_wait_policy"], best
     assert recommended is None or recommended["omp_wait_policy"] == best["omp_wait_policy"], recommended
+    # And trains it: `dinox verify` of the leader by its run id (these one-window trials may leave the decision
+    # UNSETTLED, recommending nothing) holds the rounds' pooled figure decide plans it at, with their policy,
+    # and its check windows against the rounds' windows, not the sweep's.
+    slice_ = ["--minutes", "0.05", "--epoch-images", "16"]
+    trained = run_dinox(["verify", "spec.yaml", "--run-id", best["run_id"], *slice_], cwd=tmp_path)
+    assert trained.returncode in (0, 1, 3), trained.stdout + trained.stderr  # held, off, undecided: each an answer
+    first = trained.stdout.splitlines()[0]
+    assert f"(forecast: trial run {best['run_id']}'s head-to-head, " in first and " pooled)" in first, first
+    assert f"against a forecast of {best['measured_ips']:.1f} (windows " in trained.stdout, trained.stdout
+    (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'verify'")
+    planned = float(run.data.params["verify.forecast_images_per_s"])
+    sweep = best["rematch"]["sweep_ips"]
+    assert planned == pytest.approx(best["measured_ips"], rel=1e-5) and planned != pytest.approx(sweep)
+    assert run.data.tags["dinox.omp_wait_policy"].startswith(contention.policy_of(best["omp_wait_policy"]))
+    note = run.data.tags["mlflow.note.content"]
+    if "windows timed as the trial timed its ran" in note:  # where the check windows say anything, whose they are
+        assert "the head-to-head rounds' windows" in note, note
 
 
 def _round_number(run) -> float:  # noqa: ANN001 - an MLflow Run

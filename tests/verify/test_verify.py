@@ -53,7 +53,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr  # held, off, or undecided: each an answer
     first = proc.stdout.splitlines()[0]
     assert first.startswith("dinox: verifying ") and "for 0.05 minutes" in first, proc.stdout
-    assert "its forecast was measured with OMP_WAIT_POLICY=PASSIVE (the decision's head-to-head rounds" in proc.stdout
+    assert "its forecast was measured with OMP_WAIT_POLICY=PASSIVE (the head-to-head rounds decide plans" in proc.stdout
     assert "the trial's own windows with unset: the slice trains the forecast's step" in proc.stdout
     assert (
         "its threads sleep when they wait (OMP_WAIT_POLICY=PASSIVE), as the forecast's measurement did" in proc.stdout
