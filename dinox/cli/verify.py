@@ -66,11 +66,11 @@ def verify(
     \b
     Trains the trial `dinox decide` recommended (or --run-id) through the same loader, data, epoch boundaries
     and step as the trial (its OpenMP threads waiting as they did where the forecast was measured: the trial, or
-    the head-to-head rounds decide plans it with), for --minutes (default 3) or --epochs, then compares the
-    slice's wall time with the forecast for the same images (decide's figure: images over the timed windows, or
-    the trial's head-to-head rounds, plus each epoch boundary, checkpoint and evaluation pass: the spec's
-    routine, run at its cadence). Records a run (dinox.role = verify) beside the trial; `dinox decide` then
-    shows it.
+    the head-to-head rounds decide plans it with; on as many cores where `dinox run --devices` held it to a
+    share), for --minutes (default 3) or --epochs, then compares the slice's wall time with the forecast for
+    the same images (decide's figure: images over the timed windows, or the trial's head-to-head rounds, plus
+    each epoch boundary, checkpoint and evaluation pass: the spec's routine, run at its cadence). Records a
+    run (dinox.role = verify) beside the trial; `dinox decide` then shows it.
     Before and after the slice, windows are timed as the trial timed its: where those after run outside the
     trial's windows (the head-to-head rounds' where the forecast pools them) by more than 5 %, or the forecast
     at their rate and the trial's fall on either side of 5 %, the box (or the process) is not as the trial found
@@ -98,7 +98,7 @@ def verify(
     )
     if why:
         click.echo(f"       {why}")
-    for line in _policy_lines(record, forecast):
+    for line in _step_lines(record, forecast):
         click.echo(f"       {line}")
     done = run_verify(uri, record, trial, forecast, seconds, epochs, epoch, Path(workdir))
     _say(done, done.trial_windows.ips, shrink)
@@ -109,16 +109,18 @@ def verify(
     sys.exit(3 if shrink or undecided else 0 if done.word == "HELD" else 1)
 
 
-def _policy_lines(record: TrialRecord, forecast) -> list[str]:  # noqa: ANN001 - a dinox.verify.Forecast (lazily)
-    """What the terminal says of the OpenMP policy the slice trains with: the forecast's where it differs from the
-    trial's sweep, and that its threads sleep where dinox made them. Words of a closed set (contention.POLICIES),
+def _step_lines(record: TrialRecord, forecast) -> list[str]:  # noqa: ANN001 - a dinox.verify.Forecast (lazily)
+    """What the terminal says of the step the slice trains where it is not plainly the trial's: the cores a
+    trial side by side was held to, the OpenMP policy (the forecast's where it differs from the trial's sweep),
+    and that its threads sleep where dinox made them. Numbers and words of a closed set (contention.POLICIES),
     never the store's text."""
     from dinox import record as rec
     from dinox.isolate import contention
-    from dinox.verify.run import held_policy
+    from dinox.isolate.slots import affinity
+    from dinox.verify.run import held_cores, held_policy
 
     policy, forecasts = held_policy(record, forecast)
-    lines = []
+    lines = [said] if (said := held_cores(record, affinity())[1]) else []
     if forecasts:
         sweep = contention.policy_of(record.tags.get(rec.OMP_WAIT_POLICY, "")) or "none recorded"
         lines.append(

@@ -120,14 +120,21 @@ def node_cpu_lists(root: Path = Path("/sys/devices/system/node")) -> dict[int, l
     return nodes
 
 
+MAX_CORE = 1 << 16  # beyond any kernel's CPU count (NR_CPUS is at most 8192): a text past it is not a cpulist
+
+
 def parse_cores(text: str) -> list[int]:
-    """Linux's cpulist format: "0-3,8,10-11"."""
+    """Linux's cpulist format: "0-3,8,10-11". ValueError for anything else, a core past MAX_CORE among it (a
+    damaged record's "0-4000000000" would otherwise be a list of four billion)."""
     cores: list[int] = []
     for part in text.strip().split(","):
         if not part:
             continue
         first, _, last = part.partition("-")
-        cores.extend(range(int(first), int(last or first) + 1))
+        low, high = int(first), int(last or first)
+        if not 0 <= low <= high < MAX_CORE:
+            raise ValueError(f"not a cpulist range: {part[:20]!r}")
+        cores.extend(range(low, high + 1))
     return cores
 
 

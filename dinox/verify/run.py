@@ -13,6 +13,7 @@ from dinox import record as rec
 from dinox.contract import SLICE_FILE, TrialResult
 from dinox.isolate import contention
 from dinox.isolate.runner import run_trial
+from dinox.isolate.slots import CORES_VAR, affinity, format_cores, parse_cores
 from dinox.plan.grid import Trial
 from dinox.spec.data_sources import SyntheticData
 from dinox.spec.params import SHRUNK
@@ -91,7 +92,8 @@ def verify(
 ) -> VerifyOutcome:
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
     own, against = reference(record, forecast)
-    result = _train(trial, seconds, epochs, epoch_images, workdir, *held_policy(record, forecast))
+    cores, _said = held_cores(record, affinity())
+    result = _train(trial, seconds, epochs, epoch_images, workdir, *held_policy(record, forecast), cores)
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
     routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
@@ -116,7 +118,7 @@ def verify(
     if trial.spec.shrunk:
         tags[rec.SHRUNK] = "true"
     tags.update({k: result.tags.get(k, "") for k in (rec.VERIFY_EPOCHS, rec.VERIFY_CHECK_WINDOWS)})
-    kept = (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION, rec.OMP_WAIT_POLICY)
+    kept = (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION, rec.OMP_WAIT_POLICY, rec.CORES, rec.TORCH_THREADS)
     tags.update({k: v for k, v in result.tags.items() if k in kept})
     settings = {
         "seconds": f"{seconds:g}",
@@ -143,6 +145,31 @@ def held_policy(record: TrialRecord, forecast: Forecast) -> tuple[str, bool]:
     return trials, False
 
 
+def held_cores(record: TrialRecord, usable: list[int]) -> tuple[list[int], str]:
+    """The cores the slice trains on ([]: every core, as a trial measured one at a time did) and a line saying so
+    ("" where there is nothing to say). A trial `dinox run --devices` held to a share of the cores (dinox.cores)
+    measured its step on that share, at most one torch thread a core: the slice trains on as many, the same
+    ones where this process may use them. Only numbers reach the line, never the store's text."""
+    text = record.tags.get(rec.CORES, "")
+    try:
+        cores = parse_cores(text)
+    except ValueError:
+        return [], "its trial's cores (dinox.cores) cannot be read: the slice trains on every core this process may use"
+    if not cores or set(usable) <= set(cores):
+        return [], ""
+    held = cores if set(cores) <= set(usable) else usable[: len(cores)]
+    beside = _count(record.tags.get(rec.CONCURRENT_TRIALS, "")) - 1
+    others = f", beside {beside} other trial{'s' * (beside != 1)} it no longer has" if beside > 0 else ""
+    return held, (
+        f"its trial ran held to {len(cores)} of the cores (dinox run --devices: {format_cores(cores)}){others}: the "
+        f"slice trains on {format_cores(held)}, at most one torch thread a core, the step the trial measured"
+    )
+
+
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
 def reference(record: TrialRecord, forecast: Forecast) -> tuple[Forecast, Reference]:
     """The windows the check windows are held against, and whose they are: the trial's sweep windows, unless
     the forecast pools a head-to-head's rounds (the trial measured again, later: the forecast and its range are
@@ -163,6 +190,7 @@ def _train(
     workdir: Path,
     omp_policy: str,
     forecasts: bool,
+    cores: list[int],
 ) -> TrialResult:
     """The child that trains the trial for the slice (its folder under WORKDIR/verify), with the OpenMP policy
     `omp_policy` (dinox.omp_wait_policy's text: the forecast's measurement's where `forecasts`, else the
@@ -179,7 +207,8 @@ def _train(
     timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
     # The step the forecast measured, its threads waiting as they did there; the child's record says whose.
     contention.hold(omp_policy, "its forecast was measured" if forecasts else "its trial ran")
-    outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None)
+    env = {CORES_VAR: format_cores(cores)} if cores else {}  # the child pins itself, as a trial under --devices
+    outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None, env=env)
     if outcome.result.status != "ok":
         r = outcome.result
         raise VerifyError(f"the training ended {r.status}: {r.error} (its log: {outcome.log_path})")

@@ -99,6 +99,9 @@ def test_core_lists_read_and_write_linux_cpulist_format(tmp_path):
     assert devices.parse_cores("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
     assert devices.format_cores([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11"
     assert devices.format_cores([5]) == "5"
+    for damaged in ("0-4000000000", "3-1", "-1", "a", "0;1"):  # a record's text, not the kernel's: refused, not a list
+        with pytest.raises(ValueError):
+            devices.parse_cores(damaged)
     for n, text in ((0, "0-1\n"), (1, "2-3\n")):
         (tmp_path / f"node{n}").mkdir()
         (tmp_path / f"node{n}" / "cpulist").write_text(text)

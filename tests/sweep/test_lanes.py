@@ -136,3 +136,12 @@ def test_two_cpu_slots_measure_two_trials_at_once_and_a_ctrl_c_kills_both(tmp_pa
     sweep_dir = sorted((tmp_path / ".dinox" / "sweeps" / "lanes").iterdir())[-1]
     (s1, e1), (s2, e2) = _windows(sweep_dir).values()
     assert max(s1, s2) < min(e1, e2)  # their timed windows overlapped
+
+    # `dinox verify` of the one on core 1 trains the step it measured: on that core, one torch thread.
+    (on_1,) = [r for r in done if r.data.tags.get("dinox.cores") == "1"]
+    slice_ = ["--minutes", "0.05", "--epoch-images", "12"]
+    trained = run_dinox(["verify", "s.yaml", "--run-id", on_1.info.run_id, *slice_], tmp_path)
+    assert trained.returncode in (0, 1, 3), trained.stdout + trained.stderr  # held, off, undecided: each an answer
+    assert "its trial ran held to 1 of the cores (dinox run --devices: 1), beside 1 other trial" in trained.stdout
+    (run,) = [r for r in runs_of(uri, "lanes") if r.data.tags["dinox.role"] == "verify"]
+    assert (run.data.tags["dinox.cores"], run.data.tags["dinox.torch_threads"]) == ("1", "1"), run.data.tags

@@ -146,6 +146,28 @@ def test_a_spec_that_changed_since_is_refused_naming_the_trial(measured):
     assert "the spec changed since the trial was measured" in proc.stderr
 
 
+def test_a_trial_held_to_a_share_of_the_cores_is_trained_on_as_many():
+    """`dinox run --devices cpu:N` measured the trial's step on its share of the cores (one torch thread a core,
+    beside the other trials): the slice trains that step, on the same cores where it may, else as many; a trial
+    measured on the whole machine trains on it; a damaged record is said, its text never printed."""
+    from dinox.verify.run import held_cores
+
+    def trial(cores: str | None, beside: str = "") -> TrialRecord:
+        tags = {k: v for k, v in (("dinox.cores", cores), ("dinox.concurrent_trials", beside)) if v is not None}
+        return TrialRecord("t1", "0", "1", {}, {}, tags)
+
+    assert held_cores(trial(None), [0, 1]) == ([], "")  # measured one at a time, on every core
+    assert held_cores(trial("0-1"), [0, 1]) == ([], "")  # every core this process has: nothing to hold
+    cores, said = held_cores(trial("1", "2"), [0, 1])
+    assert cores == [1] and said.startswith("its trial ran held to 1 of the cores (dinox run --devices: 1)"), said
+    assert "beside 1 other trial it no longer has: the slice trains on 1, at most one torch thread a core" in said
+    cores, said = held_cores(trial("6-7", "x"), [0, 1, 2, 3])  # another box, or a narrower allowance now
+    assert cores == [0, 1] and "(dinox run --devices: 6-7): the slice trains on 0-1" in said and "beside" not in said
+    for damaged in ("0-4000000000", "1\x1b[2J"):
+        cores, said = held_cores(trial(damaged), [0, 1])
+        assert cores == [] and "cannot be read" in said and "\x1b" not in said and "4000000000" not in said
+
+
 def test_the_slice_forecast_charges_each_boundary_at_each_end():
     f = Forecast(100.0, 80.0, 125.0, epoch_boundary_s=2.0)
     assert slice_forecast(f, 1000, 3) == pytest.approx((16.0, 18.5, 14.0))
