@@ -4,9 +4,11 @@ windows, so its epochs end where a real run's do), steps back to back, the devic
 end of each epoch (where a run logs its loss) and of the slice. No windows, no ablation, no settling.
 
 Run as ``python -m dinox.measure.verify TRIAL_JSON RESULT_JSON``; ``slice.json`` beside TRIAL_JSON says how
-long: ``{"seconds": S, "epochs": E, "epoch_images": N}`` (stop at whichever of S seconds or E epochs comes
-first; N: a synthetic set's epoch, where its spec gives no data.num_samples). The result is a TrialResult:
-metrics under the verify_ names of dinox.record, the epochs as JSON in dinox.verify_epochs.
+long: ``{"seconds": S, "epochs": E, "epoch_images": N, "device_name": D}`` (stop at whichever of S seconds or E
+epochs comes first; N: a synthetic set's epoch, where its spec gives no data.num_samples; D: the device the
+trial was measured on, "" where its record names none). The result is a TrialResult: metrics under the verify_
+names of dinox.record, the epochs as JSON in dinox.verify_epochs; ``skipped``, untrained, where this machine's
+device is not D (its error says both).
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ from dinox.spec.sections import TrialSpec
 class VerifyRun(TrialRun):
     """A trial's setup, then its steps for a slice of real training instead of timed windows."""
 
-    def __init__(self, spec: TrialSpec, seconds: float, epochs: float | None, epoch_images: int, **kw) -> None:
+    def __init__(
+        self, spec: TrialSpec, seconds: float, epochs: float | None, epoch_images: int, device_name: str = "", **kw
+    ) -> None:
         super().__init__(spec, **kw)
         self.seconds, self.epochs, self.epoch_images = seconds, epochs, epoch_images
+        self.device_name = device_name  # the trial's: its forecast is of that device's step
         self.check_windows: dict[str, list[float]] = {}  # each check window's images/s, by phase
         self.clocks: dict[str, list[float]] = {}  # the GPU's SM clock (MHz) at each check window's end, by phase
 
@@ -44,9 +49,23 @@ class VerifyRun(TrialRun):
         return self.epoch_images if isinstance(data, SyntheticData) and data.num_samples is None else 0
 
     def measure(self) -> TrialResult:
-        self.setup()
+        try:
+            self.setup()
+        except OtherDevice as e:
+            return TrialResult("skipped", error=str(e), tags=self.tags)
         with runtime.gc_for_windows(self.spec, self.runtime_seen):  # the collector as the trial's windows had it
             return self._train()
+
+    def _setup_device(self) -> None:
+        """The trial's device, and before any data or model: the one its forecast was measured on (another GPU
+        model, or a GPU where the trial had a CPU, trains another step, whatever the check windows then say)."""
+        super()._setup_device()
+        own = self.tags.get(rec.DEVICE_NAME, "")
+        if self.device_name and own and own != self.device_name:
+            raise OtherDevice(
+                f"this machine trains on {own}, the trial was measured on {self.device_name}: its forecast is that "
+                "device's step; verify on a machine with the trial's device"
+            )
 
     def _train(self) -> TrialResult:
         loop = self.make_loop()
@@ -182,9 +201,14 @@ class VerifyRun(TrialRun):
         self.tags[rec.VERIFY_EPOCHS] = json.dumps(epochs, separators=(",", ":"))
 
 
-def read_slice(trial_json: str) -> tuple[float, float | None, int]:
+class OtherDevice(Exception):
+    """This machine's device is not the one the trial was measured on."""
+
+
+def read_slice(trial_json: str) -> tuple[float, float | None, int, str]:
     data = json.loads((Path(trial_json).parent / SLICE_FILE).read_text())
-    return float(data["seconds"]), data.get("epochs"), int(data.get("epoch_images") or 0)
+    seconds, epochs, epoch_images = float(data["seconds"]), data.get("epochs"), int(data.get("epoch_images") or 0)
+    return seconds, epochs, epoch_images, str(data.get("device_name") or "")
 
 
 if __name__ == "__main__":
@@ -193,10 +217,12 @@ if __name__ == "__main__":
     from dinox.isolate import lifeline
 
     lifeline.die_with_parent(lifeline.env_parent())
-    seconds, epochs, epoch_images = read_slice(sys.argv[1])
+    seconds, epochs, epoch_images, device_name = read_slice(sys.argv[1])
 
     def make(spec, marks, metrics, tags, on_phase, out_dir):  # noqa: ANN001, ANN202 - run_child's seam
-        run = VerifyRun(spec, seconds, epochs, epoch_images, marks=marks, metrics=metrics, tags=tags, on_phase=on_phase)
+        run = VerifyRun(
+            spec, seconds, epochs, epoch_images, device_name, marks=marks, metrics=metrics, tags=tags, on_phase=on_phase
+        )
         return run.measure()
 
     code = run_child(sys.argv[1], sys.argv[2], measure_with=make)

@@ -93,7 +93,9 @@ def verify(
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
     own, against = reference(record, forecast)
     cores, _said = held_cores(record, affinity())
-    result = _train(trial, seconds, epochs, epoch_images, workdir, *held_policy(record, forecast), cores)
+    slice_ = {"seconds": seconds, "epochs": epochs, "epoch_images": epoch_images}
+    slice_["device_name"] = record.tags.get(rec.DEVICE_NAME, "")  # the child trains on no other
+    result = _train(trial, slice_, workdir, *held_policy(record, forecast), cores)
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
     routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
@@ -183,34 +185,30 @@ def reference(record: TrialRecord, forecast: Forecast) -> tuple[Forecast, Refere
 
 
 def _train(
-    trial: Trial,
-    seconds: float,
-    epochs: float | None,
-    epoch_images: int,
-    workdir: Path,
-    omp_policy: str,
-    forecasts: bool,
-    cores: list[int],
+    trial: Trial, slice_: dict[str, object], workdir: Path, omp_policy: str, forecasts: bool, cores: list[int]
 ) -> TrialResult:
     """The child that trains the trial for the slice (its folder under WORKDIR/verify), with the OpenMP policy
     `omp_policy` (dinox.omp_wait_policy's text: the forecast's measurement's where `forecasts`, else the
-    trial's; see held_policy); its result, or VerifyError where it could not start or did not end ok."""
+    trial's; see held_policy) on `cores` (held_cores); its result, or VerifyError where it could not start, found
+    another device than the trial's, or did not end ok."""
     if trial.spec.hardware.gpus > 1:
         raise VerifyError("dinox verify trains on one device: hardware.gpus > 1 is not verified yet")
     folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         folder.mkdir(parents=True, exist_ok=False)
-        slice_ = {"seconds": seconds, "epochs": epochs, "epoch_images": epoch_images}
         (folder / SLICE_FILE).write_text(json.dumps(slice_))
     except OSError as e:
         raise VerifyError(f"cannot write {folder}: {e.strerror or e}") from None
+    seconds = float(slice_["seconds"])  # type: ignore[arg-type]
     timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
     # The step the forecast measured, its threads waiting as they did there; the child's record says whose.
     contention.hold(omp_policy, "its forecast was measured" if forecasts else "its trial ran")
     env = {CORES_VAR: format_cores(cores)} if cores else {}  # the child pins itself, as a trial under --devices
     outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None, env=env)
-    if outcome.result.status != "ok":
-        r = outcome.result
+    r = outcome.result
+    if r.status == "skipped":  # untrained: this machine's device is not the trial's (the child names both)
+        raise VerifyError(store_text(r.error or "another device than the trial's"))
+    if r.status != "ok":
         raise VerifyError(f"the training ended {r.status}: {r.error} (its log: {outcome.log_path})")
     return outcome.result
 

@@ -146,6 +146,29 @@ def test_a_spec_that_changed_since_is_refused_naming_the_trial(measured):
     assert "the spec changed since the trial was measured" in proc.stderr
 
 
+def test_a_trial_measured_on_another_device_is_refused_before_training(measured):
+    """The forecast is of the trial's device: on a machine whose device differs (another GPU model, a GPU box
+    for a CPU trial) the child stops before data or model, exit 2 naming both, nothing recorded; the store's
+    name reaches the terminal as one printable line."""
+    work, trial = measured
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    own = trial.data.tags["dinox.device_name"]
+    verifies = f"tags.`dinox.role` = 'verify' and tags.`dinox.verifies` = '{trial.info.run_id}'"
+    before = len(client.search_runs([trial.info.experiment_id], verifies))
+    client.set_tag(trial.info.run_id, "dinox.device_name", "NVIDIA H100 80GB HBM3\x1b[2J")
+    try:
+        proc = run_dinox(["verify", "spec.yaml", "--run-id", trial.info.run_id, "--minutes", "5"], cwd=work)
+    finally:
+        client.set_tag(trial.info.run_id, "dinox.device_name", own)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(
+        f"error: this machine trains on {own}, the trial was measured on NVIDIA H100 80GB HBM3 [2J: its forecast is "
+        "that device's step"
+    ), proc.stderr
+    assert "\x1b" not in proc.stderr + proc.stdout and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert len(client.search_runs([trial.info.experiment_id], verifies)) == before  # nothing trained, nothing logged
+
+
 def test_a_trial_held_to_a_share_of_the_cores_is_trained_on_as_many():
     """`dinox run --devices cpu:N` measured the trial's step on its share of the cores (one torch thread a core,
     beside the other trials): the slice trains that step, on the same cores where it may, else as many; a trial
