@@ -120,7 +120,7 @@ def _step_lines(record: TrialRecord, forecast) -> list[str]:  # noqa: ANN001 - a
     from dinox.verify.run import held_cores, held_policy
 
     policy, forecasts = held_policy(record, forecast)
-    lines = [said] if (said := held_cores(record, affinity())[1]) else []
+    lines = [said] if (said := held_cores(record, forecast, affinity())[1]) else []
     if forecasts:
         sweep = contention.policy_of(record.tags.get(rec.OMP_WAIT_POLICY, "")) or "none recorded"
         lines.append(

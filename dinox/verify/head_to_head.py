@@ -24,7 +24,7 @@ from dinox.isolate.forkserver import ForkServer
 from dinox.isolate.runner import run_trial
 from dinox.plan.grid import Trial
 from dinox.store.readback import log_beside
-from dinox.store.trial_record import TrialRecord
+from dinox.store.trial_record import TrialRecord, store_text
 
 
 class HeadToHeadError(DinoxError):
@@ -68,6 +68,7 @@ def head_to_head(
 ) -> HeadToHead:
     """Measure the leaders in rounds until their order is settled or `max_rounds` have run; each measurement
     is recorded as it ends (dinox.role = head_to_head), so an interruption keeps the rounds done."""
+    _one_device(leaders)
     host = re.sub(r"[^A-Za-z0-9.-]", "_", os.uname().nodename)[:64]  # it names a folder
     group = f"{time.strftime(GROUP_FORMAT, time.gmtime())}-{host}-{os.getpid()}"
     h = HeadToHead(group, names={x.record.run_id: x.name for x in leaders})
@@ -93,6 +94,18 @@ def head_to_head(
     return h
 
 
+def _one_device(leaders: list[Leader]) -> None:
+    """Leaders measured on two devices (shards of one sweep on two hosts) have no machine that measures them
+    both again as they were: refused before anything runs. Each round's device is then held against theirs."""
+    named = [(x, x.record.tags.get(rec.DEVICE_NAME, "")) for x in leaders]
+    devices = {device for _x, device in named if device}
+    if len(devices) > 1:
+        each = "; ".join(f"{x.name} on {device}" for x, device in named if device)
+        raise HeadToHeadError(
+            store_text(f"the leaders were measured on different devices ({each}): no one machine measures them again")
+        )
+
+
 def _measure(uri: str, group: str, number: int, x: Leader, trial: Trial, folder: Path, server: ForkServer) -> Round:
     try:
         (folder / f"round{number}").mkdir(parents=True, exist_ok=True)
@@ -105,6 +118,15 @@ def _measure(uri: str, group: str, number: int, x: Leader, trial: Trial, folder:
         raise HeadToHeadError(
             f"{x.name} ended {result.status} in round {number}: {result.error} (its log: {outcome.log_path}); "
             "the rounds before it are recorded"
+        )
+    theirs, own = x.record.tags.get(rec.DEVICE_NAME, ""), result.tags.get(rec.DEVICE_NAME, "")
+    if theirs and own and own != theirs:  # decide would plan the trial with another device's figures
+        raise HeadToHeadError(
+            store_text(
+                f"this machine measures on {own}, {x.name} was measured on {theirs}: its rounds would replace its "
+                "figures with another device's; measure head to head on a machine with its device (nothing was "
+                "recorded)"
+            )
         )
     kept = {k: m[k] for k in _KEPT if k in m}
     kept[rec.ROUND] = number

@@ -92,7 +92,7 @@ def verify(
 ) -> VerifyOutcome:
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
     own, against = reference(record, forecast)
-    cores, _said = held_cores(record, affinity())
+    cores, _said = held_cores(record, forecast, affinity())
     slice_ = {"seconds": seconds, "epochs": epochs, "epoch_images": epoch_images}
     slice_["device_name"] = record.tags.get(rec.DEVICE_NAME, "")  # the child trains on no other
     result = _train(trial, slice_, workdir, *held_policy(record, forecast), cores)
@@ -147,11 +147,12 @@ def held_policy(record: TrialRecord, forecast: Forecast) -> tuple[str, bool]:
     return trials, False
 
 
-def held_cores(record: TrialRecord, usable: list[int]) -> tuple[list[int], str]:
+def held_cores(record: TrialRecord, forecast: Forecast, usable: list[int]) -> tuple[list[int], str]:
     """The cores the slice trains on ([]: every core, as a trial measured one at a time did) and a line saying so
     ("" where there is nothing to say). A trial `dinox run --devices` held to a share of the cores (dinox.cores)
     measured its step on that share, at most one torch thread a core: the slice trains on as many, the same
-    ones where this process may use them. Only numbers reach the line, never the store's text."""
+    ones where this process may use them; but a forecast of head-to-head rounds (never held) is of every core's
+    step. Only numbers reach the line, never the store's text."""
     text = record.tags.get(rec.CORES, "")
     try:
         cores = parse_cores(text)
@@ -159,6 +160,11 @@ def held_cores(record: TrialRecord, usable: list[int]) -> tuple[list[int], str]:
         return [], "its trial's cores (dinox.cores) cannot be read: the slice trains on every core this process may use"
     if not cores or set(usable) <= set(cores):
         return [], ""
+    if forecast.rounds:
+        return [], (
+            f"its trial ran held to {len(cores)} of the cores (dinox run --devices), its forecast's head-to-head "
+            "rounds on every core: the slice trains on every core, the step the rounds measured"
+        )
     held = cores if set(cores) <= set(usable) else usable[: len(cores)]
     beside = _count(record.tags.get(rec.CONCURRENT_TRIALS, "")) - 1
     others = f", beside {beside} other trial{'s' * (beside != 1)} it no longer has" if beside > 0 else ""

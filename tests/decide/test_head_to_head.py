@@ -345,6 +345,33 @@ def test_a_reader_that_leaves_does_not_stop_the_rounds(measured):
     assert len(_rounds_recorded(client)) - before == 10  # --rounds 5: five rounds of two, each recorded
 
 
+def test_rounds_are_measured_only_on_the_leaders_device(measured):
+    """Rounds replace the leaders' figures in decide's plan: on a machine whose device is not theirs, the first
+    measurement stops the head-to-head before anything is recorded; leaders of two devices (two hosts' shards)
+    are refused before anything runs. Exit 2, one printable line, the store's names inert."""
+    work, client, (a, b) = measured
+    own = client.get_run(a).data.tags["dinox.device_name"]
+    before = len(_rounds_recorded(client))
+    args = ["head-to-head", "spec.yaml", "--run-id", a, "--run-id", b, "--rounds", "5"]
+    try:
+        for run in (a, b):
+            client.set_tag(run, "dinox.device_name", "NVIDIA H100 80GB HBM3\x1b[2J")
+        elsewhere = run_dinox(args, cwd=work)
+        client.set_tag(b, "dinox.device_name", own)
+        two = run_dinox(args, cwd=work)
+    finally:
+        client.set_tag(a, "dinox.device_name", own)
+    assert elsewhere.returncode == 2 and "Traceback" not in elsewhere.stderr, elsewhere.stderr
+    said = elsewhere.stderr
+    assert said.startswith(f"error: this machine measures on {own}, 1 bs=2 was measured on NVIDIA H100 80GB HBM3 [2J")
+    assert "(nothing was recorded)" in said and said.count("\n") == 1 and "\x1b" not in said, said
+    assert two.returncode == 2 and two.stderr.startswith(
+        f"error: the leaders were measured on different devices (1 bs=2 on NVIDIA H100 80GB HBM3 [2J; 2 bs=4 on {own})"
+    ), two.stderr
+    assert "round 1" not in two.stdout, two.stdout  # refused before any round
+    assert len(_rounds_recorded(client)) == before
+
+
 def test_ctrl_c_mid_round_keeps_the_rounds_done_and_leaves_no_child(measured):
     """A Ctrl-C at the terminal between rounds: exit 130, the measuring child gone, every round measured before
     it recorded whole (decide reads them), nothing half-written."""

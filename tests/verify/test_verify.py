@@ -172,23 +172,30 @@ def test_a_trial_measured_on_another_device_is_refused_before_training(measured)
 def test_a_trial_held_to_a_share_of_the_cores_is_trained_on_as_many():
     """`dinox run --devices cpu:N` measured the trial's step on its share of the cores (one torch thread a core,
     beside the other trials): the slice trains that step, on the same cores where it may, else as many; a trial
-    measured on the whole machine trains on it; a damaged record is said, its text never printed."""
+    measured on the whole machine trains on it, as does a forecast of head-to-head rounds; a damaged record is
+    said, its text never printed."""
     from dinox.verify.run import held_cores
 
     def trial(cores: str | None, beside: str = "") -> TrialRecord:
         tags = {k: v for k, v in (("dinox.cores", cores), ("dinox.concurrent_trials", beside)) if v is not None}
         return TrialRecord("t1", "0", "1", {}, {}, tags)
 
-    assert held_cores(trial(None), [0, 1]) == ([], "")  # measured one at a time, on every core
-    assert held_cores(trial("0-1"), [0, 1]) == ([], "")  # every core this process has: nothing to hold
-    cores, said = held_cores(trial("1", "2"), [0, 1])
+    own = Forecast(100.0, 95.0, 105.0)  # the trial's own windows
+    assert held_cores(trial(None), own, [0, 1]) == ([], "")  # measured one at a time, on every core
+    assert held_cores(trial("0-1"), own, [0, 1]) == ([], "")  # every core this process has: nothing to hold
+    cores, said = held_cores(trial("1", "2"), own, [0, 1])
     assert cores == [1] and said.startswith("its trial ran held to 1 of the cores (dinox run --devices: 1)"), said
     assert "beside 1 other trial it no longer has: the slice trains on 1, at most one torch thread a core" in said
-    cores, said = held_cores(trial("6-7", "x"), [0, 1, 2, 3])  # another box, or a narrower allowance now
+    cores, said = held_cores(trial("6-7", "x"), own, [0, 1, 2, 3])  # another box, or a narrower allowance now
     assert cores == [0, 1] and "(dinox run --devices: 6-7): the slice trains on 0-1" in said and "beside" not in said
     for damaged in ("0-4000000000", "1\x1b[2J"):
-        cores, said = held_cores(trial(damaged), [0, 1])
+        cores, said = held_cores(trial(damaged), own, [0, 1])
         assert cores == [] and "cannot be read" in said and "\x1b" not in said and "4000000000" not in said
+    # A forecast of head-to-head rounds: they ran on every core (never held), and the slice trains their step.
+    cores, said = held_cores(trial("1", "2"), dataclasses.replace(own, rounds=5), [0, 1])
+    assert cores == [] and said.endswith(
+        "rounds on every core: the slice trains on every core, the step the rounds measured"
+    )
 
 
 def test_the_slice_forecast_charges_each_boundary_at_each_end():
