@@ -389,6 +389,20 @@ RANKS: dict[str, RankRule] = {
 _undeclared = [n.name for n in NAMES.values() if n.kind == "metric" and n.run == "trial" and n.name not in RANKS]
 if _undeclared or len(RANKS) != len(_SUMS) + len(_MAXES) + len(_MEANS) + len(_SLOWEST) + 1:
     raise ValueError(f"trial metrics without one rank rule (RANKS): {_undeclared or 'one listed twice'}")
+# A verification's ranks (dinox verify of a hardware.gpus > 1 trial) trained the same steps in lock step: the
+# slowest rank (the longest verify_wall_s) sets the slice, its counts are global already (each rank counts every
+# rank's images); the check windows' rates are each rank's own part, summed; memory the largest rank's.
+_VERIFY_SUMS = (VERIFY_CHECK_IMAGES_PER_S, VERIFY_CHECK_AFTER_IMAGES_PER_S)
+_VERIFY_MAXES = (VERIFY_CHECKPOINT_S, VERIFY_EVAL_S, PEAK_MEM_ALLOCATED_GB, PEAK_MEM_RESERVED_GB)
+_VERIFY_SLOWEST = (VERIFY_WALL_S, VERIFY_WARMUP_S, VERIFY_STEPS, VERIFY_IMAGES, VERIFY_IMAGES_PER_S)
+_VERIFY_SLOWEST += (VERIFY_EPOCHS_ENDED, VERIFY_EPOCH_BOUNDARY_S, VERIFY_CHECKPOINTS, VERIFY_EVALS, DEVICE_MEM_TOTAL_GB)
+VERIFY_RANKS: dict[str, RankRule] = {
+    **dict.fromkeys(_VERIFY_SUMS, "sum"),
+    **dict.fromkeys(_VERIFY_MAXES, "max"),
+    **dict.fromkeys(_VERIFY_SLOWEST, "slowest"),
+}
+if len(VERIFY_RANKS) != len(_VERIFY_SUMS) + len(_VERIFY_MAXES) + len(_VERIFY_SLOWEST):
+    raise ValueError("a verify metric listed under two rank rules (VERIFY_RANKS)")
 # Figures also kept per rank beside the global one, as rank{r}_<name>.
 PER_RANK = (IMAGES_PER_S, STEP_S_P50, PEAK_MEM_ALLOCATED_GB, CHILD_PEAK_RSS_GB, DATA_S)
 

@@ -58,12 +58,39 @@ def merge(
                 tags=dict(first.tags),
                 marks=dict(first.marks),
             )
+    if skipped := sorted(r for r, res in present.items() if res.status == "skipped"):  # not run: another device
+        return present[skipped[0]]
     missing = [r for r in range(world) if r not in present]
     if missing:
         return TrialResult(
             missing_status, error=one_line(f"rank(s) {', '.join(map(str, missing))} left no result: {missing_why}")
         )
+    if any(rec.VERIFY_WALL_S in res.metrics for res in present.values()):
+        return _merge_verified(present, world)
     return _merge_ok(present, world)
+
+
+def _merge_verified(ranks: dict[int, TrialResult], world: int) -> TrialResult:
+    """A verification's ranks: the slowest rank's slice (its wall is the slice's), each figure by the rule the
+    record declares for it (rec.VERIFY_RANKS)."""
+    slowest = max(ranks.values(), key=lambda res: res.metrics.get(rec.VERIFY_WALL_S, 0.0))
+    m = _by_rules(dict(slowest.metrics), ranks, rec.VERIFY_RANKS)
+    tags = dict(slowest.tags) | {rec.WORLD_SIZE: str(world)}
+    return TrialResult("ok", metrics=m, tags=tags, marks=dict(ranks[0].marks))
+
+
+def _by_rules(m: dict[str, float], ranks: dict[int, TrialResult], rules: dict[str, rec.RankRule]) -> dict[str, float]:
+    """`m` (the slowest rank's figures) with each figure a rule sums, takes the largest of, or averages over the
+    ranks so combined; "slowest" and "pace" are the caller's."""
+    for key, rule in rules.items():
+        values = [res.metrics[key] for res in ranks.values() if key in res.metrics]
+        if rule == "sum" and len(values) == len(ranks):
+            m[key] = sum(values)
+        elif rule == "max" and values:
+            m[key] = max(values)
+        elif rule == "mean" and len(values) == len(ranks):
+            m[key] = sum(values) / len(values)
+    return m
 
 
 def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
@@ -74,15 +101,7 @@ def _merge_ok(ranks: dict[int, TrialResult], world: int) -> TrialResult:
     images = sum(res.metrics[rec.IMAGES_PER_S] * res.metrics[rec.WINDOW_S] for res in ranks.values())
     m[rec.IMAGES_PER_S] = images / window
     m[rec.WINDOW_S] = window
-    # Every other metric by the rule the record declares for it (rec.RANKS); "slowest" is the copy above.
-    for key, rule in rec.RANKS.items():
-        values = [res.metrics[key] for res in ranks.values() if key in res.metrics]
-        if rule == "sum" and len(values) == len(ranks):
-            m[key] = sum(values)
-        elif rule == "max" and values:
-            m[key] = max(values)
-        elif rule == "mean" and len(values) == len(ranks):
-            m[key] = sum(values) / len(values)
+    m = _by_rules(m, ranks, rec.RANKS)  # every other metric by its declared rule; "slowest" is the copy above
     for r, res in sorted(ranks.items()):
         for key in rec.PER_RANK:
             if key in res.metrics:

@@ -204,7 +204,7 @@ def run_trial(
     with log:
         spawned_at = time.time()
         if world > 1:
-            proc, isolation = _launch_ranks(world, spec_path, result_path, log, env or {}), "torchrun"
+            proc, isolation = _launch_ranks(world, spec_path, result_path, log, env or {}, module), "torchrun"
         else:
             proc, isolation = _launch(module, spec_path, result_path, log, log_path, server, env or {})
         memory = TreeMemory(proc.pid)
@@ -278,11 +278,13 @@ def _launch(
     return proc, "spawn"
 
 
-def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO, env: Mapping[str, str]) -> subprocess.Popen:
-    """torchrun with `world` ranks of `python -m dinox.measure.trial` on this host; no restarts: a failed rank is
-    a result, not something to retry."""
+def _launch_ranks(
+    world: int, in_path: Path, out_path: Path, log: BinaryIO, env: Mapping[str, str], module: str
+) -> subprocess.Popen:
+    """torchrun with `world` ranks of `python -m MODULE` (dinox.measure.trial, or verify's child) on this host; no
+    restarts: a failed rank is a result, not something to retry."""
     # torchrun is not dinox code: the lifeline wrapper asks for its death with this process, then execs it;
-    # each rank (dinox.measure.trial) asks for its own with torchrun.
+    # each rank asks for its own with torchrun.
     command = [
         sys.executable,
         "-m",
@@ -295,7 +297,7 @@ def _launch_ranks(world: int, in_path: Path, out_path: Path, log: BinaryIO, env:
         f"--nproc-per-node={world}",
         "--max-restarts=0",
         "-m",
-        "dinox.measure.trial",
+        module,
         str(in_path),
         str(out_path),
     ]

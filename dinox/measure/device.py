@@ -319,6 +319,18 @@ def all_agree(device: torch.device) -> Callable[[bool], bool]:
     return agree
 
 
+def all_max(device: torch.device) -> Callable[[int], int]:
+    """The largest of every rank's integer, on every rank (an all-reduce of one integer on the trial's device)."""
+    import torch.distributed as dist
+
+    def agree(mine: int) -> int:
+        value = torch.tensor([mine], device=device, dtype=torch.int64)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value.item())
+
+    return agree
+
+
 def record_memory(device: torch.device) -> tuple[dict[str, float], dict[str, str]]:
     """The peaks so far (metrics) and where they were read (the tag)."""
     metrics: dict[str, float] = {rec.CHILD_PEAK_RSS_GB: own_peak_rss_bytes() / GIB}

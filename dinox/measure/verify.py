@@ -81,6 +81,7 @@ class VerifyRun(TrialRun):
         sync()
         self.metrics[rec.VERIFY_WARMUP_S] = clock() - t
         self.metrics[rec.VERIFY_CHECK_IMAGES_PER_S] = self._check_windows(loop, "before")
+        budget = self._agreed_steps()
         start = clock()  # the windows' edges synchronised the device
         if self.on_phase is not None:
             self.on_phase("training")
@@ -109,8 +110,8 @@ class VerifyRun(TrialRun):
             else:
                 step_s.append(took)
             self._routine_after_step(steps)
-            elapsed = clock() - start
-            if elapsed >= self.seconds or (self.epochs is not None and ended >= self.epochs):
+            done = steps >= budget if budget is not None else clock() - start >= self.seconds
+            if done or (self.epochs is not None and ended >= self.epochs):
                 break
         sync()
         wall = clock() - start
@@ -125,6 +126,17 @@ class VerifyRun(TrialRun):
         self._record_memory()
         del self.loop, self.loader
         return TrialResult("ok", metrics=self.metrics, tags=self.tags)
+
+    def _agreed_steps(self) -> int | None:
+        """The steps every rank trains (hardware.gpus > 1), or the rank whose clock ran out first would leave the
+        others waiting in their all-reduce: the slice's seconds at the check windows' step rate, the most any rank
+        asks for, agreed once before the slice (no collective inside it, which would sync the device each step).
+        None for one rank, whose clock ends the slice as a run's would, and for a slice of epochs alone."""
+        if self.world == 1 or not math.isfinite(self.seconds):
+            return None
+        rates = self.check_windows["before"]  # this rank's own images/s
+        steps_per_s = len(rates) / sum(1 / r for r in rates) / (self.spec.size * self.accumulation)
+        return device.all_max(self.dev)(max(1, math.ceil(self.seconds * steps_per_s)))
 
     def _check_windows(self, loop, when: Literal["before", "after"]) -> float:  # noqa: ANN001 - a measure.loop.Loop
         """As many windows as the trial timed at least, timed as it timed them (bench_steps, each from a steady

@@ -55,14 +55,16 @@ def epoch_images_for(trial: Trial, asked: int | None, seconds: float, forecast: 
     """A synthetic set's epoch (0: the data's own length), and a line saying where it came from. A synthetic set
     has no epoch of its own: the schedule's (budget.dataset_size) where the slice crosses it, else one that
     makes the slice cross two boundaries, so their cost is measured."""
-    data, size = trial.spec.data, trial.spec.size * trial.spec.accumulation
+    data, size = trial.spec.data, trial.spec.size * trial.spec.accumulation * trial.spec.hardware.gpus  # every rank's
     if not isinstance(data, SyntheticData) or data.num_samples is not None:
         if asked:
             raise VerifyError("--epoch-images applies to synthetic data without data.num_samples only")
         return 0, ""
     if asked:
         if asked < size:
-            raise VerifyError(f"--epoch-images {asked}: fewer than one step's {size} images (batch x accumulation)")
+            raise VerifyError(
+                f"--epoch-images {asked}: fewer than one step's {size} images (batch x accumulation x gpus)"
+            )
         return asked, f"synthetic data: an epoch of {asked:,} images (--epoch-images)"
     planned = forecast.ips * seconds
     budget = trial.spec.budget
@@ -121,6 +123,7 @@ def verify(
         tags[rec.SHRUNK] = "true"
     tags.update({k: result.tags.get(k, "") for k in (rec.VERIFY_EPOCHS, rec.VERIFY_CHECK_WINDOWS)})
     kept = (rec.DEVICE_NAME, rec.DEVICE, rec.TORCH_VERSION, rec.OMP_WAIT_POLICY, rec.CORES, rec.TORCH_THREADS)
+    kept += (rec.WORLD_SIZE,)  # a hardware.gpus > 1 trial trained by as many ranks
     tags.update({k: v for k, v in result.tags.items() if k in kept})
     settings = {
         "seconds": f"{seconds:g}",
@@ -197,8 +200,6 @@ def _train(
     `omp_policy` (dinox.omp_wait_policy's text: the forecast's measurement's where `forecasts`, else the
     trial's; see held_policy) on `cores` (held_cores); its result, or VerifyError where it could not start, found
     another device than the trial's, or did not end ok."""
-    if trial.spec.hardware.gpus > 1:
-        raise VerifyError("dinox verify trains on one device: hardware.gpus > 1 is not verified yet")
     folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         folder.mkdir(parents=True, exist_ok=False)

@@ -66,6 +66,19 @@ def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
     text = _decided(f"sqlite:///{tmp_path / 'mlflow.db'}", "ddp")
     efficiency = m["images_per_s"] / (2 * one.data.metrics["images_per_s"])
     assert "## Scaling" in text and f"| {efficiency:.0%} |" in text
+    # `dinox verify` trains the 2-rank trial as it ran: two ranks under torchrun, every rank the same steps
+    # (agreed before the slice, or the one whose clock ran out first would leave the other in its all-reduce),
+    # each epoch of 64 images every rank's together; its figures global, as the trial's.
+    slice_ = ["--minutes", "0.05", "--epoch-images", "64"]
+    trained = run_dinox(["verify", "s.yaml", "--run-id", two.info.run_id, *slice_], cwd=tmp_path, timeout=600)
+    assert trained.returncode in (0, 1, 3), trained.stdout + trained.stderr  # held, off, undecided: each an answer
+    (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'verify'")
+    v = run.data.metrics
+    assert run.data.tags["dinox.world_size"] == "2" and run.data.tags["dinox.verifies"] == two.info.run_id
+    assert v["verify_images"] == v["verify_steps"] * 16 and v["verify_steps"] >= 1  # 16: the effective batch
+    assert v["verify_images_per_s"] == pytest.approx(v["verify_images"] / v["verify_wall_s"], rel=1e-6)
+    assert v["verify_epochs_ended"] >= 1 and v["verify_check_images_per_s"] > 0
+    assert f"against a forecast of {m['images_per_s']:.1f} (windows " in trained.stdout, trained.stdout
 
 
 def ranks_of(root: int) -> dict[int, psutil.Process]:

@@ -139,3 +139,26 @@ def test_every_trial_metric_merges_by_the_rule_the_record_declares():
     for r, source in ((0, low), (1, high)):
         for name in rec.PER_RANK:
             assert m[rec.per_rank(r, name)] == source[name] and rec.known(rec.per_rank(r, name), "metric")
+
+
+def test_every_verify_metric_merges_by_the_rule_the_record_declares():
+    """`dinox verify` of a 2-rank trial: the slower rank's slice (the longer verify_wall_s), its counts already
+    global; the check windows' rates, each rank's own part, summed; memory the larger. Every figure the verify
+    child writes has a rule (rec.VERIFY_RANKS). A rank on another device than the trial's: nothing trained."""
+    from dinox import record as rec
+    from dinox.verify.run import _KEPT
+
+    assert set(_KEPT) == set(rec.VERIFY_RANKS)  # what the verify run keeps is what a merge combines
+    low = {name: 1.0 for name in rec.VERIFY_RANKS} | {rec.VERIFY_WALL_S: 2.0, rec.PEAK_MEM_RESERVED_GB: 9.0}
+    high = {name: 3.0 for name in rec.VERIFY_RANKS} | {rec.VERIFY_WALL_S: 4.0}
+    tags = {rec.VERIFY_EPOCHS: "[]"}
+    merged = ranks.merge(
+        {0: TrialResult("ok", metrics=low, tags=tags), 1: TrialResult("ok", metrics=high, tags=tags)}, 2, "crashed", ""
+    )
+    assert merged.status == "ok" and merged.tags[rec.WORLD_SIZE] == "2"
+    for name, rule in rec.VERIFY_RANKS.items():
+        expected = {"sum": low[name] + high[name], "max": max(low[name], high[name]), "slowest": high[name]}[rule]
+        assert merged.metrics[name] == pytest.approx(expected), (name, rule)
+    assert not any(name.startswith("rank") for name in merged.metrics)  # no trial figures invented
+    other = TrialResult("skipped", error="this machine trains on A, the trial was measured on B: ...")
+    assert ranks.merge({0: other, 1: other}, 2, "crashed", "").error == other.error

@@ -123,7 +123,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     [
         (["--minutes", "-1"], "error: --minutes -1.0: must be a positive number"),
         (["--minutes", "nan"], "error: --minutes nan: must be a positive number"),
-        (["--epoch-images", "3"], "error: --epoch-images 3: fewer than one step's 4 images (batch x accumulation)"),
+        (["--epoch-images", "3"], "error: --epoch-images 3: fewer than one step's 4 images (batch x accumulation x"),
         (["--decision", "nowhere"], "error: nowhere/decision.json: No such file or directory: run `dinox decide`"),
         (["--run-id", "0123456789abcdef"], "error: run '0123456789abcdef' not found in sqlite:///"),
     ],
