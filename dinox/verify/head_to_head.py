@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from dinox import record as rec
@@ -25,6 +25,7 @@ from dinox.isolate.runner import run_trial
 from dinox.plan.grid import Trial
 from dinox.store.readback import log_beside
 from dinox.store.trial_record import TrialRecord, store_text
+from dinox.verify.run import NO_BATCH, as_measured
 
 
 class HeadToHeadError(DinoxError):
@@ -45,12 +46,9 @@ class Leader:
 
 def round_trial(leader: Leader) -> Trial:
     """The trial as a round measures it: its timed windows only, at the batch it was measured with."""
-    trial = leader.trial.windows_only()
-    if trial.spec.batch.auto:
-        size = leader.record.batch_size
-        if size is None:
-            raise HeadToHeadError(f"{leader.name}: a batch.size auto trial without the batch its search found")
-        trial = replace(trial, spec=trial.spec.with_batch(size))
+    trial = as_measured(leader.trial.windows_only(), leader.record)
+    if trial is None:
+        raise HeadToHeadError(f"{leader.name}: {NO_BATCH}")
     return trial
 
 

@@ -3,6 +3,7 @@ trains it, the forecast for the same slice, the error, the run recorded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
@@ -25,11 +26,14 @@ SETUP_S = 600.0  # the child's allowance beyond the slice: start-up, data, model
 
 
 def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str, shrink: bool = False) -> Trial:
-    """The trial of SPEC (shrunk where `shrink`) the record measured; VerifyError naming why there is none."""
+    """The trial of SPEC (shrunk where `shrink`) the record measured, as it measured it (as_measured);
+    VerifyError naming why there is none."""
     trial_id = record.tags.get(rec.TRIAL_ID, "")
     for t in trials:
         if t.trial_id == trial_id:
-            return t
+            if (measured := as_measured(t, record)) is None:
+                raise VerifyError(f"{store_text(record.run_name or record.run_id)}: {NO_BATCH}")
+            return measured
     given = record.tags.get(rec.SETS, "")
     asked = "; ".join(trials[0].sets) if trials else ""
     shrunk = bool(record.param_bool(SHRUNK))
@@ -49,6 +53,18 @@ def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str, shrink:
         f"{store_text(spec_path)} has no trial with id {trial_id or '(none recorded)'} (run {record.run_id}, "
         f"{record.run_name or 'unnamed'}): {why}"
     )
+
+
+NO_BATCH = "a batch.size auto trial without the batch its search found (the trial run's batch.size param)"
+
+
+def as_measured(trial: Trial, record: TrialRecord) -> Trial | None:
+    """The trial at the batch its record measured: a `batch.size: auto` trial's is the one its search found (the
+    spec has none); None where the record does not say it."""
+    if not trial.spec.batch.auto:
+        return trial
+    size = record.batch_size
+    return None if size is None else dataclasses.replace(trial, spec=trial.spec.with_batch(size))
 
 
 def epoch_images_for(trial: Trial, asked: int | None, seconds: float, forecast: Forecast) -> tuple[int, str]:

@@ -159,3 +159,9 @@ def test_auto_batch_on_a_capped_cpu_finds_the_boundary_within_the_budget(tmp_pat
     assert proc.returncode == 3 and "too few timed windows" in proc.stdout, proc.stdout + proc.stderr
     report = (tmp_path / "decision" / "report.md").read_text()
     assert "2 trials (1 ok, 1 skipped)" in report and "MFU" in report
+    # `dinox verify` trains it at the batch its search chose (the spec says only "auto"), under the same cap.
+    trained = run_dinox(["verify", "s.yaml", "--run-id", auto.info.run_id, "--minutes", "0.05"], cwd=tmp_path)
+    assert trained.returncode in (0, 1, 3), trained.stdout + trained.stderr  # held, off, undecided: each an answer
+    verify = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'verify'")
+    (v,) = [r.data.metrics for r in verify]
+    assert v["verify_images"] == v["verify_steps"] * chosen, (v, chosen)  # a step of the chosen batch, no other
