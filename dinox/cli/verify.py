@@ -117,10 +117,11 @@ def _step_lines(record: TrialRecord, forecast) -> list[str]:  # noqa: ANN001 - a
     from dinox import record as rec
     from dinox.isolate import contention
     from dinox.isolate.slots import affinity
-    from dinox.verify.run import held_cores, held_policy
+    from dinox.verify.run import held_cores, held_policy, held_threads
 
     policy, forecasts = held_policy(record, forecast)
-    lines = [said] if (said := held_cores(record, forecast, affinity())[1]) else []
+    said = (held_cores(record, forecast, affinity())[1], held_threads(record, forecast, os.environ)[1])
+    lines = [line for line in said if line]
     if forecasts:
         sweep = contention.policy_of(record.tags.get(rec.OMP_WAIT_POLICY, "")) or "none recorded"
         lines.append(

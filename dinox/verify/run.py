@@ -6,15 +6,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shlex
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from dinox import record as rec
 from dinox.contract import SLICE_FILE, TrialResult
+from dinox.errors import escaped
 from dinox.isolate import contention
 from dinox.isolate.runner import run_trial
-from dinox.isolate.slots import CORES_VAR, affinity, format_cores, parse_cores
+from dinox.isolate.slots import CORES_VAR, MAX_CORE, affinity, format_cores, parse_cores
 from dinox.plan.grid import Trial
 from dinox.spec.data_sources import SyntheticData
 from dinox.spec.params import SHRUNK
@@ -111,9 +114,12 @@ def verify(
     """Train the trial for the slice in its own child, hold the forecast against it, record the run."""
     own, against = reference(record, forecast)
     cores, _said = held_cores(record, forecast, affinity())
+    env = held_threads(record, forecast, os.environ)[0]
+    if cores:  # the child pins itself, as a trial under --devices
+        env[CORES_VAR] = format_cores(cores)
     slice_ = {"seconds": seconds, "epochs": epochs, "epoch_images": epoch_images}
     slice_["device_name"] = record.tags.get(rec.DEVICE_NAME, "")  # the child trains on no other
-    result = _train(trial, slice_, workdir, *held_policy(record, forecast), cores)
+    result = _train(trial, slice_, workdir, *held_policy(record, forecast), env)
     m = result.metrics
     images, ended = m[rec.VERIFY_IMAGES], int(m[rec.VERIFY_EPOCHS_ENDED])
     routine_done = (m.get(rec.VERIFY_CHECKPOINTS, 0.0), m.get(rec.VERIFY_EVALS, 0.0))
@@ -193,6 +199,27 @@ def held_cores(record: TrialRecord, forecast: Forecast, usable: list[int]) -> tu
     )
 
 
+def held_threads(record: TrialRecord, forecast: Forecast, parent: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """OMP_NUM_THREADS for the slice's child, and a line where there is something to say. The trial's torch
+    threads (dinox.torch_threads: what its shell's OMP_NUM_THREADS, or torch's default there, gave it), so a
+    shell that sets none now, or a sweep's that set one, does not train another step. Not for a forecast of
+    head-to-head rounds (they record none) nor for ranks (each takes its share of the cores, as the trial's
+    did); a setting of the user's now is theirs, said where it differs."""
+    text = record.tags.get(rec.TORCH_THREADS, "")
+    ranks = record.tags.get(rec.WORLD_SIZE, "1") != "1"
+    if forecast.rounds or ranks or not text.isdigit() or not 0 < int(text) < MAX_CORE:
+        return {}, ""
+    mine = parent.get("OMP_NUM_THREADS")
+    if mine is None:
+        return {"OMP_NUM_THREADS": text}, ""
+    if mine.strip() == text:
+        return {}, ""
+    return {}, (
+        f"OMP_NUM_THREADS={escaped(mine[:20])} here, its trial ran {text} torch thread{'s' * (text != '1')}: the "
+        "slice trains with yours, another step than the forecast's (unset it to train the trial's)"
+    )
+
+
 def _count(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
@@ -210,12 +237,12 @@ def reference(record: TrialRecord, forecast: Forecast) -> tuple[Forecast, Refere
 
 
 def _train(
-    trial: Trial, slice_: dict[str, object], workdir: Path, omp_policy: str, forecasts: bool, cores: list[int]
+    trial: Trial, slice_: dict[str, object], workdir: Path, omp_policy: str, forecasts: bool, env: dict[str, str]
 ) -> TrialResult:
     """The child that trains the trial for the slice (its folder under WORKDIR/verify), with the OpenMP policy
     `omp_policy` (dinox.omp_wait_policy's text: the forecast's measurement's where `forecasts`, else the
-    trial's; see held_policy) on `cores` (held_cores); its result, or VerifyError where it could not start, found
-    another device than the trial's, or did not end ok."""
+    trial's; see held_policy) and `env` (its cores and threads: held_cores, held_threads); its result, or
+    VerifyError where it could not start, found another device than the trial's, or did not end ok."""
     folder = workdir / "verify" / f"{trial.trial_id}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         folder.mkdir(parents=True, exist_ok=False)
@@ -226,7 +253,6 @@ def _train(
     timeout = (seconds if math.isfinite(seconds) else 30 * 86400.0) + SETUP_S + trial.spec.measure.timeout_s
     # The step the forecast measured, its threads waiting as they did there; the child's record says whose.
     contention.hold(omp_policy, "its forecast was measured" if forecasts else "its trial ran")
-    env = {CORES_VAR: format_cores(cores)} if cores else {}  # the child pins itself, as a trial under --devices
     outcome = run_trial(trial, folder, module="dinox.measure.verify", timeout_s=timeout, on_phase=None, env=env)
     r = outcome.result
     if r.status == "skipped":  # untrained: this machine's device is not the trial's (the child names both)

@@ -37,19 +37,25 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
         "unset (the box was quiet: 0.1 cores busy when read)",
         "PASSIVE (set by dinox: 9.9 cores busy when read)",
     )
-    MlflowClient(f"sqlite:///{work / 'mlflow.db'}").set_tag(trial.info.run_id, "dinox.omp_wait_policy", quiet)
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    client.set_tag(trial.info.run_id, "dinox.omp_wait_policy", quiet)
+    # Its sweep's shell set OMP_NUM_THREADS=1 (torch's default here is 2): the slice trains with one thread too.
+    client.set_tag(trial.info.run_id, "dinox.torch_threads", "1")
     t = trial.data.metrics
     span = {"forecast_ips": t["images_per_s"], "slow_ips": t["images_per_s_min"], "fast_ips": t["images_per_s_max"]}
     best = {"run_id": trial.info.run_id, "span": span, "epoch_boundary_s": t["epoch_boundary_s"]}
     (work / "decided").mkdir(exist_ok=True)
     (work / "decided" / "decision.json").write_text(json.dumps({"recommended": best | {"omp_wait_policy": passive}}))
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    proc = run_dinox(
-        ["verify", "spec.yaml", "--decision", "decided", "--minutes", "0.05", "--epoch-images", "16"],
-        cwd=work,
-        env=env,
-        inherit=False,
-    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    try:
+        proc = run_dinox(
+            ["verify", "spec.yaml", "--decision", "decided", "--minutes", "0.05", "--epoch-images", "16"],
+            cwd=work,
+            env=env,
+            inherit=False,
+        )
+    finally:
+        client.set_tag(trial.info.run_id, "dinox.torch_threads", trial.data.tags["dinox.torch_threads"])
     assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr  # held, off, or undecided: each an answer
     first = proc.stdout.splitlines()[0]
     assert first.startswith("dinox: verifying ") and "for 0.05 minutes" in first, proc.stdout
@@ -60,7 +66,6 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
     )
     said = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("HELD: ", "OFF: ", "UNDECIDED: ")))
     assert said.startswith("HELD: ") == (proc.returncode == 0), said
-    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'verify'")
     m, tags = run.data.metrics, run.data.tags
     # The check windows after the slice, held against the forecast's range (here the trial's own windows' figures,
@@ -97,6 +102,7 @@ def test_verify_trains_the_trial_through_epochs_and_records_the_forecast_error(m
         tags["dinox.omp_wait_policy"]
         == "PASSIVE (as its forecast was measured: set by dinox: 9.9 cores busy when read)"
     )
+    assert tags["dinox.torch_threads"] == "1" and "OMP_NUM_THREADS" not in proc.stdout  # the trial's, said nothing
     # 16-image epochs of batch 4: the slice crossed epoch boundaries, each epoch of whole steps.
     epochs = json.loads(tags["dinox.verify_epochs"])
     assert m["verify_epochs_ended"] >= 1 and len(epochs) == m["verify_epochs_ended"] + 1
@@ -196,6 +202,26 @@ def test_a_trial_held_to_a_share_of_the_cores_is_trained_on_as_many():
     assert cores == [] and said.endswith(
         "rounds on every core: the slice trains on every core, the step the rounds measured"
     )
+
+
+def test_the_slice_trains_with_the_trial_s_torch_threads_unless_the_user_sets_them_now():
+    """dinox.torch_threads: what the sweep's shell gave the trial (its OMP_NUM_THREADS, or torch's default). A
+    shell without it now gets the trial's; one that sets it keeps its own and is told, where it differs; ranks and
+    a forecast of rounds (which record none) are left to their own rules; a damaged tag holds nothing."""
+    from dinox.verify.run import held_threads
+
+    def trial(threads: str, world: str = "1") -> TrialRecord:
+        return TrialRecord("t1", "0", "1", {}, {}, {"dinox.torch_threads": threads, "dinox.world_size": world})
+
+    own = Forecast(100.0, 95.0, 105.0)
+    assert held_threads(trial("1"), own, {}) == ({"OMP_NUM_THREADS": "1"}, "")
+    assert held_threads(trial("1"), own, {"OMP_NUM_THREADS": "1"}) == ({}, "")  # theirs, the same
+    env, said = held_threads(trial("2"), own, {"OMP_NUM_THREADS": "8\x1b[2J"})
+    assert env == {} and said.startswith("OMP_NUM_THREADS=8\\x1b[2J here, its trial ran 2 torch threads: the slice")
+    for record, forecast in ((trial("1", "2"), own), (trial("1"), dataclasses.replace(own, rounds=5))):
+        assert held_threads(record, forecast, {}) == ({}, "")
+    for damaged in ("", "0", "-1", "1e9", "4000000000"):
+        assert held_threads(trial(damaged), own, {}) == ({}, "")
 
 
 def test_the_slice_forecast_charges_each_boundary_at_each_end():
