@@ -117,7 +117,7 @@ def _step_lines(record: TrialRecord, forecast) -> list[str]:  # noqa: ANN001 - a
     from dinox import record as rec
     from dinox.isolate import contention
     from dinox.isolate.slots import affinity
-    from dinox.verify.run import held_cores, held_policy, held_threads
+    from dinox.verify.step import held_cores, held_policy, held_threads
 
     policy, forecasts = held_policy(record, forecast)
     said = (held_cores(record, forecast, affinity())[1], held_threads(record, forecast, os.environ)[1])

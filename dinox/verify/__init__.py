@@ -7,8 +7,9 @@ images, recorded as a run (dinox.role = verify) that `dinox decide` then reads.
 order that reverses every round, each measurement a run (dinox.role = head_to_head) that decide orders them by.
 
 Offers: ``verify`` (the whole recipe, ``run``), ``Forecast`` (what decide forecast for the trial),
-``slice_forecast`` and ``VerifyOutcome`` (the verdict's rules, ``outcome``); ``head_to_head.head_to_head`` and
-``head_to_head.Leader``.
+``slice_forecast`` and ``VerifyOutcome`` (the verdict's rules, ``outcome``), the step the slice trains (its
+batch, device, cores, threads and OpenMP policy as the forecast measured them, ``step``);
+``head_to_head.head_to_head`` and ``head_to_head.Leader``.
 """
 
 from dinox.verify.outcome import Forecast, VerifyOutcome, slice_forecast

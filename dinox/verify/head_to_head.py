@@ -25,7 +25,7 @@ from dinox.isolate.runner import run_trial
 from dinox.plan.grid import Trial
 from dinox.store.readback import log_beside
 from dinox.store.trial_record import TrialRecord, store_text
-from dinox.verify.run import NO_BATCH, as_measured
+from dinox.verify.step import NO_BATCH, as_measured
 
 
 class HeadToHeadError(DinoxError):

@@ -3,27 +3,25 @@ trains it, the forecast for the same slice, the error, the run recorded."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import shlex
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 from dinox import record as rec
 from dinox.contract import SLICE_FILE, TrialResult
-from dinox.errors import escaped
 from dinox.isolate import contention
 from dinox.isolate.runner import run_trial
-from dinox.isolate.slots import CORES_VAR, MAX_CORE, affinity, format_cores, parse_cores
+from dinox.isolate.slots import CORES_VAR, affinity, format_cores
 from dinox.plan.grid import Trial
 from dinox.spec.data_sources import SyntheticData
 from dinox.spec.params import SHRUNK
 from dinox.store.readback import log_beside
 from dinox.store.trial_record import TrialRecord, store_text
 from dinox.verify.outcome import Forecast, Reference, VerifyError, VerifyOutcome, check_clocks, slice_forecast
+from dinox.verify.step import NO_BATCH, as_measured, held_cores, held_policy, held_threads
 
 SETUP_S = 600.0  # the child's allowance beyond the slice: start-up, data, model, warm-up, compile
 
@@ -56,18 +54,6 @@ def find_trial(record: TrialRecord, trials: list[Trial], spec_path: str, shrink:
         f"{store_text(spec_path)} has no trial with id {trial_id or '(none recorded)'} (run {record.run_id}, "
         f"{record.run_name or 'unnamed'}): {why}"
     )
-
-
-NO_BATCH = "a batch.size auto trial without the batch its search found (the trial run's batch.size param)"
-
-
-def as_measured(trial: Trial, record: TrialRecord) -> Trial | None:
-    """The trial at the batch its record measured: a `batch.size: auto` trial's is the one its search found (the
-    spec has none); None where the record does not say it."""
-    if not trial.spec.batch.auto:
-        return trial
-    size = record.batch_size
-    return None if size is None else dataclasses.replace(trial, spec=trial.spec.with_batch(size))
 
 
 def epoch_images_for(trial: Trial, asked: int | None, seconds: float, forecast: Forecast) -> tuple[int, str]:
@@ -160,68 +146,6 @@ def verify(
         f"**{'SHRUNK stand-in: ' if trial.spec.shrunk else ''}{done.word}: {done.verdict()}**",
     )  # fmt: skip
     return done
-
-
-def held_policy(record: TrialRecord, forecast: Forecast) -> tuple[str, bool]:
-    """The OpenMP policy the slice trains with (dinox.omp_wait_policy's text), and whether it is the forecast's
-    rather than the trial's: a head-to-head's rounds (or a verification a decision planned with) may have run
-    under another policy than the trial's sweep, and the slice trains the step its forecast measured."""
-    trials = record.tags.get(rec.OMP_WAIT_POLICY, "")
-    if contention.policy_of(forecast.omp_policy) not in ("", contention.policy_of(trials)):
-        return forecast.omp_policy, True
-    return trials, False
-
-
-def held_cores(record: TrialRecord, forecast: Forecast, usable: list[int]) -> tuple[list[int], str]:
-    """The cores the slice trains on ([]: every core, as a trial measured one at a time did) and a line saying so
-    ("" where there is nothing to say). A trial `dinox run --devices` held to a share of the cores (dinox.cores)
-    measured its step on that share, at most one torch thread a core: the slice trains on as many, the same
-    ones where this process may use them; but a forecast of head-to-head rounds (never held) is of every core's
-    step. Only numbers reach the line, never the store's text."""
-    text = record.tags.get(rec.CORES, "")
-    try:
-        cores = parse_cores(text)
-    except ValueError:
-        return [], "its trial's cores (dinox.cores) cannot be read: the slice trains on every core this process may use"
-    if not cores or set(usable) <= set(cores):
-        return [], ""
-    if forecast.rounds:
-        return [], (
-            f"its trial ran held to {len(cores)} of the cores (dinox run --devices), its forecast's head-to-head "
-            "rounds on every core: the slice trains on every core, the step the rounds measured"
-        )
-    held = cores if set(cores) <= set(usable) else usable[: len(cores)]
-    beside = _count(record.tags.get(rec.CONCURRENT_TRIALS, "")) - 1
-    others = f", beside {beside} other trial{'s' * (beside != 1)} it no longer has" if beside > 0 else ""
-    return held, (
-        f"its trial ran held to {len(cores)} of the cores (dinox run --devices: {format_cores(cores)}){others}: the "
-        f"slice trains on {format_cores(held)}, at most one torch thread a core, the step the trial measured"
-    )
-
-
-def held_threads(record: TrialRecord, forecast: Forecast, parent: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    """OMP_NUM_THREADS for the slice's child, and a line where there is something to say. The trial's torch
-    threads (dinox.torch_threads: what its shell's OMP_NUM_THREADS, or torch's default there, gave it), so a
-    shell that sets none now, or a sweep's that set one, does not train another step. Not for a forecast of
-    head-to-head rounds (they record none) nor for ranks (each takes its share of the cores, as the trial's
-    did); a setting of the user's now is theirs, said where it differs."""
-    text = record.tags.get(rec.TORCH_THREADS, "")
-    ranks = record.tags.get(rec.WORLD_SIZE, "1") != "1"
-    if forecast.rounds or ranks or not text.isdigit() or not 0 < int(text) < MAX_CORE:
-        return {}, ""
-    mine = parent.get("OMP_NUM_THREADS")
-    if mine is None:
-        return {"OMP_NUM_THREADS": text}, ""
-    if mine.strip() == text:
-        return {}, ""
-    return {}, (
-        f"OMP_NUM_THREADS={escaped(mine[:20])} here, its trial ran {text} torch thread{'s' * (text != '1')}: the "
-        "slice trains with yours, another step than the forecast's (unset it to train the trial's)"
-    )
-
-
-def _count(text: str) -> int:
-    return int(text) if text.isdigit() else 0
 
 
 def reference(record: TrialRecord, forecast: Forecast) -> tuple[Forecast, Reference]:

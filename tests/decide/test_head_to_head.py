@@ -117,7 +117,8 @@ def test_the_plan_pools_the_rounds_of_one_step_and_verify_trains_that_step(tmp_p
     range, not the sweep's windows of the other step)."""
     from dinox.cli.verify import _recommended
     from dinox.verify import Forecast
-    from dinox.verify.run import held_policy, reference
+    from dinox.verify.run import reference
+    from dinox.verify.step import held_policy
 
     quiet, busy = (
         "unset (the box was quiet: 0.1 cores busy when read)",
@@ -306,7 +307,11 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     assert parent.data.metrics["best_images_per_s"] == pytest.approx(model["span"]["forecast_ips"], rel=1e-6)
     assert "Head-to-head " in parent.data.tags["mlflow.note.content"] and "pooled over the rounds" in proc.stdout
     line = next(ln for ln in gate.stdout.splitlines() if ln.startswith("leaders: "))
-    assert "head to head, 5 interleaved rounds:" in line and "pooled, where the sweep had measured" in line, gate.stdout
+    assert "head to head, 5 interleaved rounds:" in line, gate.stdout
+    # Pooled over all five, or (a neighbour came or went between rounds: this suite's other worker) over those
+    # of the latest round's OpenMP policy, saying so.
+    mixed = re.search(r"pooled over the [1-4] with OMP_WAIT_POLICY=\w+, its latest round's, where the sweep", line)
+    assert "pooled, where the sweep had measured" in line or mixed, gate.stdout
     # The step the plan's figure is of, for `dinox verify` to train: the best trial's latest round's (GO or not).
     best, recommended = model["best"], json.loads((out / "decision.json").read_text())["recommended"]
     latest = max((r for r in runs if r.data.tags["dinox.remeasures"] == best["run_id"]), key=_round_number)

@@ -180,7 +180,7 @@ def test_a_trial_held_to_a_share_of_the_cores_is_trained_on_as_many():
     beside the other trials): the slice trains that step, on the same cores where it may, else as many; a trial
     measured on the whole machine trains on it, as does a forecast of head-to-head rounds; a damaged record is
     said, its text never printed."""
-    from dinox.verify.run import held_cores
+    from dinox.verify.step import held_cores
 
     def trial(cores: str | None, beside: str = "") -> TrialRecord:
         tags = {k: v for k, v in (("dinox.cores", cores), ("dinox.concurrent_trials", beside)) if v is not None}
@@ -208,7 +208,7 @@ def test_the_slice_trains_with_the_trial_s_torch_threads_unless_the_user_sets_th
     """dinox.torch_threads: what the sweep's shell gave the trial (its OMP_NUM_THREADS, or torch's default). A
     shell without it now gets the trial's; one that sets it keeps its own and is told, where it differs; ranks and
     a forecast of rounds (which record none) are left to their own rules; a damaged tag holds nothing."""
-    from dinox.verify.run import held_threads
+    from dinox.verify.step import held_threads
 
     def trial(threads: str, world: str = "1") -> TrialRecord:
         return TrialRecord("t1", "0", "1", {}, {}, {"dinox.torch_threads": threads, "dinox.world_size": world})
