@@ -122,8 +122,8 @@ def _measure(uri: str, group: str, number: int, x: Leader, trial: Trial, folder:
         raise HeadToHeadError(
             store_text(
                 f"this machine measures on {own}, {x.name} was measured on {theirs}: its rounds would replace its "
-                "figures with another device's; measure head to head on a machine with its device (nothing was "
-                "recorded)"
+                "figures with another device's; measure head to head on a machine with its device (this "
+                "measurement was not recorded)"
             )
         )
     kept = {k: m[k] for k in _KEPT if k in m}

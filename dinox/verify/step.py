@@ -50,7 +50,10 @@ def held_cores(record: TrialRecord, forecast: Forecast, usable: list[int]) -> tu
         cores = parse_cores(text)
     except ValueError:
         return [], "its trial's cores (dinox.cores) cannot be read: the slice trains on every core this process may use"
-    if not cores or set(usable) <= set(cores):
+    if not cores:
+        return [], ""
+    fewer = len(usable) < len(cores)  # this process may use fewer (a cgroup, taskset): another step, said
+    if set(usable) <= set(cores) and not fewer:
         return [], ""
     if forecast.rounds:
         return [], (
@@ -60,9 +63,14 @@ def held_cores(record: TrialRecord, forecast: Forecast, usable: list[int]) -> tu
     held = cores if set(cores) <= set(usable) else usable[: len(cores)]
     beside = _count(record.tags.get(rec.CONCURRENT_TRIALS, "")) - 1
     others = f", beside {beside} other trial{'s' * (beside != 1)} it no longer has" if beside > 0 else ""
+    step = (
+        f"only {len(usable)} here (this process's cores): another step than the trial measured"
+        if fewer
+        else "at most one torch thread a core, the step the trial measured"
+    )
     return held, (
         f"its trial ran held to {len(cores)} of the cores (dinox run --devices: {format_cores(cores)}){others}: the "
-        f"slice trains on {format_cores(held)}, at most one torch thread a core, the step the trial measured"
+        f"slice trains on {format_cores(held)}, {step}"
     )
 
 
@@ -74,7 +82,7 @@ def held_threads(record: TrialRecord, forecast: Forecast, parent: Mapping[str, s
     did); a setting of the user's now is theirs, said where it differs."""
     text = record.tags.get(rec.TORCH_THREADS, "")
     ranks = record.tags.get(rec.WORLD_SIZE, "1") != "1"
-    if forecast.rounds or ranks or not text.isdigit() or not 0 < int(text) < MAX_CORE:
+    if forecast.rounds or ranks or not _whole(text) or not 0 < int(text) < MAX_CORE:
         return {}, ""
     mine = parent.get("OMP_NUM_THREADS")
     if mine is None:
@@ -87,5 +95,10 @@ def held_threads(record: TrialRecord, forecast: Forecast, parent: Mapping[str, s
     )
 
 
+def _whole(text: str) -> bool:
+    """A store's text that is a whole number in ASCII digits (str.isdigit also takes "²", which int refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def _count(text: str) -> int:
-    return int(text) if text.isdigit() else 0
+    return int(text) if _whole(text) else 0

@@ -369,7 +369,7 @@ def test_rounds_are_measured_only_on_the_leaders_device(measured):
     assert elsewhere.returncode == 2 and "Traceback" not in elsewhere.stderr, elsewhere.stderr
     said = elsewhere.stderr
     assert said.startswith(f"error: this machine measures on {own}, 1 bs=2 was measured on NVIDIA H100 80GB HBM3 [2J")
-    assert "(nothing was recorded)" in said and said.count("\n") == 1 and "\x1b" not in said, said
+    assert "(this measurement was not recorded)" in said and said.count("\n") == 1 and "\x1b" not in said, said
     assert two.returncode == 2 and two.stderr.startswith(
         f"error: the leaders were measured on different devices (1 bs=2 on NVIDIA H100 80GB HBM3 [2J; 2 bs=4 on {own})"
     ), two.stderr

@@ -194,6 +194,10 @@ def test_a_trial_held_to_a_share_of_the_cores_is_trained_on_as_many():
     assert "beside 1 other trial it no longer has: the slice trains on 1, at most one torch thread a core" in said
     cores, said = held_cores(trial("6-7", "x"), own, [0, 1, 2, 3])  # another box, or a narrower allowance now
     assert cores == [0, 1] and "(dinox run --devices: 6-7): the slice trains on 0-1" in said and "beside" not in said
+    cores, said = held_cores(trial("0-3"), own, [0, 1])  # held to 4, this process may use 2 (a cgroup)
+    assert cores == [0, 1] and said.endswith(
+        "the slice trains on 0-1, only 2 here (this process's cores): another step than the trial measured"
+    )
     for damaged in ("0-4000000000", "1\x1b[2J"):
         cores, said = held_cores(trial(damaged), own, [0, 1])
         assert cores == [] and "cannot be read" in said and "\x1b" not in said and "4000000000" not in said
@@ -220,7 +224,7 @@ def test_the_slice_trains_with_the_trial_s_torch_threads_unless_the_user_sets_th
     assert env == {} and said.startswith("OMP_NUM_THREADS=8\\x1b[2J here, its trial ran 2 torch threads: the slice")
     for record, forecast in ((trial("1", "2"), own), (trial("1"), dataclasses.replace(own, rounds=5))):
         assert held_threads(record, forecast, {}) == ({}, "")
-    for damaged in ("", "0", "-1", "1e9", "4000000000"):
+    for damaged in ("", "0", "-1", "1e9", "4000000000", "²", "١"):  # unicode digits: isdigit, but not int's
         assert held_threads(trial(damaged), own, {}) == ({}, "")
 
 
