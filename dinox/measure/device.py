@@ -308,27 +308,27 @@ def join_world(spec: TrialSpec, device: torch.device) -> tuple[torch.device, dic
 
 
 def all_agree(device: torch.device) -> Callable[[bool], bool]:
-    """True for every rank once every rank says True (an all-reduce of one integer on the trial's device)."""
-    import torch.distributed as dist
-
-    def agree(mine: bool) -> bool:
-        flag = torch.tensor([int(mine)], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag.item())
-
-    return agree
+    """True for every rank once every rank says True."""
+    least = _all_reduce(device, "MIN")
+    return lambda mine: bool(least(int(mine)))
 
 
 def all_max(device: torch.device) -> Callable[[int], int]:
-    """The largest of every rank's integer, on every rank (an all-reduce of one integer on the trial's device)."""
+    """The largest of every rank's integer, on every rank."""
+    return _all_reduce(device, "MAX")
+
+
+def _all_reduce(device: torch.device, op: str) -> Callable[[int], int]:
+    """Every rank's integer reduced by `op` (a torch.distributed.ReduceOp name), on every rank: an all-reduce of
+    one integer on the trial's device."""
     import torch.distributed as dist
 
-    def agree(mine: int) -> int:
+    def reduce(mine: int) -> int:
         value = torch.tensor([mine], device=device, dtype=torch.int64)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        dist.all_reduce(value, op=getattr(dist.ReduceOp, op))
         return int(value.item())
 
-    return agree
+    return reduce
 
 
 def record_memory(device: torch.device) -> tuple[dict[str, float], dict[str, str]]:
