@@ -78,14 +78,14 @@ KINDS = (  # (a part of argv, the kind): the first that matches names it
 
 
 def kind(line: dict) -> str:
-    if line["forked"]:
-        return "forked: trials and estimates (by the fork server), loader workers (by their trial)"
     argv = [str(a) for a in line["argv"]]
     joined = " ".join(argv)
     first = argv[0] if argv else "?"
-    if first.endswith(("dinox/__main__.py", "/bin/dinox")):
+    if first.endswith(("dinox/__main__.py", "/bin/dinox")):  # forked: by the suite's prewarmed interpreter
         words = [a for a in argv[1:] if not a.startswith("-")]
         return f"dinox {words[0] if words else ''}".strip()
+    if line["forked"]:
+        return "forked: trials and estimates (by the fork server), loader workers (by their trial)"
     if first.endswith(("mlflow/__main__.py", "/bin/mlflow")):
         words = [a for a in argv[1:] if not a.startswith("-")]
         return f"mlflow {words[0] if words else ''}".strip()

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.prewarmed import Prewarmed
+
 ROOT = Path(__file__).resolve().parents[1]
+PREWARMED = Prewarmed()  # this pytest process's, started by its first run_dinox
 
 # The tiers (pyproject's markers): `service` for a test that starts PostgreSQL, an MLflow server or Slurm (by
 # its fixtures), `slow` for those and for every test listed in tests/slow.txt (measured over a second on the
@@ -94,12 +97,20 @@ SIDE_BY_SIDE = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def run_dinox(
-    args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300, inherit: bool = True
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    inherit: bool = True,
+    fresh: bool = False,
 ):
-    """`python -m dinox ARGS` in a fresh process, as a user would run it (with `env` as the whole environment
-    where not `inherit`)."""
+    """`python -m dinox ARGS` in a process of its own, as a user would run it (with `env` as the whole environment
+    where not `inherit`): forked from a prewarmed interpreter (tests/prewarmed.py) unless `fresh` or the
+    environment changes how Python starts, then a new interpreter."""
     full_env = dict(os.environ if inherit else {}, **(env or {}))
     full_env.pop("MLFLOW_RUN_ID", None)
+    if not fresh and PREWARMED.fits(full_env):
+        return PREWARMED.run(args, cwd, full_env, timeout)
     return subprocess.run(
         [sys.executable, "-m", "dinox", *args],
         cwd=cwd,
