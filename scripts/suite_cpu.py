@@ -81,9 +81,10 @@ def kind(line: dict) -> str:
     argv = [str(a) for a in line["argv"]]
     joined = " ".join(argv)
     first = argv[0] if argv else "?"
-    if first.endswith(("dinox/__main__.py", "/bin/dinox")):  # forked: by the suite's prewarmed interpreter
+    if first.endswith(("dinox/__main__.py", "/bin/dinox")):
         words = [a for a in argv[1:] if not a.startswith("-")]
-        return f"dinox {words[0] if words else ''}".strip()
+        name = f"dinox {words[0] if words else ''}".strip()
+        return f"{name}, forked (tests/prewarmed.py)" if line["forked"] else name
     if line["forked"]:
         return "forked: trials and estimates (by the fork server), loader workers (by their trial)"
     if first.endswith(("mlflow/__main__.py", "/bin/mlflow")):

@@ -389,12 +389,12 @@ def test_bench_peer_grid_is_a_valid_dinox_spec_and_a_missing_peer_is_named(tmp_p
 
 
 def test_suite_cpu_sums_each_process_the_suite_starts_by_kind(tmp_path):
-    """Issue 36's measuring stick: a pytest run whose one test starts `dinox verify`; that process is logged as
-    its kind and under its test, beside the whole."""
+    """Issue 36's measuring stick: a pytest run whose one test starts `dinox verify` (forked by the suite's
+    prewarmed interpreter); that process is logged as its kind and under its test, beside the whole."""
     test = "tests/verify/test_verify.py::test_a_decision_json_s_verdict_reaches_the_terminal_on_one_line"
     out = run_script("suite_cpu.py", "--top", "5", "--", test, cwd=tmp_path)
     assert re.search(
         r"^suite: pytest exit 0, \d+ s wall, \d+ CPU-s in all .*; \d+ processes logged \d+ CPU-s", out, re.M
     )
-    assert re.search(r"^ +\d+\.\d +1 +M?  dinox verify$", out, re.M), out
+    assert re.search(r"^ +\d+\.\d +1 +M?  dinox verify, forked \(tests/prewarmed.py\)$", out, re.M), out
     assert re.search(rf"^ +\d+\.\d +1  {re.escape(test)}$", out, re.M), out
