@@ -184,6 +184,11 @@ def serve(address: str) -> None:
         importlib.import_module(name)
     # The parent's promise (tests/test_packaging.py): a command forked from here must not find torch loaded.
     assert not {"torch", "timm", "torchvision"} & set(sys.modules), "the prewarmed parent imported torch"
+    # It forks: no Python thread may hold a lock then. The imports leave two native ones (OpenBLAS's pool,
+    # pyarrow's jemalloc), which both re-initialise in a child by their own fork handlers, as in dinox's zygote.
+    import threading
+
+    assert threading.active_count() == 1, threading.enumerate()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address + ".tmp")
     listener.listen(16)
