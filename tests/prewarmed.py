@@ -22,6 +22,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -62,16 +63,20 @@ class Prewarmed:
     """The client: one per pytest process."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="dinox-prewarmed-"))
-        self.address = str(self.dir / "s")
+        self.dir: Path | None = None  # its socket's folder, once started
+        self.address = ""
         self.proc: subprocess.Popen | None = None
         self.env: dict[str, str] = {}
         self.lock = threading.Lock()
+        atexit.register(self.close)
 
     def _server(self) -> None:
         with self.lock:
             if self.proc is not None and self.proc.poll() is None:
                 return
+            self.close()
+            self.dir = Path(tempfile.mkdtemp(prefix="dinox-prewarmed-"))
+            self.address = str(self.dir / "s")
             self.env = dict(os.environ)
             self.env.pop("MLFLOW_RUN_ID", None)
             self.proc = subprocess.Popen(
@@ -81,7 +86,6 @@ class Prewarmed:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            atexit.register(self.close)
             deadline = time.time() + 120
             while not os.path.exists(self.address):
                 if self.proc.poll() is not None or time.time() > deadline:
@@ -89,9 +93,14 @@ class Prewarmed:
                 time.sleep(0.05)
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
             self.proc.wait()
+            self.proc = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
 
     def fits(self, env: dict[str, str]) -> bool:
         """Whether a command with this whole environment may run forked (else fresh)."""
@@ -165,6 +174,11 @@ def _command(request: dict, fds: list[int]) -> None:
         else:
             print(e.code, file=sys.stderr)
             code = 1
+    except KeyboardInterrupt:  # as Python's own top level: the traceback, then dead by SIGINT
+        traceback.print_exc()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     except BaseException:  # noqa: BLE001 - as Python's own top level: the traceback, exit 1
         traceback.print_exc()
         code = 1
