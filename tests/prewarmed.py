@@ -1,8 +1,8 @@
 """`python -m dinox ARGS` for the suite's `run_dinox`, forked from an interpreter that has already imported what
 the command imports (MLflow, click, pydantic, dinox's parent side) instead of importing it again.
 
-A fresh `dinox` parent spends 1.3-1.5 of its ~2 CPU-s importing MLflow and its own modules; the suite runs some
-two hundred of them on two cores. The forked command is a real process all the same: its own pid, the test's
+A fresh `dinox` parent spends 1.5-1.8 CPU-s starting Python and importing MLflow and its own modules; the suite
+runs some two hundred of them on two cores. The forked command is a real process all the same: its own pid, the test's
 argv, working directory, environment and pipes, `python -m dinox` run from its top (`runpy`, the Ctrl-C handling
 of `dinox.cli.entry` included), its atexit work done and its exit status the one `subprocess.run` reports (a
 negative signal number where a signal ended it). What it does not run is Python's own start-up and the first
