@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import locale
 import os
 import select
 import shutil
@@ -117,10 +118,15 @@ class Prewarmed:
             conn.connect(self.address)
             request = json.dumps({"argv": args, "cwd": str(cwd), "env": env}).encode()
             socket.send_fds(conn, [request], [stdin, out_w, err_w])
+            pid = json.loads(conn.recv(1 << 16))["pid"]
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            conn.close()
+            raise
         finally:
             for fd in (stdin, out_w, err_w):
                 os.close(fd)
-        pid = json.loads(conn.recv(1 << 16))["pid"]
         chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
         deadline = time.monotonic() + timeout
         open_fds, code = {out_r, err_r}, None
@@ -144,7 +150,12 @@ class Prewarmed:
             conn.close()
             os.close(out_r)
             os.close(err_r)
-        text = {fd: b"".join(parts).decode(errors="replace") for fd, parts in chunks.items()}
+        # As `subprocess.run(..., text=True)` reads them: the locale's encoding, strict, universal newlines.
+        encoding = locale.getpreferredencoding(False)
+        text = {
+            fd: b"".join(parts).decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
+            for fd, parts in chunks.items()
+        }
         return subprocess.CompletedProcess(["dinox", *args], code, text[out_r], text[err_r])
 
 

@@ -32,8 +32,9 @@ BAD_SPEC = "name: x\nmodel: {name: vit_tiny_patch16_224}\nbatch: {size: -4}\n"
             "sqlite:///nowhere/m.db",
         ],
         ["run", "ok.yaml", "--set", "batch.size=0"],
+        ["validate", "cr\r.yaml"],
     ],
-    ids=["help", "bad-spec", "validate", "plan", "no-store", "bad-set"],
+    ids=["help", "bad-spec", "validate", "plan", "no-store", "bad-set", "carriage-return"],
 )
 def test_a_forked_command_answers_as_a_fresh_one(tmp_path, args):
     (tmp_path / "bad.yaml").write_text(BAD_SPEC)
