@@ -11,6 +11,10 @@ itself on import (`FRESH_KEYS`) runs fresh, as do the tests of the start-up itse
 Python without dinox's dependencies, the parent never importing torch, every documented block): they start
 `python -m dinox` with subprocess.
 
+Not dinox's own ForkServer (dinox/isolate/forkserver.py): its children run a trial module's `run_child` with their
+output in a log file, and must import torch; a command needs its argv, a directory and the test's own pipes, and
+the parent side must never find torch loaded.
+
 One prewarmed interpreter per pytest process, started on first use, listening on a Unix socket of its own; each
 command is one connection: the request (argv, cwd, environment) with the three standard descriptors, the pid
 back, then the exit status. The server is single-threaded (it forks) and ends when the pytest process does.
