@@ -215,9 +215,16 @@ def cost_of(spec: TrialSpec) -> ModelCost:
 
 
 def machine(device_kind: str) -> Machine:
-    from dinox.measure.device import available_kinds, cuda_numa_nodes, cuda_uuids, environment_tags, resolve_device
+    from dinox.measure.device import (
+        available_kinds,
+        cuda_numa_nodes,
+        cuda_uuids,
+        environment_tags,
+        resolve_device,
+        rss_bytes,
+    )
 
-    runtime = psutil.Process().memory_info().rss / GIB
+    runtime = rss_bytes(peak=False) / GIB  # a fresh process's, as the trial's peak counts it
     host = psutil.virtual_memory().total / GIB
     kinds, has = available_kinds()
     numa = cuda_numa_nodes()
@@ -258,7 +265,10 @@ def matmul_tflops(device: torch.device, seconds: float = 0.1) -> float | None:
 
 
 def run_child(request_json: str, result_json: str, forked: bool = False) -> int:
-    del forked  # the same work either way
+    if forked:  # the machine's runtime figure counts what a fresh process holds
+        from dinox.measure.device import forked_from
+
+        forked_from(os.getppid())
     request = json.loads(open(request_json).read())
     out: dict[str, Any] = {"costs": {}, "errors": {}}
     t0 = time.time()

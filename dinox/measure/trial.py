@@ -378,6 +378,8 @@ def run_child(trial_json: str, result_json: str, forked: bool = False, measure_w
         result_json = ranks.result_name(result_json, distributed[0])
     # Forked from the fork server, the imports were paid once, before the fork: this trial starts now.
     now = time.time()
+    if forked:
+        device.forked_from(os.getppid())
     marks = {"start": now if forked else _T_START, "imports_done": now}
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
