@@ -177,6 +177,7 @@ def _command(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # read again from this environment's TMPDIR, as a fresh process reads it
     sys.argv = [str(Path(sys.modules["dinox"].__file__).with_name("__main__.py")), *request["argv"]]
     code: int = 0
     try:

@@ -296,6 +296,9 @@ def _launch_ranks(
         "--standalone",
         f"--nproc-per-node={world}",
         "--max-restarts=0",
+        # Its per-rank folders beside the trial's own files: by default torchrun makes a folder in the temporary
+        # directory per launch and never removes it (a shared GPU node collected one per distributed trial).
+        f"--log-dir={in_path.parent / 'torchrun'}",
         "-m",
         module,
         str(in_path),

@@ -44,7 +44,11 @@ def _decided(uri: str, experiment: str) -> str:
 
 def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
     (tmp_path / "s.yaml").write_text(TWO_RANKS)
-    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path)
+    # The temporary directory of a shared node: torchrun's per-rank folders go beside the trial's files instead,
+    # where they once stayed behind in it, one per launch.
+    temp = tmp_path / "node-tmp"
+    temp.mkdir()
+    proc = run_dinox(["run", "s.yaml"], cwd=tmp_path, env={"TMPDIR": str(temp)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'trial'")
     by_gpus = {r.data.params["hardware.gpus"]: r for r in runs}
@@ -70,8 +74,12 @@ def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
     # (agreed before the slice, or the one whose clock ran out first would leave the other in its all-reduce),
     # each epoch of 64 images every rank's together; its figures global, as the trial's.
     slice_ = ["--minutes", "0.05", "--epoch-images", "64"]
-    trained = run_dinox(["verify", "s.yaml", "--run-id", two.info.run_id, *slice_], cwd=tmp_path, timeout=600)
+    trained = run_dinox(
+        ["verify", "s.yaml", "--run-id", two.info.run_id, *slice_], cwd=tmp_path, env={"TMPDIR": str(temp)}, timeout=600
+    )
     assert trained.returncode in (0, 1, 3), trained.stdout + trained.stderr  # held, off, undecided: each an answer
+    assert [p.name for p in temp.iterdir() if p.name.startswith("torchelastic_")] == []
+    assert len(list(tmp_path.glob(".dinox/**/torchrun"))) == 2  # the trial's launch and verify's
     (run,) = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_runs(["1"], "tags.`dinox.role` = 'verify'")
     v = run.data.metrics
     assert run.data.tags["dinox.world_size"] == "2" and run.data.tags["dinox.verifies"] == two.info.run_id
