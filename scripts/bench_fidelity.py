@@ -28,9 +28,11 @@ times its usual windows. Above the hand loop is as wrong as below it.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -351,6 +353,7 @@ def main() -> None:
         print(json.dumps({"images_per_s": hand_loop(a)}))
         return
     module_dir = tempfile.mkdtemp(prefix="dinox-team-")
+    atexit.register(shutil.rmtree, module_dir, ignore_errors=True)  # the hand-loop child is done by then
     if a.user_entry:
         a.module_dir = module_dir
         Path(module_dir, "benchstep.py").write_text(USER_MODULE)
