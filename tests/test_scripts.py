@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,21 +20,24 @@ from tests.conftest import ROOT, TINY
 def run_script(name: str, *args: str, cwd) -> str:
     """The script's output, once it exits 0 having left nothing in its temporary directory (a folder of its own
     here): each says it writes only to temporary folders, and a shared box's /tmp keeps whatever is left."""
-    temp = Path(cwd) / f"tmp-{name}"
-    temp.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", str(ROOT / "scripts" / name), *args],
-        cwd=cwd,
-        env=dict(os.environ, TMPDIR=str(temp)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    # Not the script's: torch's compile cache and pytest's last base folders (each kept on purpose), and
-    # multiprocessing's own, which its exit handler removes (bench_settle left one once in the suite, never alone).
-    theirs = ("torchinductor_", "pytest-of-", "pymp-")
-    assert [p.name for p in temp.iterdir() if not p.name.startswith(theirs)] == [], f"{name} left these behind"
+    # A short path, as /tmp's: multiprocessing puts the Unix sockets through which a loader worker hands over
+    # tensors there, and a path over 107 bytes (a folder inside pytest's) left bench_settle's worker waiting.
+    temp = Path(tempfile.mkdtemp(prefix="script-tmp-", dir="/tmp"))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-W", "ignore", str(ROOT / "scripts" / name), *args],
+            cwd=cwd,
+            env=dict(os.environ, TMPDIR=str(temp)),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        # Not the script's: torch's compile cache and pytest's last base folders, each kept on purpose.
+        theirs = ("torchinductor_", "pytest-of-")
+        assert [p.name for p in temp.iterdir() if not p.name.startswith(theirs)] == [], f"{name} left these behind"
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     return proc.stdout
 
 
