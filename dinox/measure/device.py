@@ -283,11 +283,16 @@ def rss_bytes(peak: bool = True) -> int:
     the CPU a tiny ViT's trial read 0.54 GiB forked, 0.82 GiB spawned. Those pages are added back: what the fork
     server held of them, less what this child holds of its own now (0.79 GiB then; low by the pages the child
     touched that the fork server never had, never high)."""
-    if sys.platform == "darwin":  # bytes there (and dinox forks no trial there)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if peak else _status_kib("self", "VmRSS") * 1024
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if peak else _status_kib("self", "VmRSS")
-    untouched = max(0, _FORKED_FROM_FILE_KIB - _status_kib("self", "RssFile")) if _FORKED_FROM_FILE_KIB else 0
-    return (own + untouched) * 1024  # Linux counts KiB
+    import psutil
+
+    if peak:
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        own = own if sys.platform == "darwin" else own * 1024  # macOS reports bytes, Linux KiB
+    else:
+        own = psutil.Process().memory_info().rss
+    if not _FORKED_FROM_FILE_KIB:  # a fresh process (or not Linux, where dinox forks no trial)
+        return own
+    return own + max(0, _FORKED_FROM_FILE_KIB - _status_kib("self", "RssFile")) * 1024
 
 
 def _status_kib(pid: int | str, field: str) -> int:
