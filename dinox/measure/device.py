@@ -265,15 +265,15 @@ def _cpu_name() -> str:
 
 
 # A child forked by the fork server: the file-backed pages (torch's and timm's libraries and modules) the fork
-# server held resident when it forked this child. See rss_bytes.
-_FORKED_FROM_FILE_KIB = 0
+# server held resident when it forked this child, in bytes. See rss_bytes.
+_FORKED_FROM_FILE_BYTES = 0
 
 
 def forked_from(parent: int) -> None:
     """Called first thing in a child forked by the fork server `parent` (idle in its loop, so what it holds is
     what it held at the fork)."""
-    global _FORKED_FROM_FILE_KIB
-    _FORKED_FROM_FILE_KIB = _status_kib(parent, "RssFile")
+    global _FORKED_FROM_FILE_BYTES
+    _FORKED_FROM_FILE_BYTES = _file_backed(parent)
 
 
 def rss_bytes(peak: bool = True) -> int:
@@ -283,26 +283,27 @@ def rss_bytes(peak: bool = True) -> int:
     the CPU a tiny ViT's trial read 0.54 GiB forked, 0.82 GiB spawned. Those pages are added back: what the fork
     server held of them, less what this child holds of its own now (0.79 GiB then; low by the pages the child
     touched that the fork server never had, never high)."""
-    import psutil
-
     if peak:
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         own = own if sys.platform == "darwin" else own * 1024  # macOS reports bytes, Linux KiB
     else:
+        import psutil
+
         own = psutil.Process().memory_info().rss
-    if not _FORKED_FROM_FILE_KIB:  # a fresh process (or not Linux, where dinox forks no trial)
+    if not _FORKED_FROM_FILE_BYTES:  # a fresh process (or not Linux, where dinox forks no trial)
         return own
-    return own + max(0, _FORKED_FROM_FILE_KIB - _status_kib("self", "RssFile")) * 1024
+    return own + max(0, _FORKED_FROM_FILE_BYTES - _file_backed(os.getpid()))
 
 
-def _status_kib(pid: int | str, field: str) -> int:
-    """A `kB` field of /proc/PID/status (0 where there is none, or no such process)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(f"{field}:"):
-                    return int(line.split()[1])
-    return 0
+def _file_backed(pid: int) -> int:
+    """Bytes of process `pid`'s resident pages that map files (psutil's `shared`, Linux's RssFile + RssShmem);
+    0 where it is gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_info().shared
+    except psutil.Error:
+        return 0
 
 
 def rank_of_world() -> tuple[int, int, int] | None:

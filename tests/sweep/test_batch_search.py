@@ -162,9 +162,10 @@ def test_auto_batch_on_a_capped_cpu_finds_the_boundary_within_the_budget(tmp_pat
     # `dinox verify` trains it at the batch its search chose (the spec says only "auto"), under the same cap.
     trained = run_dinox(["verify", "s.yaml", "--run-id", auto.info.run_id, "--minutes", "0.05"], cwd=tmp_path)
     if trained.returncode == 2:
-        # verify trains in a fresh interpreter, whose own peak (its imports) the forked trial never shows: 0.98-0.99
-        # GB against the trial's 0.72 at batch 30 (2026-11-30). Under this 1.2 GB RLIMIT_DATA that can end it out of
-        # memory where the trial fit (1 suite of 6 that day): said as one line naming the OOM, never a traceback.
+        # verify trains in a fresh interpreter, which held more than the forked trial at batch 30: 0.98-0.99 GB
+        # against the trial's 0.72 as a forked peak was counted before 2026-11-30's correction (docs/measuring.md).
+        # Under this 1.2 GB RLIMIT_DATA that can end it out of memory where the trial fit (1 suite of 6 that day):
+        # said as one line naming the OOM, never a traceback.
         assert trained.stderr.startswith("error: the training ended oom: "), trained.stderr
         assert "Traceback" not in trained.stderr and " bs=auto for 0.05 minutes" in trained.stdout, trained.stdout
         return
