@@ -207,10 +207,12 @@ IDLE_LOADER_SHARE = _metric("trial", "idle_loader_share", "CUDA: the share of id
 DEVICE_LAG_S = _metric("trial", "device_lag_s", "CUDA: how far the device trailed the host")
 # --- the ablation windows and what they say -------------------------------------------------------------------
 IMAGES_PER_S_COMPUTE_ONLY = _metric(
-    "trial", "images_per_s_compute_only", "one batch on the device, reused: no loader, no copies"
+    "trial",
+    "images_per_s_compute_only",
+    "one batch on the device, reused: no loader, no copies (the rounds; none: absent)",
 )
 IMAGES_PER_S_NO_LOADER = _metric(
-    "trial", "images_per_s_no_loader", "batches in host memory, copied each step: no loader"
+    "trial", "images_per_s_no_loader", "batches in host memory, copied each step: no loader (the rounds; none: absent)"
 )
 IMAGES_PER_S_COMPUTE_HALF = _metric("trial", "images_per_s_compute_half", "CUDA: compute-only at half the batch")
 FIXED_SHARE = _metric("trial", "fixed_share", "CUDA: the share of a step that does not shrink with the batch")
@@ -227,7 +229,9 @@ LOADER_IMAGES_PER_S = _metric("trial", "loader_images_per_s", "the loader alone,
 COPY_IMAGES_PER_S = _metric("trial", "copy_images_per_s", "the copies to the device alone")
 ABLATION_S = _metric("trial", "ablation_s", "seconds spent in ablation windows")
 ABLATION_ROUNDS = _metric(
-    "trial", "ablation_rounds", "timed windows followed by an ablation round (they stop once the label is decided)"
+    "trial",
+    "ablation_rounds",
+    "timed windows followed by an ablation round (they stop once the label is decided; 0: the timed steps decided it)",
 )
 # --- memory ---------------------------------------------------------------------------------------------------
 PEAK_MEM_ALLOCATED_GB = _metric("trial", "peak_mem_allocated_gb", "peak device memory allocated, GiB")

@@ -10,8 +10,8 @@ measured again at the sweep's end) ran; it asserts nothing.
     python scripts/bench_peer.py --peer /tmp/DINO-X/scripts
     python scripts/bench_peer.py --peer /tmp/DINO-X/scripts --rounds 3 --evidence one-window
 
-One setting differs: the peer gives its worker loaders prefetch_factor=1, which a dinox grid through 0 workers
-cannot (torch refuses a prefetch factor without workers), so dinox's `w=2` points run at torch's default of 2.
+Every setting is the peer's: its worker loaders' prefetch_factor=1 too, which dinox's spec sets with the worker
+count (`sweep.cases`: torch refuses a prefetch factor without workers).
 
 dinox runs at its own evidence (`--evidence default`: timed windows until three agree, each followed by its
 ablation round until the label is decided), at the peer's (`one-window`: one timed window of the same 10 steps,
@@ -51,7 +51,9 @@ measure: {warmup_steps: 5, bench_steps: 10}
 sweep:
   grid:
     batch.size: [32, 64]
-    loader.num_workers: [0, 2]
+  cases:                          # the peer's loaders: prefetch_factor 1 where there are workers
+    - {loader.num_workers: 0}
+    - {loader.num_workers: 2, loader.prefetch_factor: 1}
 """
 EVIDENCE = {"default": [], "one-window": ["--set", "measure.repeats=1"]}
 

@@ -80,12 +80,14 @@ class Interval:
 @dataclass(frozen=True)
 class Stage:
     """One stage of the input (the loader; the copies), measured: images/s with it and without it, pooled over
-    the rounds; each round's cost; images/s of the stage alone (None: not measured); and the share of the
-    timed steps it held the device up (the device idle while the host waited on the loader; the copies' own
-    spans on the compute stream): without the stage the step is at least that much shorter."""
+    the rounds (without it: None where no round ran, the timed steps having decided the label by themselves;
+    with it, for the copies then: at most what the step could run without the loader); each round's cost;
+    images/s of the stage alone (None: not measured); and the share of the timed steps it held the device up
+    (the device idle while the host waited on the loader; the copies' own spans on the compute stream):
+    without the stage the step is at least that much shorter."""
 
     with_rate: float
-    without_rate: float
+    without_rate: float | None
     rounds: tuple[float, ...] = ()
     alone: float | None = None
     held: float | None = None
@@ -99,9 +101,10 @@ class Stage:
     drift: float = 0.0
 
     @property
-    def cost(self) -> float:
-        """The windows' cost: 1 - with / without, the pooled rates (the record's loader_cost, transfer_cost)."""
-        return 1.0 - self.with_rate / self.without_rate
+    def cost(self) -> float | None:
+        """The windows' cost: 1 - with / without, the pooled rates (the record's loader_cost, transfer_cost); None
+        without a round."""
+        return None if self.without_rate is None else 1.0 - self.with_rate / self.without_rate
 
     def ceiling(self, tolerance: float) -> tuple[float, float] | None:
         """(at least, at most) what the stage alone allows, or None where it was not measured or the trial ran
@@ -110,7 +113,7 @@ class Stage:
         if not self.alone or self.with_rate * (1.0 - tolerance) > self.alone * (1.0 + self.drift):
             return None
         moved = 1.0 + self.drift
-        floor = 1.0 - self.alone * moved / self.without_rate
+        floor = 1.0 - self.alone * moved / self.without_rate if self.without_rate is not None else -math.inf
         return floor, self.with_rate * moved / self.alone if self.serial else math.inf
 
     def bounds(self, tolerance: float) -> tuple[float, float] | None:
@@ -125,14 +128,14 @@ class Stage:
 
     def interval(self, tolerance: float) -> Interval:
         """To a hundredth of a percent: the label reads the figures the line prints, not more digits."""
-        costs = sorted(self.rounds) or [self.cost]
+        costs = sorted(self.rounds) or ([] if self.cost is None else [self.cost])
         if len(costs) >= 4:
             costs = costs[1:-1]
-        low, high = costs[0], costs[-1]
+        low, high = (costs[0], costs[-1]) if costs else (0.0, 1.0)
         high = max(high, -low)  # a cost below zero is noise of that size, which can hide as large a cost
-        if 0 < len(self.rounds) < MIN_ROUNDS:
-            # One round cannot show its own noise: it bounds nothing, and the stage costs what the direct
-            # evidence allows, within what any stage can cost (nothing to all of a step).
+        if len(self.rounds) < MIN_ROUNDS and (self.rounds or not costs):
+            # One round cannot show its own noise, and none shows nothing: it bounds nothing, and the stage
+            # costs what the direct evidence allows, within what any stage can cost (nothing to all of a step).
             low, high = min(low, 0.0), max(high, 1.0)
         direct = self.bounds(tolerance)
         if direct is None:
@@ -235,8 +238,9 @@ def direct_decided(
       left for the label to read (compute_bound).
 
     `drift`: the timed windows' spread, kept to spare on both sides (later windows move the figures by as
-    much). The rounds still run one (the record's no-loader and compute-only rates); the label is then read as
-    before, from every window."""
+    much). Asked after the first timed window and the copies alone, before any round: where it decides, no
+    round runs, and the stages' intervals are the direct evidence's (step_metrics: the copies then run at most
+    as fast as the step could without the loader, with / (1 - the loader's most)), which is what decided here."""
     moved = 1.0 + drift
     if held is not None and held / moved >= threshold:
         return True

@@ -17,10 +17,11 @@ Each timed window is followed by two short ablation windows, one round: one reus
 device (no loader, no copy: compute only), one reuses a host batch and copies it every micro-batch (no
 loader). A round's three windows run back to back, so a neighbour's burst or drift on a shared machine falls
 on them alike, and the rounds' spread says how far the costs they give can be trusted. The copies alone
-follow the first round. Once the label is decided (``decided``: by the rounds, at least two with both
-stages' costs clear of the threshold by the timed windows' spread; or, after one, by what the timed steps
-themselves showed, dinox.measure.bound.direct_decided), the later timed windows run without theirs: ablation
-is spent until the label is known. After the rounds, on a device with a timeline of its own, the
+come first, after the first timed window. Once the label is decided (``decided``: by the rounds, at least two
+with both stages' costs clear of the threshold by the timed windows' spread; or by what the timed steps and
+the copies alone showed by themselves, dinox.measure.bound.direct_decided, before any round), the later timed
+windows run without theirs: ablation is spent until the label is known, and a label the timed steps decide
+costs no round at all. After the rounds, on a device with a timeline of its own, the
 compute-only windows at the full and at half the batch (a step the device paces from one the host's kernel
 launches pace); then an epoch boundary (the iterator restarted from idle workers, as an epoch's end leaves
 them); last the loader alone, with the model idle and the workers warm: the rate the input pipeline can feed.
@@ -230,9 +231,10 @@ class Loop:
     def _rounds(
         self, steps: int, repeats: Repeats, per_round: int
     ) -> tuple[list[Window], list[Window], list[Window], int, Window | None]:
-        """Timed windows until they settle, each from a steady pipeline and followed by its ablation round; the
-        copies alone once, after the first round (what `decided` may read from then on). A window that follows
-        the one before with no round between them starts where it ended: the two are one stretch of training,
+        """Timed windows until they settle, each from a steady pipeline and followed by its ablation round until
+        the label is decided; the copies alone once, after the first timed window, before any round (with the
+        timed steps themselves they may decide the label: then no round runs at all). A window that follows
+        the one before with nothing between them starts where it ended: the two are one stretch of training,
         in phase with the workers, and steadying the pipeline again would only cost a step."""
         windows: list[Window] = []
         compute_only: list[Window] = []
@@ -253,13 +255,16 @@ class Loop:
                 self.window_clocks.append(self.read_clock())
             boundaries += self.batches.epochs_ended - before
             disturbed = False
-            # Round i follows timed window i; once decided, no later window has one.
-            if self.decided is not None and compute_only and not decided:
-                decided = self.decided(windows, no_loader, compute_only, copies)
-            if per_round and not decided:
+            if not per_round or decided:
+                continue
+            if copies is None:  # first: with the timed steps it may decide the label before any round
+                copies, disturbed = self._copies_alone(per_round), True
+            # Round i follows timed window i; once decided (the first window's steps may already have), no
+            # later window has one.
+            decided = self.decided is not None and self.decided(windows, no_loader, compute_only, copies)
+            if not decided:
                 compute_only.append(self.window(per_round, "device", self.last_device))
                 no_loader.append(self.window(per_round, "host"))
-                copies = copies or self._copies_alone(per_round)
                 disturbed = True
         return windows, compute_only, no_loader, boundaries, copies
 

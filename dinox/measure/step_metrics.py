@@ -11,6 +11,7 @@ and transfer_cost = 1 - images_per_s_no_loader / images_per_s_compute_only, each
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -167,12 +168,13 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
     if half is not None and full is not None and half.steps and full.steps:
         metrics[rec.IMAGES_PER_S_COMPUTE_HALF] = half.images_per_s
         metrics[rec.FIXED_SHARE] = fixed_share(_span(full), _span(half), half.images_per_step / full.images_per_step)
-    if compute is None or no_loader is None:
+    if stats.copies_alone is None:  # no ablation windows
         return None, None
-    copies_alone = pooled([stats.copies_alone]) if stats.copies_alone is not None else None
-    metrics[rec.IMAGES_PER_S_COMPUTE_ONLY], metrics[rec.IMAGES_PER_S_NO_LOADER] = compute, no_loader
+    copies_alone = pooled([stats.copies_alone])
     if copies_alone is not None:
         metrics[rec.COPY_IMAGES_PER_S] = copies_alone
+    if compute is not None and no_loader is not None:
+        metrics[rec.IMAGES_PER_S_COMPUTE_ONLY], metrics[rec.IMAGES_PER_S_NO_LOADER] = compute, no_loader
     rounds = list(zip(stats.windows, stats.no_loader, stats.compute_only, strict=False))
     period = statistics.fmean(stats.periods)
     held = (stats.mean("idle_loading") / period, stats.mean("copy") / period) if stats.steps else (None, None)
@@ -185,8 +187,11 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         serial=stats.loader_ready == 0,
         drift=stats.spread,
     )
+    if no_loader is None:  # no round ran (the timed steps decided): the most the step could run without the loader
+        most = loader.interval(threshold).high
+        copies_with = stats.images_per_s / (1.0 - most) if most < 1.0 else math.inf
     copies = Stage(
-        no_loader,
+        no_loader if no_loader is not None else copies_with,
         compute,
         tuple(1.0 - h.images_per_s / c.images_per_s for _, h, c in rounds),
         copies_alone,
@@ -199,5 +204,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
     )
     for stage, cost, low, high in names:
         interval = stage.interval(threshold)
-        metrics[cost], metrics[low], metrics[high] = stage.cost, interval.low, interval.high
+        metrics[low], metrics[high] = interval.low, interval.high
+        if stage.cost is not None:  # the record's relation to the no-loader and compute-only rates: with a round
+            metrics[cost] = stage.cost
     return loader, copies

@@ -247,7 +247,7 @@ def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
 
     def decided(timed, no_loader, compute, copies):
         # Asked after timed window i, with the rounds of the windows before it (round i follows window i) and
-        # the copies alone, measured once after the first round.
+        # the copies alone, measured once after the first window, before any round.
         assert len(timed) == len(no_loader) + 1 == len(compute) + 1 and copies is not None
         asked.append(len(no_loader))
         return len(no_loader) >= 2
@@ -262,7 +262,7 @@ def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
     stats = loop_.run(1, 2, repeats=4, ablation_steps=2)
     assert len(stats.windows) == 4
     assert [len(stats.compute_only), len(stats.no_loader)] == [2, 2]
-    assert asked == [1, 2]  # asked before the second and third windows' rounds; never again once decided
+    assert asked == [0, 1, 2]  # asked before each of the first three windows' rounds; never again once decided
     # The pipeline is steadied after the warm-up and after each round (the workers filled their queues while
     # nothing took from them); the fourth window follows the third with nothing between: one stretch of steps.
     assert [e for e in events if e.startswith(("window", "steadied"))] == [
@@ -317,9 +317,9 @@ def test_the_gpu_s_clock_is_read_after_each_timed_window_outside_it_and_kept_bes
 @pytest.mark.parametrize(
     ("sample_s", "serial", "rounds"),
     [
-        (0.0002, True, 1),  # no workers, a loader of 4 % a step: in series, it caps itself after one round
+        (0.0002, True, 0),  # no workers, a loader of 4 % a step: in series, it caps itself; no round at all
         (0.0002, False, 2),  # the same step read as a worker loader's: the rounds must show it, two at least
-        (0.005, False, 1),  # a loader that holds each step up 50 %: io_bound after one round, whatever follows
+        (0.005, False, 0),  # a loader that holds each step up 50 %: io_bound from the timed steps, no round
     ],
 )
 def test_rounds_stop_once_the_timed_steps_own_evidence_has_decided(sample_s, serial, rounds):
