@@ -79,11 +79,13 @@ class Batches:
         except (NotImplementedError, OSError, AttributeError):  # qsize is missing on macOS's sem_getvalue
             return None
 
-    def _until_workers_idle(self) -> None:
-        """Wait, untimed, until the workers have finished every batch they were asked for: how a real epoch's
-        end finds them (its sampler spent, every index handed out and loaded). Mid-epoch, as here, they still
-        owe their prefetched batches, and a restart would wait for those first: up to prefetch_factor batch
-        loads a worker that no real boundary pays. Bounded; uncountable (not torch's iterator): no wait."""
+    def wait_idle(self) -> None:
+        """Wait, untimed, until the workers have finished every batch they were asked for. Before an epoch
+        start: how a real epoch's end finds them (its sampler spent, every index handed out and loaded);
+        mid-epoch they still owe their prefetched batches, and a restart would wait for those first: up to
+        prefetch_factor batch loads a worker that no real boundary pays. Before an ablation round: the batches
+        they owe are the timed steps' loading, which must not crowd the windows that run without the loader.
+        Bounded; uncountable (not torch's iterator, or no workers): no wait."""
         for _ in range(5000):  # 1 ms apart: at most ~5 s, never a hang on a stuck worker
             owed, queued = getattr(self._it, "_tasks_outstanding", None), self._queued()
             if not isinstance(owed, int) or queued is None or queued >= owed:
@@ -99,7 +101,7 @@ class Batches:
         batch made, from workers idle as a real epoch's end leaves them. A steady fetch's own wait is part of
         that first batch: what a boundary adds to a run is this less that (Loop.run)."""
         self._held = None
-        self._until_workers_idle()
+        self.wait_idle()
         t = self._clock()
         self._it = None  # type: ignore[assignment]  # the DataLoader iterator's __del__ shuts its workers down
         self._it = iter(self._loader)

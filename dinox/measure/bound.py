@@ -206,15 +206,32 @@ def rounds_decided(timed: list[float], no_loader: list[float], compute: list[flo
     windows after it) already put both stages' costs on one side of the threshold, with the timed windows'
     spread to spare: more rounds could not change the label, so the later timed windows run without theirs.
     The stage-alone evidence measured after the rounds still narrows (or overrules) the interval."""
-    rounds = list(zip(timed, no_loader, compute, strict=False))
-    if len(rounds) < MIN_ROUNDS:
+    if len(no_loader) < MIN_ROUNDS:
         return False
     margin = (max(timed) - min(timed)) / statistics.median(timed)
-    for costs in ([1.0 - t / n for t, n, _ in rounds], [1.0 - n / c for _, n, c in rounds]):
+    stages = [[1.0 - t / n for t, n in zip(timed, no_loader, strict=False)]]
+    if compute:  # none: the copies were decided by their own evidence (copies_decided), their rounds not run
+        stages.append([1.0 - n / c for n, c in zip(no_loader, compute, strict=False)])
+    for costs in stages:
         iv = Stage(1.0, 1.0, tuple(costs)).interval(threshold)
         if iv.low - margin < threshold <= iv.high + margin:
             return False
     return True
+
+
+# How far under the threshold the copies' own cap must lie for the rounds to skip their compute-only windows:
+# the later no-loader windows and the timed windows' spread move the cap the label finally reads, and a cap
+# that rose past the threshold would leave the label inconclusive with no compute-only window to settle it.
+COPIES_SPARE = 0.5
+
+
+def copies_decided(no_loader: float, copies_alone: float | None, threshold: float) -> bool:
+    """Whether the copies' own evidence decides their stage, so that the rounds need no compute-only window
+    (asked after the first round's no-loader window, on the host's clock only, where that window tells nothing
+    else: on a device with its own timeline it also shows the device idling, host_bound). The copies run in
+    series with the step: they cost at most what their time adds to a step without the loader, no_loader /
+    alone (Stage.ceiling); at most COPIES_SPARE of the threshold, no compute-only window could make them bind."""
+    return bool(copies_alone) and no_loader / copies_alone < COPIES_SPARE * threshold  # type: ignore[operator]
 
 
 def direct_decided(

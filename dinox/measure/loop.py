@@ -13,11 +13,14 @@ Every loader window starts from a steady pipeline (``Batches.settle``): batches 
 nothing consumed them (a long first step, the ablation windows) are taken untimed first, or the window would
 eat them at the step's pace and flatter a loader-bound trial.
 
-Each timed window is followed by two short ablation windows, one round: one reuses a batch already on the
-device (no loader, no copy: compute only), one reuses a host batch and copies it every micro-batch (no
-loader). A round's three windows run back to back, so a neighbour's burst or drift on a shared machine falls
-on them alike, and the rounds' spread says how far the costs they give can be trusted. The copies alone
-come first, after the first timed window. Once the label is decided (``decided``: by the rounds, at least two
+Each timed window is followed by two short ablation windows, one round: one reuses a host batch and copies it
+every micro-batch (no loader), one reuses a batch already on the device (no loader, no copy: compute only).
+A round's three windows run back to back, so a neighbour's burst or drift on a shared machine falls on them
+alike, and the rounds' spread says how far the costs they give can be trusted; before them the loader's
+workers finish what they owe the timed steps (their stage's work, not the round's). The copies alone come
+first, after the first timed window; on the host's clock, where the compute-only window shows the copies'
+cost and nothing else, copies whose own rate already decides their stage (``copies_decided``) spare every
+round its compute-only window. Once the label is decided (``decided``: by the rounds, at least two
 with both stages' costs clear of the threshold by the timed windows' spread; or by what the timed steps and
 the copies alone showed by themselves, dinox.measure.bound.direct_decided, before any round), the later timed
 windows run without theirs: ablation is spent until the label is known, and a label the timed steps decide
@@ -94,6 +97,10 @@ class Loop:
     # the label (bound.rounds_decided, bound.direct_decided); the timed windows after that run without theirs.
     # None: every window.
     decided: Callable[[list[Window], list[Window], list[Window], Window | None], bool] | None = None
+    # Given the first round's no-loader window and the copies alone: True where the copies' own evidence already
+    # decides their stage (bound.copies_decided: on the host's clock only, where a compute-only window tells
+    # nothing else); every round then runs without its compute-only window. None: every round has one.
+    copies_decided: Callable[[Window, Window], bool] | None = None
     # The device's SM clock now (MHz; None where unknown), read after each timed window's end, outside it: a GPU
     # ramping up or throttling across the windows shows there (None: not read, a CPU).
     read_clock: Callable[[], float | None] | None = None
@@ -241,7 +248,7 @@ class Loop:
         no_loader: list[Window] = []
         copies: Window | None = None
         boundaries = 0
-        decided = False
+        decided = alone = False  # alone: the copies decided by their own evidence (no compute-only windows)
         # Since the last timed step something took nothing from the loader (the warm-up's end, a round): the
         # workers' queues filled, and the next window must not eat them.
         disturbed = True
@@ -263,8 +270,14 @@ class Loop:
             # later window has one.
             decided = self.decided is not None and self.decided(windows, no_loader, compute_only, copies)
             if not decided:
-                compute_only.append(self.window(per_round, "device", self.last_device))
+                # What the workers still owe from the timed steps is their stage's work, counted in the timed
+                # window: done before the round, it does not slow the windows that run without the stage.
+                self.batches.wait_idle()
                 no_loader.append(self.window(per_round, "host"))
+                if len(no_loader) == 1:
+                    alone = self.copies_decided is not None and self.copies_decided(no_loader[0], copies)
+                if not alone:
+                    compute_only.append(self.window(per_round, "device", self.last_device))
                 disturbed = True
         return windows, compute_only, no_loader, boundaries, copies
 

@@ -17,7 +17,16 @@ from dataclasses import dataclass, field
 
 from dinox import record as rec
 from dinox.contract import SM_CLOCK_KEY
-from dinox.measure.bound import Evidence, Stage, classify, direct_decided, explain, fixed_share, rounds_decided
+from dinox.measure.bound import (
+    Evidence,
+    Stage,
+    classify,
+    copies_decided,
+    direct_decided,
+    explain,
+    fixed_share,
+    rounds_decided,
+)
 from dinox.measure.windows import LoopStats, Window, held_share, in_process_rate, pooled, spread
 from dinox.spec.sections import MeasureSpec
 
@@ -130,6 +139,12 @@ def decided(
     )
 
 
+def copies_known(no_loader: Window, copies: Window, *, threshold: float) -> bool:
+    """The loop's `copies_decided` on the host's clock: whether the first no-loader window and the copies alone
+    already decide the copies' stage (bound.copies_decided)."""
+    return copies_decided(no_loader.images_per_s, pooled([copies]) if copies.wall_s > 0 else None, threshold)
+
+
 def _device_split(stats: LoopStats) -> dict[str, float]:
     """The device's own account of the timed steps: busy, idle, how much of the idle was the loader's, and how
     far the device trailed the host."""
@@ -163,7 +178,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
         metrics[rec.LOADER_IMAGES_PER_S] = stats.loader_images_per_s
     if stats.ablation_s:
         metrics[rec.ABLATION_S] = stats.ablation_s
-        metrics[rec.ABLATION_ROUNDS] = len(stats.compute_only)
+        metrics[rec.ABLATION_ROUNDS] = len(stats.no_loader)  # compute-only windows: none where the copies decided
     half, full = stats.compute_half, stats.compute_full
     if half is not None and full is not None and half.steps and full.steps:
         metrics[rec.IMAGES_PER_S_COMPUTE_HALF] = half.images_per_s
@@ -173,15 +188,16 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
     copies_alone = pooled([stats.copies_alone])
     if copies_alone is not None:
         metrics[rec.COPY_IMAGES_PER_S] = copies_alone
-    if compute is not None and no_loader is not None:
-        metrics[rec.IMAGES_PER_S_COMPUTE_ONLY], metrics[rec.IMAGES_PER_S_NO_LOADER] = compute, no_loader
-    rounds = list(zip(stats.windows, stats.no_loader, stats.compute_only, strict=False))
+    if no_loader is not None:
+        metrics[rec.IMAGES_PER_S_NO_LOADER] = no_loader
+    if compute is not None:
+        metrics[rec.IMAGES_PER_S_COMPUTE_ONLY] = compute
     period = statistics.fmean(stats.periods)
     held = (stats.mean("idle_loading") / period, stats.mean("copy") / period) if stats.steps else (None, None)
     loader = Stage(
         stats.images_per_s,
         no_loader,
-        tuple(1.0 - t.images_per_s / h.images_per_s for t, h, _ in rounds),
+        tuple(1.0 - t.images_per_s / h.images_per_s for t, h in zip(stats.windows, stats.no_loader, strict=False)),
         stats.loader_images_per_s,
         held[0],
         serial=stats.loader_ready == 0,
@@ -193,7 +209,7 @@ def _stages(stats: LoopStats, metrics: dict[str, float], threshold: float) -> tu
     copies = Stage(
         no_loader if no_loader is not None else copies_with,
         compute,
-        tuple(1.0 - h.images_per_s / c.images_per_s for _, h, c in rounds),
+        tuple(1.0 - h.images_per_s / c.images_per_s for h, c in zip(stats.no_loader, stats.compute_only, strict=False)),
         copies_alone,
         held[1],
         drift=stats.spread,

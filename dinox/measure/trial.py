@@ -39,7 +39,7 @@ from dinox.measure import device, loading, models, objectives, profile, routine,
 from dinox.measure import loop as bench  # noqa: E402
 from dinox.measure.result import describe_exception, is_oom  # noqa: E402
 from dinox.measure.step import TrainStep, build_optimizer  # noqa: E402
-from dinox.measure.step_metrics import decided, summarize  # noqa: E402
+from dinox.measure.step_metrics import copies_known, decided, summarize  # noqa: E402
 from dinox.measure.windows import LoopStats, Repeats  # noqa: E402
 from dinox.plan.footprint import compute_metrics  # noqa: E402
 from dinox.spec.objectives import DinoObjective, PythonObjective  # noqa: E402
@@ -330,6 +330,9 @@ class TrialRun:
         known = functools.partial(decided, threshold=m.bound_threshold, serial=serial)
         # Ranks run each round's windows together (their steps all-reduce): they stop the rounds together.
         loop.decided = known if agree is None else lambda *seen: agree(known(*seen))
+        if loop.clock == "host":  # a compute-only window shows the copies' cost and nothing else there
+            copies = functools.partial(copies_known, threshold=m.bound_threshold)
+            loop.copies_decided = copies if agree is None else lambda *seen: agree(copies(*seen))
         try:
             stats = loop.run(
                 m.warmup_steps,
