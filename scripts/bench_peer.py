@@ -3,8 +3,8 @@
 `scripts/tune_throughput.py` (a 2-block ViT at 64 px, batch 32/64 x 0/2 workers, 10 timed steps a point, 60
 slices inflated x100) and `dinox run` of the same grid, one after the other, `--rounds` times, alternating which
 goes first. A benchmark, not a test: it prints each side's whole-command wall time, the per-point images/s and,
-for dinox, how much of a trial's measurement was timed windows and how long its drift check (the first trial
-measured again at the sweep's end) ran; it asserts nothing.
+for dinox, a trial's measurement over its timed windows (with its warm-up, and after it) and how long its drift
+check (the first trial measured again at the sweep's end) ran; it asserts nothing.
 
     git clone https://github.com/timlawrenz/DINO-X /tmp/DINO-X       # the peer: its scripts/ folder is enough
     python scripts/bench_peer.py --peer /tmp/DINO-X/scripts
@@ -94,9 +94,12 @@ def run_peer(peer: Path, work: Path, n: int) -> tuple[float, dict[tuple[int, int
     return wall, rates
 
 
-def run_dinox(work: Path, tag: str, evidence: str) -> tuple[float, dict[tuple[int, int], float], float, float | None]:
-    """(wall, images/s per point, a trial's measurement over its timed windows, mean; the drift check child's
-    seconds, from its first mark to its last, None where none ran)."""
+def run_dinox(
+    work: Path, tag: str, evidence: str
+) -> tuple[float, dict[tuple[int, int], float], tuple[float, float], float | None]:
+    """(wall, images/s per point, a trial's measurement over its timed windows, mean, with its warm-up and
+    without it (the spec's 5 steps, which the peer runs too); the drift check child's seconds, from its first
+    mark to its last, None where none ran)."""
     store = work / f"dinox-{tag}.db"
     args = [sys.executable, "-m", "dinox", "run", "peer_grid.yaml", "--tracking-uri", f"sqlite:///{store}",
             "--workdir", f".dinox-{tag}", "--no-system-metrics", *EVIDENCE[evidence]]  # fmt: skip
@@ -106,7 +109,7 @@ def run_dinox(work: Path, tag: str, evidence: str) -> tuple[float, dict[tuple[in
     if done.returncode != 0:
         raise SystemExit(f"dinox run exited {done.returncode}: {done.stderr[-1500:]}")
     results = next((work / f".dinox-{tag}").glob("sweeps/*/*/results.jsonl"))
-    rates, ratios = {}, []
+    rates, ratios, past_warmup = {}, [], []
     for line in results.read_text().splitlines():
         event = json.loads(line)
         if event.get("event") != "result":
@@ -115,10 +118,12 @@ def run_dinox(work: Path, tag: str, evidence: str) -> tuple[float, dict[tuple[in
         rates[(int(o["batch.size"]), int(o["loader.num_workers"]))] = m["images_per_s"]
         if m.get("measure_s") and m.get("window_s"):
             ratios.append(m["measure_s"] / m["window_s"])
+            past_warmup.append((m["measure_s"] - m.get("warmup_s", 0.0)) / m["window_s"])
     drift = next((work / f".dinox-{tag}").glob("sweeps/*/*/trials/*-drift/result.json"), None)
     marks = json.loads(drift.read_text()).get("marks", {}) if drift else {}
     drift_s = max(marks.values()) - min(marks.values()) if marks else None
-    return wall, rates, statistics.mean(ratios) if ratios else float("nan"), drift_s
+    mean = lambda xs: statistics.mean(xs) if xs else float("nan")  # noqa: E731
+    return wall, rates, (mean(ratios), mean(past_warmup)), drift_s
 
 
 def main() -> int:
@@ -145,12 +150,12 @@ def main() -> int:
                     rows.append((n + 1, f"dinox ({level})", wall, rates, ratio, drift_s))
                 print(f"round {n + 1}: {rows[-1][1]}: {wall:.1f} s", file=sys.stderr, flush=True)
     heads = " | ".join(f"bs={b} w={w}" for b, w in POINTS)
-    print(f"| round | side | wall s | x peer | {heads} | measurement / timed windows | drift check s |")
+    print(f"| round | side | wall s | x peer | {heads} | measurement / timed windows (after warm-up) | drift check s |")
     print("|---" * (6 + len(POINTS)) + "|")
     for n, side, wall, rates, ratio, drift_s in rows:
         peer_wall = next(r[2] for r in rows if r[0] == n and r[1] == "peer")
         cells = " | ".join(f"{rates.get(pt, float('nan')):.1f}" for pt in POINTS)
-        share = "-" if ratio is None else f"{ratio:.2f}x"
+        share = "-" if ratio is None else f"{ratio[0]:.2f}x ({ratio[1]:.2f}x)"
         drift = "-" if drift_s is None else f"{drift_s:.1f}"
         print(f"| {n} | {side} | {wall:.1f} | {wall / peer_wall:.2f} | {cells} | {share} | {drift} |")
     return 0

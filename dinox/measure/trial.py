@@ -19,6 +19,7 @@ faulthandler.enable()
 import contextlib  # noqa: E402  (the marks above must come before the heavy imports)
 import functools  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
@@ -239,12 +240,23 @@ class TrialRun:
         steps = m.warmup_steps + (m.bench_steps + 1) * windows
         drained = 2 * lo.num_workers * (lo.prefetch_factor or 2) * (windows + 1)
         profiled = m.profiled_steps + 1 if m.profile else 0
-        micro = (steps + self._ablation_steps() + profiled) * self.accumulation + drained
+        micro = (steps + profiled) * self.accumulation + self._loader_alone_batches() + drained
         return micro * self.spec.size * self.world
 
     def _ablation_steps(self) -> int:
         m = self.spec.measure
         return (m.ablation_steps or m.bench_steps) if m.ablation else 0
+
+    def _loader_alone_batches(self) -> int:
+        """The loader-alone window's batches: as many as one ablation window's micro-batches, rounded up to whole
+        turns of the workers, two at least. A worker loader hands batches over in order, each worker its turn,
+        and the window starts just after a batch that had to be waited for: the k-th turn after it ends with
+        that worker's k-th batch, k batch times later, where a count that ends mid-turn is up to a batch time
+        off (10 batches of 8 workers). Without workers (in the step's process) its rate is the timed steps'
+        own fetches (Loop.run): a nonzero count only says to read it."""
+        batches = math.ceil(self._ablation_steps() / 2) * self.accumulation
+        workers = self.spec.loader.num_workers
+        return workers * max(2, math.ceil(batches / workers)) if batches and workers else batches
 
     def _setup_loader(self) -> None:
         t = time.time()
@@ -339,7 +351,7 @@ class TrialRun:
                 m.bench_steps,
                 Repeats(*m.window_bounds, m.unstable_threshold, agree),
                 ablation_steps=ablation,
-                loader_batches=ablation * self.accumulation,
+                loader_batches=self._loader_alone_batches(),
                 loader_buffered=lo.num_workers * (lo.prefetch_factor or 2),
             )
             if self.graphs is not None:

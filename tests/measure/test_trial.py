@@ -24,3 +24,23 @@ def test_the_half_batch_is_even_under_mixup_and_static_under_compile():
     (cut, labels), n = TrainStep.halve(run_like(mixup=False, compile_=True), (views, batch[1]))
     assert n == 31 and [v.shape[0] for v in cut] == [31, 31]
     assert all(0 in getattr(v, "_dynamo_static_indices", set()) for v in cut)  # torch._dynamo.mark_static
+
+
+def test_the_loader_alone_times_whole_turns_of_the_workers():
+    """Half the ablation steps' batches (one ablation window's), rounded up to whole turns of the workers, two
+    at least: in-order delivery makes the k-th turn end k batch times after the waited-for batch it starts at."""
+    from dinox.measure.trial import TrialRun
+
+    def batches(ablation: int, accumulation: int, workers: int) -> int:
+        run = SimpleNamespace(
+            _ablation_steps=lambda: ablation,
+            accumulation=accumulation,
+            spec=SimpleNamespace(loader=SimpleNamespace(num_workers=workers)),
+        )
+        return TrialRun._loader_alone_batches(run)  # type: ignore[arg-type]
+
+    assert batches(10, 1, 2) == 6  # 5 batches -> 3 turns of 2
+    assert batches(10, 1, 8) == 16  # 5 batches -> 2 turns of 8, where 10 would end mid-turn
+    assert batches(10, 2, 4) == 12  # 10 micro-batches -> 3 turns of 4
+    assert batches(10, 1, 0) == 5  # no workers: the timed fetches are the rate; the count only says "read it"
+    assert batches(0, 1, 2) == 0  # measure.ablation: false
