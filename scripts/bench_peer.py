@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -158,7 +159,22 @@ def main() -> int:
         share = "-" if ratio is None else f"{ratio[0]:.2f}x ({ratio[1]:.2f}x)"
         drift = "-" if drift_s is None else f"{drift_s:.1f}"
         print(f"| {n} | {side} | {wall:.1f} | {wall / peer_wall:.2f} | {cells} | {share} | {drift} |")
+    print(summary(rows))
     return 0
+
+
+def summary(rows: list[tuple]) -> str:
+    """Over the rounds, per dinox side: the median of its wall over the same round's peer wall, and per point
+    its median images/s against the peer's median, in %. One 10-step window moves 15-20 % run to run on a
+    shared box, on both sides alike; the medians are what the rounds can compare."""
+    walls = {r[0]: r[2] for r in rows if r[1] == "peer"}
+    med = lambda side, pt: statistics.median(r[3].get(pt, math.nan) for r in rows if r[1] == side)  # noqa: E731
+    lines = []
+    for side in dict.fromkeys(r[1] for r in rows if r[1] != "peer"):
+        ratio = statistics.median(r[2] / walls[r[0]] for r in rows if r[1] == side)
+        points = ", ".join(f"{(med(side, pt) / med('peer', pt) - 1) * 100:+.1f} %" for pt in POINTS)
+        lines.append(f"{side}, median of {len(walls)} rounds: {ratio:.2f}x the peer's wall; per point {points}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
