@@ -132,6 +132,11 @@ class Stage:
         if len(costs) >= 4:
             costs = costs[1:-1]
         low, high = (costs[0], costs[-1]) if costs else (0.0, 1.0)
+        if self.rounds:
+            # A round compares its timed window with windows run moments later: the box moved by as much as
+            # the timed windows' rates did (their spread), and a few rounds' range need not show it. The same
+            # margin stops the rounds early (rounds_decided), so a label they stopped on reads the same here.
+            low, high = low - self.drift, high + self.drift
         high = max(high, -low)  # a cost below zero is noise of that size, which can hide as large a cost
         if len(self.rounds) < MIN_ROUNDS and (self.rounds or not costs):
             # One round cannot show its own noise, and none shows nothing: it bounds nothing, and the stage
