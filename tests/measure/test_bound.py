@@ -180,10 +180,13 @@ def test_negative_costs_print_as_noise():
     assert span(0.0, 0.005, 0.1) == "~0%"  # a high end that prints as 0% is no bound above zero: not "≤0%"
 
 
-# Two trials built to be one thing each, five seeds of each, measured by `dinox run` while two other processes
-# keep both of this box's cores busy, in the environment a user has. io: samples that take 10 ms each to
-# arrive (a sleep, as a slow disk; 0 workers), 4 a batch, against a 2-layer ViT at 32 px that computes a
-# batch in a few ms; compute: ResNet-18 at 32 px on noise that costs nothing to make. Beside spinning
+# Two trials built to be one thing each, five seeds of each, with 0 and with 2 loader workers, measured by
+# `dinox run` while two other processes keep both of this box's cores busy, in the environment a user has. io:
+# samples that take 10 ms each to arrive (a sleep, as a slow disk), 4 a batch, against a 2-layer ViT at 32 px
+# that computes a batch in a few ms; compute: ResNet-18 at 32 px on noise that costs nothing to make. With 0
+# workers the timed steps decide both labels (no round runs); with 2 the rounds do, where a loaded box leaves
+# many `inconclusive` (before their interval widened by the timed windows' spread, the compute case read
+# io_bound twice in 15: two rounds of 11-15 % on windows 14 % apart). Beside spinning
 # OpenMP threads of a neighbour's, torch's own would spin too (ResNet-18 here: 1.4 img/s instead of 110):
 # dinox reads the box busy before the trials and its children's threads sleep when they wait
 # (isolate/contention.py), recorded in dinox.omp_wait_policy.
@@ -201,6 +204,7 @@ sweep:
     - {model.name: resnet18, batch.size: 4}
   grid:
     data.seed: [0, 1, 2, 3, 4]
+    loader.num_workers: [0, 2]
 """
 BUILT = {"vit_tiny_patch16_224": "io_bound", "resnet18": "compute_bound"}
 
@@ -226,12 +230,12 @@ def busy(tmp_path_factory):
 
 def test_on_a_busy_box_each_constructed_case_gets_its_label_five_times_of_five(busy):
     rows, lines = busy
-    assert len(rows) == 10 and {r["status"] for r in rows} == {"ok"}
+    assert len(rows) == 20 and {r["status"] for r in rows} == {"ok"}
     assert any(ln.startswith("dinox: the box is busy (") for ln in lines), lines[:5]
     # The promise on a loaded box is the right label or an honest "inconclusive", never the wrong one; and a
     # label agrees with the evidence printed beside it (the loader cost's interval against bound_threshold).
-    labels = {(r["model.name"], r["data.seed"]): r["bound"] for r in rows}
-    assert all(label in (BUILT[model], "inconclusive") for (model, _seed), label in labels.items()), labels
+    labels = {(r["model.name"], r["data.seed"], r["loader.num_workers"]): r["bound"] for r in rows}
+    assert all(label in (BUILT[key[0]], "inconclusive") for key, label in labels.items()), labels
     for r in rows:
         low, high = float(r["loader_cost_low"]), float(r["loader_cost_high"])
         if r["bound"] == "io_bound":
