@@ -260,9 +260,10 @@ def direct_decided(
       left for the label to read (compute_bound).
 
     `drift`: the timed windows' spread, kept to spare on both sides (later windows move the figures by as
-    much). Asked after the first timed window and the copies alone, before any round: where it decides, no
-    round runs, and the stages' intervals are the direct evidence's (step_metrics: the copies then run at most
-    as fast as the step could without the loader, with / (1 - the loader's most)), which is what decided here."""
+    much). For a serial loader it is asked after the first timed window and the copies alone, before any
+    round: where it decides, no round runs, and the stages' intervals are the direct evidence's (step_metrics:
+    the copies then run at most as fast as the step could without the loader, with / (1 - the loader's
+    cap)), which is what decided here. Others run a round first (step_metrics.decided)."""
     moved = 1.0 + drift
     if held is not None and held / moved >= threshold:
         return True

@@ -20,11 +20,11 @@ alike, and the rounds' spread says how far the costs they give can be trusted; b
 workers finish what they owe the timed steps (their stage's work, not the round's). The copies alone come
 first, after the first timed window; on the host's clock, where the compute-only window shows the copies'
 cost and nothing else, copies whose own rate already decides their stage (``copies_decided``) spare every
-round its compute-only window. Once the label is decided (``decided``: by the rounds, at least two
-with both stages' costs clear of the threshold by the timed windows' spread; or by what the timed steps and
-the copies alone showed by themselves, dinox.measure.bound.direct_decided, before any round), the later timed
-windows run without theirs: ablation is spent until the label is known, and a label the timed steps decide
-costs no round at all. After the rounds, on a device with a timeline of its own, the
+round its compute-only window. Once the label is decided (``decided``: by the rounds, at least two with both
+stages' costs clear of the threshold by the timed windows' spread; or by what the timed steps and the copies
+alone showed by themselves, dinox.measure.bound.direct_decided), the later timed windows run without theirs:
+ablation is spent until the label is known, and a loader in the step's own process on the CPU whose timed
+steps decide the label costs no round at all. After the rounds, on a device with a timeline of its own, the
 compute-only windows at the full and at half the batch (a step the device paces from one the host's kernel
 launches pace); then an epoch boundary (the iterator restarted from idle workers, as an epoch's end leaves
 them); last the loader alone, with the model idle and the workers warm: the rate the input pipeline can feed.

@@ -125,8 +125,15 @@ def decided(
 ) -> bool:
     """The loop's `decided`: whether more ablation rounds could change the label, from the timed windows so far,
     the rounds (round i follows timed window i) and the copies alone. `serial`: the loader runs in the step's
-    own process on the host's clock (no workers, a CPU), so the timed steps' fetches are the loader alone."""
+    own process on the host's clock (no workers, a CPU), so the timed steps' fetches are the loader alone.
+
+    Before any round only a serial loader can be decided: its own fetches cap it, and with it what the step
+    could run without it, which caps the copies too (step_metrics._stages). A worker loader's, or a device's,
+    no-loader rate has no cap but a round's: without one the copies' interval would be anything up to all of a
+    step, and on a device the compute-only window shows the host's share."""
     rates = lambda ws: [w.images_per_s for w in ws]  # noqa: E731
+    if not no_loader and not serial:
+        return False
     if rounds_decided(rates(timed[: len(no_loader)]), rates(no_loader), rates(compute_only), threshold):
         return True
     return direct_decided(

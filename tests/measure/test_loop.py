@@ -319,7 +319,8 @@ def test_the_gpu_s_clock_is_read_after_each_timed_window_outside_it_and_kept_bes
     [
         (0.0002, True, 0),  # no workers, a loader of 4 % a step: in series, it caps itself; no round at all
         (0.0002, False, 2),  # the same step read as a worker loader's: the rounds must show it, two at least
-        (0.005, False, 0),  # a loader that holds each step up 50 %: io_bound from the timed steps, no round
+        (0.005, False, 1),  # a worker loader that holds each step up 50 %: io_bound after one round (its copies)
+        (0.005, True, 0),  # ... in the step's own process: its fetches cap what the step runs without it: none
     ],
 )
 def test_rounds_stop_once_the_timed_steps_own_evidence_has_decided(sample_s, serial, rounds):
