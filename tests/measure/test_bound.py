@@ -288,6 +288,13 @@ def test_the_rounds_stop_once_they_have_decided_the_label():
     # No compute-only windows (the copies decided by their own evidence): the loader's rounds alone decide.
     assert rounds_decided([50.0, 51.0], [100.0, 101.0], [], 0.1)
     assert not rounds_decided([97.0, 85.0], [100.0, 100.0], [], 0.1)
+    assert rounds_decided([99.0, 98.0], [100.0, 100.0], [100.5, 100.0], 0.1)  # nothing costs anything
+    # One round says 3 %, the other 15 %: the loader straddles the threshold, more rounds are due.
+    assert not rounds_decided([97.0, 85.0], [100.0, 100.0], [100.0, 100.0], 0.1)
+    # Costs of 25 % in both rounds, but the timed windows themselves 40 % apart: not clear of the threshold.
+    assert not rounds_decided([75.0, 105.0], [100.0, 140.0], [100.0, 140.0], 0.1)
+    # A round whose loader cost is below zero (-8 %) is noise that can hide +8 %: too close to call at 10 %.
+    assert not rounds_decided([108.0, 100.0], [100.0, 100.0], [100.0, 100.0], 0.1)
 
 
 def test_the_copies_own_evidence_spares_the_compute_only_windows_only_well_under_the_threshold():
@@ -296,13 +303,6 @@ def test_the_copies_own_evidence_spares_the_compute_only_windows_only_well_under
     assert copies_decided(100.0, 2_100.0, 0.1)  # 4.8 %: under half the threshold
     assert not copies_decided(100.0, 1_900.0, 0.1)  # 5.3 %: a later window could lift it past 10 %
     assert not copies_decided(100.0, None, 0.1) and not copies_decided(100.0, 0.0, 0.1)  # not measured
-    assert rounds_decided([99.0, 98.0], [100.0, 100.0], [100.5, 100.0], 0.1)  # nothing costs anything
-    # One round says 3 %, the other 15 %: the loader straddles the threshold, more rounds are due.
-    assert not rounds_decided([97.0, 85.0], [100.0, 100.0], [100.0, 100.0], 0.1)
-    # Costs of 25 % in both rounds, but the timed windows themselves 40 % apart: not clear of the threshold.
-    assert not rounds_decided([75.0, 105.0], [100.0, 140.0], [100.0, 140.0], 0.1)
-    # A round whose loader cost is below zero (-8 %) is noise that can hide +8 %: too close to call at 10 %.
-    assert not rounds_decided([108.0, 100.0], [100.0, 100.0], [100.0, 100.0], 0.1)
 
 
 def test_one_round_alone_bounds_nothing():
