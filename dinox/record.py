@@ -209,10 +209,10 @@ DEVICE_LAG_S = _metric("trial", "device_lag_s", "CUDA: how far the device traile
 IMAGES_PER_S_COMPUTE_ONLY = _metric(
     "trial",
     "images_per_s_compute_only",
-    "one batch on the device, reused: no loader, no copies (the rounds; none: absent)",
+    "one batch on the device, reused: no loader, no copies (absent without a round, or where the copies alone decided)",
 )
 IMAGES_PER_S_NO_LOADER = _metric(
-    "trial", "images_per_s_no_loader", "batches in host memory, copied each step: no loader (the rounds; none: absent)"
+    "trial", "images_per_s_no_loader", "batches in host memory, copied each step: no loader (absent without a round)"
 )
 IMAGES_PER_S_COMPUTE_HALF = _metric("trial", "images_per_s_compute_half", "CUDA: compute-only at half the batch")
 FIXED_SHARE = _metric("trial", "fixed_share", "CUDA: the share of a step that does not shrink with the batch")
