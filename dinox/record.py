@@ -262,7 +262,9 @@ COMPILE_GRAPHS = _metric("trial", "compile_graphs", "graphs torch.compile built 
 RECOMPILES_IN_WINDOWS = _metric(
     "trial", "recompiles_in_windows", "graphs compiled after warm-up, inside the timed windows and their rounds: 0"
 )
-SETTLE_S = _metric("trial", "settle_s", "draining batches the workers had ready before the timed windows")
+SETTLE_S = _metric(
+    "trial", "settle_s", "steadying the loader before a timed window the warm-up's last step did not steady"
+)
 LOADER_START_S = _metric("trial", "loader_start_s", "starting the loader's workers")
 EPOCH_START_S = _metric("trial", "epoch_start_s", "an epoch boundary apart: idle workers restarted, a first batch")
 EPOCH_BOUNDARY_S = _metric(

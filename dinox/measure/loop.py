@@ -195,7 +195,8 @@ class Loop:
         self._phase("warm-up")
         first_step_s, first_fetch_s, warmup_s = self._warm_up(warmup_steps)
         per_round = math.ceil(ablation_steps / 2)
-        rounds = self._rounds(bench_steps, Repeats.fixed(repeats) if isinstance(repeats, int) else repeats, per_round)
+        settled = Repeats.fixed(repeats) if isinstance(repeats, int) else repeats
+        rounds = self._rounds(bench_steps, settled, per_round, steadied=warmup_steps >= 2)
         windows, compute_only, no_loader, boundaries, copies = rounds
         t = perf()
         full = half = None
@@ -236,22 +237,23 @@ class Loop:
         )
 
     def _rounds(
-        self, steps: int, repeats: Repeats, per_round: int
+        self, steps: int, repeats: Repeats, per_round: int, steadied: bool
     ) -> tuple[list[Window], list[Window], list[Window], int, Window | None]:
         """Timed windows until they settle, each from a steady pipeline and followed by its ablation round until
         the label is decided; the copies alone once, after the first timed window, before any round (with the
         timed steps themselves they may decide the label: then no round runs at all). A window that follows
         the one before with nothing between them starts where it ended: the two are one stretch of training,
-        in phase with the workers, and steadying the pipeline again would only cost a step."""
+        in phase with the workers, and steadying the pipeline again would only cost a step. `steadied`: the
+        warm-up's last step was taken from a steady pipeline, and the first window follows it."""
         windows: list[Window] = []
         compute_only: list[Window] = []
         no_loader: list[Window] = []
         copies: Window | None = None
         boundaries = 0
         decided = alone = False  # alone: the copies decided by their own evidence (no compute-only windows)
-        # Since the last timed step something took nothing from the loader (the warm-up's end, a round): the
+        # Since the last timed step something took nothing from the loader (a long first step, a round): the
         # workers' queues filled, and the next window must not eat them.
-        disturbed = True
+        disturbed = not steadied
         while not windows or not repeats.settled([w.images_per_s for w in windows]):
             self._phase(repeats.label(len(windows) + 1))
             if disturbed:
@@ -314,12 +316,17 @@ class Loop:
             self.on_phase(text)
 
     def _warm_up(self, steps: int) -> tuple[float, float, float]:
-        """(the first step, the first step's waits for its batches, all warm-up steps), seconds."""
+        """(the first step, the first step's waits for its batches, all warm-up steps), seconds. From two steps
+        on, the last is taken from a steady pipeline (what `steady` does before a window, in the warm-up's own
+        count): the first timed window follows it, and a trial pays no step beyond the spec's for that."""
         perf, sync = self.timeline.host_clock, self.timeline.synchronize  # type: ignore[union-attr]
         sync()
         t = perf()
         first = first_fetch = 0.0
         for i in range(steps):
+            if i == steps - 1 and i > 0 and self.batches.ready:  # as `steady`: the device caught up, then
+                sync()  # the workers' queue (no workers: nothing held ready)
+                self.batches.settle()
             rec = _FetchTimes() if i == 0 else _NoMarkers()
             self.step(rec)
             if i == 0:

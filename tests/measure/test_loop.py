@@ -407,6 +407,23 @@ def test_the_timed_windows_do_not_eat_the_batches_ready_after_a_long_first_step(
     assert stats.images_per_s < 220 and stats.loader_images_per_s < 220, stats
 
 
+@pytest.mark.parametrize("warmup", [1, 3])
+def test_the_warm_ups_last_step_steadies_the_first_window_and_costs_no_step_of_its_own(warmup):
+    """From two warm-up steps on, the last is taken from a steady pipeline, as `steady` takes its step before a
+    window: the trial pays the spec's steps and no more. One warm-up step is the first step (its waits are
+    the workers' start): the window then gets its own steadying step, untimed."""
+    steps = [0]
+
+    def micro(batch):
+        steps[0] += 1
+
+    loader = DataLoader(Images(1_000), batch_size=2, num_workers=2, prefetch_factor=2, persistent_workers=True)
+    stats = loop(loader, micro, accumulation=1, batch_size=2, warmup=warmup, steps=4, repeats=1, loader_buffered=4)
+    own_step = warmup == 1
+    assert steps[0] == warmup + 4 + own_step
+    assert (stats.settle_s > 0) == own_step
+
+
 def test_settle_takes_the_ready_batches_and_keeps_the_one_it_waited_for():
     """A fake loader with three batches ready, then batches that take 50 ms each to arrive."""
     now = [0.0]
