@@ -217,6 +217,15 @@ def _cut(r: dict[str, Any]) -> str:
     return str(r.get("error") or "")[:80]
 
 
+def import_plotting() -> None:
+    """matplotlib imported ahead of `throughput_plot` (0.4 s here): a sweep calls this while its fork server
+    still imports torch and timm, when the parent would only wait, rather than after its last trial."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+
 def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """img/s (windows) against physical batch, one line per model, the windows' min-max as bars; None when
     fewer than two batch sizes ran ok."""

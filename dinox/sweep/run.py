@@ -30,6 +30,7 @@ from dinox.plan.footprint import Estimates
 from dinox.plan.grid import Trial, trial_id
 from dinox.plan.machine import DeviceMissing, missing_message
 from dinox.spec.file import SpecDocument
+from dinox.store import descriptions
 from dinox.store.backend import configure_client, shown_uri
 from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
@@ -139,6 +140,8 @@ class Sweep:
         self._setup_store()  # a store down at the start: TrackingError, nothing has run
         if self._nothing_left():
             return self.report
+        if self.server is not None and len({t.spec.batch.size for t in self.trials}) > 1:
+            descriptions.import_plotting()  # the fork server still imports torch: free here, not at the end
         self._setup_estimates()  # a device the machine lacks: DeviceMissing, no run opened
         self._setup_lanes()
         self._setup_parent()
