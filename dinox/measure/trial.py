@@ -20,7 +20,9 @@ import contextlib  # noqa: E402  (the marks above must come before the heavy imp
 import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import multiprocessing  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -46,6 +48,14 @@ from dinox.plan.footprint import compute_metrics  # noqa: E402
 from dinox.spec.objectives import DinoObjective, PythonObjective  # noqa: E402
 from dinox.spec.sections import TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
+
+# In a trial's own process (run_child), which ends by os._exit once its result is written: the loader, kept to
+# that exit, its workers killed and reaped at once. Shut down in order, each worker first finishes the batch it
+# is making (0.14 and 0.25 s of a 2-worker CT trial at batch 32 and 64 here). Not left to the parent's kill of
+# the trial's process group: orphaned, the workers' zombies wait for whatever init reaps them (1.7 s here; never,
+# under a container's PID 1 that reaps nothing), and the group counts as alive till then. None elsewhere (a trial
+# measured in-process, as tests do): the loader goes with its TrialRun, in order.
+_LEFT_TO_EXIT: list[Any] | None = None
 
 
 class TrialRun:
@@ -157,7 +167,7 @@ class TrialRun:
         self._flops(stats.images_per_s)
         self.metrics[rec.LOSS] = step.loss_value()
         if not keep_loop:
-            del self.loop, self.loader  # shut the workers down before the process reports (the loop holds them)
+            self.let_go_of_loader()
         if why := self._over_limit():
             return TrialResult("oom", error=why, metrics=dict(self.metrics), tags=dict(self.tags))
         return TrialResult(
@@ -168,6 +178,14 @@ class TrialRun:
             step_s=summary.step_s,
             artifacts=list(self.artifacts),
         )
+
+    def let_go_of_loader(self) -> None:
+        """Measured: the loop and its loader let go of, their workers ended before the result is read (in a
+        trial's own process killed, see _LEFT_TO_EXIT; elsewhere shut down in order)."""
+        if _LEFT_TO_EXIT is not None:
+            _LEFT_TO_EXIT.extend((self.loop, self.loader))  # the loop's iterator holds the workers
+            _kill_workers()
+        del self.loop, self.loader
 
     def _flops(self, images_per_s: float) -> None:
         """TFLOP/s and MFU beside the throughput: the plan's FLOPs per image (COST_FILE, where the parent had
@@ -362,6 +380,18 @@ class TrialRun:
         return stats
 
 
+def _kill_workers() -> None:
+    """This process's loader workers (multiprocessing's children of it) killed, then reaped. torch's SIGCHLD
+    handler, which raises for a worker killed by a signal (it catches workers that die under a live loader),
+    is let go first."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    workers = multiprocessing.active_children()
+    for worker in workers:
+        worker.kill()
+    for worker in workers:
+        worker.join()
+
+
 def measure(
     spec: TrialSpec,
     marks: dict[str, float],
@@ -387,6 +417,8 @@ def phase_writer(path: Path) -> Callable[[str], None]:
 def run_child(trial_json: str, result_json: str, forked: bool = False, measure_with: Callable = measure) -> int:
     """Measure (`measure_with`: `dinox verify` trains instead), write the result; 0, or under torchrun 1 for a
     failed rank, so torchrun stops the others."""
+    global _LEFT_TO_EXIT
+    _LEFT_TO_EXIT = []  # this process ends once the result is written: see _LEFT_TO_EXIT
     distributed = device.rank_of_world()
     on_phase = phase_writer(Path(result_json).with_name(PHASE_FILE)) if not distributed or distributed[0] == 0 else None
     if distributed is not None:

@@ -124,7 +124,7 @@ class VerifyRun(TrialRun):
             windows[SM_CLOCK_KEY] = self.clocks
         self.tags[rec.VERIFY_CHECK_WINDOWS] = json.dumps(windows, separators=(",", ":"))
         self._record_memory()
-        del self.loop, self.loader
+        self.let_go_of_loader()
         return TrialResult("ok", metrics=self.metrics, tags=self.tags)
 
     def _agreed_steps(self) -> int | None:

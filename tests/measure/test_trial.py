@@ -44,3 +44,31 @@ def test_the_loader_alone_times_whole_turns_of_the_workers():
     assert batches(10, 2, 4) == 12  # 10 micro-batches -> 3 turns of 4
     assert batches(10, 1, 0) == 5  # no workers: the timed fetches are the rate; the count only says "read it"
     assert batches(0, 1, 2) == 0  # measure.ablation: false
+
+
+def test_a_trials_own_process_kills_and_reaps_its_loader_workers_at_once(monkeypatch):
+    """In a trial's own process (run_child) the workers are killed and reaped by it, not shut down in order
+    (each would first finish the batch it is making) nor orphaned to the parent's kill (their zombies would wait
+    for init); the loader is kept to the process's exit, and torch's SIGCHLD handler does not call the kill a
+    worker failure."""
+    import multiprocessing
+    import signal
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from dinox.measure import trial
+
+    loader = DataLoader(TensorDataset(torch.zeros(64, 3)), batch_size=4, num_workers=2, prefetch_factor=4)
+    it = iter(loader)
+    next(it)
+    assert len(multiprocessing.active_children()) == 2
+    left: list = []
+    monkeypatch.setattr(trial, "_LEFT_TO_EXIT", left)
+    run = SimpleNamespace(loop=SimpleNamespace(iterator=it), loader=loader)
+    previous = signal.getsignal(signal.SIGCHLD)
+    try:
+        trial.TrialRun.let_go_of_loader(run)  # type: ignore[arg-type]
+        assert multiprocessing.active_children() == []  # killed and reaped, no zombie left to anyone
+        assert left == [SimpleNamespace(iterator=it), loader] and not hasattr(run, "loader")
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
