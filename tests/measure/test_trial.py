@@ -58,17 +58,20 @@ def test_a_trials_own_process_kills_and_reaps_its_loader_workers_at_once(monkeyp
 
     from dinox.measure import trial
 
+    before = set(multiprocessing.active_children())
     loader = DataLoader(TensorDataset(torch.zeros(64, 3)), batch_size=4, num_workers=2, prefetch_factor=4)
     it = iter(loader)
     next(it)
-    assert len(multiprocessing.active_children()) == 2
+    workers = set(multiprocessing.active_children()) - before
+    assert len(workers) == 2
     left: list = []
     monkeypatch.setattr(trial, "_LEFT_TO_EXIT", left)
     run = SimpleNamespace(loop=SimpleNamespace(iterator=it), loader=loader)
     previous = signal.getsignal(signal.SIGCHLD)
     try:
         trial.TrialRun.let_go_of_loader(run)  # type: ignore[arg-type]
-        assert multiprocessing.active_children() == []  # killed and reaped, no zombie left to anyone
+        assert not workers & set(multiprocessing.active_children())  # killed and reaped: no zombie left to anyone
+        assert all(w.exitcode == -signal.SIGKILL for w in workers)
         assert left == [SimpleNamespace(iterator=it), loader] and not hasattr(run, "loader")
     finally:
         signal.signal(signal.SIGCHLD, previous)
