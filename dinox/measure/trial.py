@@ -50,12 +50,13 @@ from dinox.spec.sections import TrialSpec  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
 # In a trial's own process (run_child), which ends by os._exit once its result is written: the loader, kept to
-# that exit, its workers killed and reaped at once. Shut down in order, each worker first finishes the batch it
-# is making (0.14 and 0.25 s of a 2-worker CT trial at batch 32 and 64 here). Not left to the parent's kill of
-# the trial's process group: orphaned, the workers' zombies wait for whatever init reaps them (1.7 s here; never,
-# under a container's PID 1 that reaps nothing), and the group counts as alive till then. None elsewhere (a trial
-# measured in-process, as tests do): the loader goes with its TrialRun, in order.
+# that exit, its workers killed and reaped once the result is on disk. Shut down in order, each worker first
+# finishes the batch it is making (0.14 and 0.25 s of a 2-worker CT trial at batch 32 and 64 here). Not left to
+# the parent's kill of the trial's process group: orphaned, the workers' zombies wait for whatever init reaps
+# them (1.7 s here; never, under a container's PID 1 that reaps nothing), and the group counts as alive till
+# then. None elsewhere (a trial measured in-process, as tests do): the loader goes with its TrialRun, in order.
 _LEFT_TO_EXIT: list[Any] | None = None
+KILLED_WORKER_WAIT_S = 5.0  # a worker stuck in the kernel (a hung file system) is left to the parent's kill
 
 
 class TrialRun:
@@ -180,11 +181,10 @@ class TrialRun:
         )
 
     def let_go_of_loader(self) -> None:
-        """Measured: the loop and its loader let go of, their workers ended before the result is read (in a
-        trial's own process killed, see _LEFT_TO_EXIT; elsewhere shut down in order)."""
+        """Measured: the loop and its loader let go of. In a trial's own process kept to its end, where its
+        workers are killed once the result is written (_LEFT_TO_EXIT); elsewhere shut down in order, now."""
         if _LEFT_TO_EXIT is not None:
             _LEFT_TO_EXIT.extend((self.loop, self.loader))  # the loop's iterator holds the workers
-            _kill_workers()
         del self.loop, self.loader
 
     def _flops(self, images_per_s: float) -> None:
@@ -380,16 +380,17 @@ class TrialRun:
         return stats
 
 
-def _kill_workers() -> None:
-    """This process's loader workers (multiprocessing's children of it) killed, then reaped. torch's SIGCHLD
-    handler, which raises for a worker killed by a signal (it catches workers that die under a live loader),
-    is let go first."""
+def kill_workers() -> None:
+    """This process's loader workers (multiprocessing's children of it) killed, then reaped: for a process
+    that ends now. torch's SIGCHLD handler, which raises for a worker killed by a signal (it catches workers
+    that die under a live loader), is let go first."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     workers = multiprocessing.active_children()
     for worker in workers:
         worker.kill()
+    deadline = time.time() + KILLED_WORKER_WAIT_S
     for worker in workers:
-        worker.join()
+        worker.join(max(0.0, deadline - time.time()))
 
 
 def measure(
@@ -454,6 +455,7 @@ def run_child(trial_json: str, result_json: str, forked: bool = False, measure_w
     result.write_atomic(result_json)
     sys.stdout.flush()
     sys.stderr.flush()
+    kill_workers()  # the result is on disk: see _LEFT_TO_EXIT
     return 1 if distributed is not None and result.status != "ok" else 0
 
 

@@ -46,11 +46,11 @@ def test_the_loader_alone_times_whole_turns_of_the_workers():
     assert batches(0, 1, 2) == 0  # measure.ablation: false
 
 
-def test_a_trials_own_process_kills_and_reaps_its_loader_workers_at_once(monkeypatch):
-    """In a trial's own process (run_child) the workers are killed and reaped by it, not shut down in order
-    (each would first finish the batch it is making) nor orphaned to the parent's kill (their zombies would wait
-    for init); the loader is kept to the process's exit, and torch's SIGCHLD handler does not call the kill a
-    worker failure."""
+def test_a_trials_own_process_keeps_its_loader_to_its_end_then_kills_and_reaps_the_workers(monkeypatch):
+    """In a trial's own process (run_child) the loader is kept once measured, not shut down in order (each
+    worker would first finish the batch it is making); once the result is written its workers are killed and
+    reaped by that process, not orphaned to the parent's kill (their zombies would wait for init), and torch's
+    SIGCHLD handler does not call the kill a worker failure."""
     import multiprocessing
     import signal
 
@@ -70,8 +70,11 @@ def test_a_trials_own_process_kills_and_reaps_its_loader_workers_at_once(monkeyp
     previous = signal.getsignal(signal.SIGCHLD)
     try:
         trial.TrialRun.let_go_of_loader(run)  # type: ignore[arg-type]
+        del it
+        assert left == [SimpleNamespace(iterator=left[0].iterator), loader] and not hasattr(run, "loader")
+        assert all(w.is_alive() for w in workers)  # kept: nothing waits for them before the result is out
+        trial.kill_workers()
         assert not workers & set(multiprocessing.active_children())  # killed and reaped: no zombie left to anyone
         assert all(w.exitcode == -signal.SIGKILL for w in workers)
-        assert left == [SimpleNamespace(iterator=it), loader] and not hasattr(run, "loader")
     finally:
         signal.signal(signal.SIGCHLD, previous)
