@@ -452,10 +452,12 @@ def run_child(trial_json: str, result_json: str, forked: bool = False, measure_w
         result = TrialResult(status, error=message, metrics=metrics, tags=tags)
     result.marks = marks
     result.marks["result_written"] = time.time()
-    result.write_atomic(result_json)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    kill_workers()  # the result is on disk: see _LEFT_TO_EXIT
+    try:
+        result.write_atomic(result_json)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        kill_workers()  # the result is on disk (or cannot be: a full disk): see _LEFT_TO_EXIT
     return 1 if distributed is not None and result.status != "ok" else 0
 
 
