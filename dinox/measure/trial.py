@@ -54,7 +54,8 @@ from dinox.writes import write_whole  # noqa: E402
 # finishes the batch it is making (0.14 and 0.25 s of a 2-worker CT trial at batch 32 and 64 here). Not left to
 # the parent's kill of the trial's process group: orphaned, the workers' zombies wait for whatever init reaps
 # them (1.7 s here; never, under a container's PID 1 that reaps nothing: the kill's whole 13 s), and the group
-# counts as alive till then. None elsewhere (a trial measured in-process, as tests do): the loader goes with its TrialRun, in order.
+# counts as alive till then. None elsewhere (a trial measured in-process, as tests do): the loader goes with its
+# TrialRun, in order.
 _LEFT_TO_EXIT: list[Any] | None = None
 KILLED_WORKER_WAIT_S = 5.0  # a worker stuck in the kernel (a hung file system) is left to the parent's kill
 
