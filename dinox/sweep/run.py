@@ -141,7 +141,10 @@ class Sweep:
         if self._nothing_left():
             return self.report
         if self.server is not None and len({t.spec.batch.size for t in self.trials}) > 1:
-            descriptions.import_plotting()  # the fork server still imports torch: free here, not at the end
+            # The fork server still imports torch: free here, not at the end. A picture never costs the sweep:
+            # an import that fails here fails again at the plot, which says so in a warning line.
+            with contextlib.suppress(Exception):
+                descriptions.import_plotting()
         self._setup_estimates()  # a device the machine lacks: DeviceMissing, no run opened
         self._setup_lanes()
         self._setup_parent()

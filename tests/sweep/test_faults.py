@@ -331,3 +331,22 @@ def test_a_ctrl_c_between_the_last_trial_and_the_close_is_honoured_by_the_close(
     assert "nothing was recorded" not in result.stderr, result.stderr
     runs = runs_of(uri, "gap")
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * 2, [(r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_matplotlib_that_cannot_be_imported_costs_the_sweep_its_plot_never_a_trial(tmp_path):
+    """The parent imports matplotlib early, while its fork server imports torch: a broken one (here a package
+    that raises on import, first on the path) must cost only the throughput plot, said in a warning."""
+    broken = tmp_path / "broken" / "matplotlib"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('matplotlib is broken on this box')\n")
+    (tmp_path / "spec.yaml").write_text(TINY.format(name="noplot") + "sweep:\n  grid:\n    batch.size: [2, 4]\n")
+    proc = run_dinox(
+        ["run", "spec.yaml", "--no-system-metrics"], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "broken")}
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 ok" in proc.stdout and "Traceback" not in proc.stderr
+    assert "warning: no throughput plot for the parent run (matplotlib is broken on this box)" in proc.stdout
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (parent,) = client.search_runs(["1"], "tags.`dinox.role` = 'sweep'")
+    assert parent.info.status == "FINISHED"
+    assert len(client.search_runs(["1"], "tags.`dinox.role` = 'trial' and tags.`dinox.status` = 'ok'")) == 2
