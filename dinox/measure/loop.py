@@ -193,10 +193,9 @@ class Loop:
         self.batches = Batches(self.loader, perf, loader_buffered)
         loader_start_s = perf() - t
         self._phase("warm-up")
-        first_step_s, first_fetch_s, warmup_s = self._warm_up(warmup_steps)
-        per_round = math.ceil(ablation_steps / 2)
-        settled = Repeats.fixed(repeats) if isinstance(repeats, int) else repeats
-        rounds = self._rounds(bench_steps, settled, per_round, steadied=warmup_steps >= 2)
+        steadied = warmup_steps >= 2  # its last step steadies the first window; a lone one is the workers' start
+        first_step_s, first_fetch_s, warmup_s = self._warm_up(warmup_steps, steadied)
+        rounds = self._rounds(bench_steps, repeats, math.ceil(ablation_steps / 2), steadied)
         windows, compute_only, no_loader, boundaries, copies = rounds
         t = perf()
         full = half = None
@@ -237,7 +236,7 @@ class Loop:
         )
 
     def _rounds(
-        self, steps: int, repeats: Repeats, per_round: int, steadied: bool
+        self, steps: int, repeats: Repeats | int, per_round: int, steadied: bool
     ) -> tuple[list[Window], list[Window], list[Window], int, Window | None]:
         """Timed windows until they settle, each from a steady pipeline and followed by its ablation round until
         the label is decided; the copies alone once, after the first timed window, before any round (with the
@@ -245,6 +244,7 @@ class Loop:
         the one before with nothing between them starts where it ended: the two are one stretch of training,
         in phase with the workers, and steadying the pipeline again would only cost a step. `steadied`: the
         warm-up's last step was taken from a steady pipeline, and the first window follows it."""
+        repeats = Repeats.fixed(repeats) if isinstance(repeats, int) else repeats
         windows: list[Window] = []
         compute_only: list[Window] = []
         no_loader: list[Window] = []
@@ -315,16 +315,16 @@ class Loop:
         if self.on_phase is not None:
             self.on_phase(text)
 
-    def _warm_up(self, steps: int) -> tuple[float, float, float]:
-        """(the first step, the first step's waits for its batches, all warm-up steps), seconds. From two steps
-        on, the last is taken from a steady pipeline (what `steady` does before a window, in the warm-up's own
+    def _warm_up(self, steps: int, steady_last: bool) -> tuple[float, float, float]:
+        """(the first step, the first step's waits for its batches, all warm-up steps), seconds. `steady_last`:
+        the last is taken from a steady pipeline (what `steady` does before a window, in the warm-up's own
         count): the first timed window follows it, and a trial pays no step beyond the spec's for that."""
         perf, sync = self.timeline.host_clock, self.timeline.synchronize  # type: ignore[union-attr]
         sync()
         t = perf()
         first = first_fetch = 0.0
         for i in range(steps):
-            if i == steps - 1 and i > 0 and self.batches.ready:  # as `steady`: the device caught up, then
+            if steady_last and i == steps - 1 and self.batches.ready:  # as `steady`: the device caught up, then
                 sync()  # the workers' queue (no workers: nothing held ready)
                 self.batches.settle()
             rec = _FetchTimes() if i == 0 else _NoMarkers()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
@@ -217,13 +218,16 @@ def _cut(r: dict[str, Any]) -> str:
     return str(r.get("error") or "")[:80]
 
 
-def import_plotting() -> None:
-    """matplotlib imported ahead of `throughput_plot` (0.4 s here): a sweep calls this while its fork server
-    still imports torch and timm, when the parent would only wait, rather than after its last trial."""
+def import_plotting() -> ModuleType:
+    """matplotlib's pyplot on the file-only backend, for `throughput_plot`. A sweep calls this early (0.4 s
+    here), while its fork server still imports torch and timm and the parent would only wait, rather than
+    after its last trial; the plot's own call then finds it imported."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
@@ -232,11 +236,7 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     ok = [r for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r and r.get(params.BATCH_SIZE)]
     if len({int(r[params.BATCH_SIZE]) for r in ok}) < 2:
         return None  # one batch size is no curve (and matplotlib costs a second of every short sweep)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = import_plotting()
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for model in sorted({str(r.get(params.MODEL_NAME)) for r in ok}):
         mine = (r for r in ok if str(r.get(params.MODEL_NAME)) == model)
@@ -256,7 +256,7 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
     sizes = sorted({int(r[params.BATCH_SIZE]) for r in ok})
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(b) for b in sizes])
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_xlabel("physical batch size")
     ax.set_ylabel(f"{IPS_WINDOWS} (bar: windows' min-max)")
     ax.set_title("This sweep: throughput against physical batch")
