@@ -407,6 +407,33 @@ def test_the_timed_windows_do_not_eat_the_batches_ready_after_a_long_first_step(
     assert stats.images_per_s < 220 and stats.loader_images_per_s < 220, stats
 
 
+def test_the_loader_alone_starts_at_the_epoch_starts_waited_batch_and_takes_only_its_own(monkeypatch):
+    """The loader alone follows the epoch start, whose first batch the restarted workers had to make: its window
+    starts there, as `settle` would leave it, and takes its own batches and no more (settling again waited out
+    one more turn of the workers and threw that turn's batches away). Two workers making a 2-image batch in
+    20 ms: 200 img/s, which the window never outruns (a load can slow it, never speed it)."""
+    taken: list[int] = []
+
+    class Counted(Batches):
+        def epoch_start(self) -> float:
+            seconds = super().epoch_start()
+            taken.append(0)  # from here on, every batch the loop takes is the loader alone's
+            return seconds
+
+        def next(self):
+            if taken:
+                taken[-1] += 1
+            return super().next()
+
+    monkeypatch.setattr(bench, "Batches", Counted)
+    loader = DataLoader(Images(10_000, delay_s=0.010), batch_size=2, num_workers=2, prefetch_factor=2)
+    stats = loop(
+        loader, lambda b: None, accumulation=1, batch_size=2, warmup=2, steps=4, loader_batches=6, loader_buffered=4
+    )
+    assert taken == [6]
+    assert stats.loader_images_per_s < 220, stats
+
+
 @pytest.mark.parametrize("warmup", [1, 3])
 def test_the_warm_ups_last_step_steadies_the_first_window_and_costs_no_step_of_its_own(warmup):
     """From two warm-up steps on, the last is taken from a steady pipeline, as `steady` takes its step before a
