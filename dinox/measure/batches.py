@@ -68,6 +68,13 @@ class Batches:
             return None
         return queued + sum(1 for v in info.values() if isinstance(v, tuple) and len(v) == 2)
 
+    def others_made(self) -> bool:
+        """Just after a restarted iterator's first batch: True where every other worker's first batch is made
+        already (the workers started together, none lags the first by its own start-up; a freshly forked process
+        can wait out a scheduler's slice on a busy box). False where one is not, or nothing can be counted."""
+        workers, waiting = getattr(self._it, "_num_workers", None), self.batches_waiting()
+        return isinstance(workers, int) and waiting is not None and waiting >= workers - 1
+
     def _queued(self) -> int | None:
         """Finished batches still in the iterator's result queues (None: not countable)."""
         it = self._it

@@ -407,11 +407,28 @@ def test_the_timed_windows_do_not_eat_the_batches_ready_after_a_long_first_step(
     assert stats.images_per_s < 220 and stats.loader_images_per_s < 220, stats
 
 
-def test_the_loader_alone_starts_at_the_epoch_starts_waited_batch_and_takes_only_its_own(monkeypatch):
-    """The loader alone follows the epoch start, whose first batch the restarted workers had to make: its window
-    starts there, as `settle` would leave it, and takes its own batches and no more (settling again waited out
-    one more turn of the workers and threw that turn's batches away). Two workers making a 2-image batch in
-    20 ms: 200 img/s, which the window never outruns (a load can slow it, never speed it)."""
+class _SlowAt(Images):
+    """10 ms a sample, and one sample (`slow`) that takes half a second: with batches of two and no shuffling,
+    sample 0 is the first worker's first batch of every epoch, sample 2 the second worker's."""
+
+    def __init__(self, n: int, slow: int):
+        super().__init__(n, delay_s=0.010)
+        self.slow = slow
+
+    def __getitem__(self, i: int):
+        if i == self.slow:
+            time.sleep(0.5)
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize(("slow", "taken_alone"), [(0, 6), (2, 7)])
+def test_the_loader_alone_starts_at_the_epoch_starts_batch_unless_a_worker_still_lags(monkeypatch, slow, taken_alone):
+    """The loader alone follows the epoch start, just after the restarted workers' first batch. Where the other
+    worker's first batch is made already (the first's was the slow one), the window starts there and takes its
+    own six batches, no more: settling again would wait out a turn and throw it away. Where the other worker
+    still lags (its first batch the slow one), starting there would put its lag in the window: the pipeline is
+    settled first, as before a timed window (its lagging batch taken, untimed). Either way the rate never
+    outruns the two workers: 2 images in 20 ms each, 200 img/s (a load can slow it, never speed it)."""
     taken: list[int] = []
 
     class Counted(Batches):
@@ -426,11 +443,11 @@ def test_the_loader_alone_starts_at_the_epoch_starts_waited_batch_and_takes_only
             return super().next()
 
     monkeypatch.setattr(bench, "Batches", Counted)
-    loader = DataLoader(Images(10_000, delay_s=0.010), batch_size=2, num_workers=2, prefetch_factor=2)
+    loader = DataLoader(_SlowAt(10_000, slow), batch_size=2, num_workers=2, prefetch_factor=2)
     stats = loop(
         loader, lambda b: None, accumulation=1, batch_size=2, warmup=2, steps=4, loader_batches=6, loader_buffered=4
     )
-    assert taken == [6]
+    assert taken == [taken_alone]
     assert stats.loader_images_per_s < 220, stats
 
 
