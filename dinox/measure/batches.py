@@ -23,6 +23,9 @@ class Batches:
         self._it: Iterator = iter(loader)
         self._held: Any = None
         self.epochs_ended = 0
+        # Set by epoch_start: every other worker's first batch was made by the time the first worker's arrived
+        # (the workers started together; none lags the first by its own start-up).
+        self.restarted_in_phase = False
 
     def next(self) -> Any:
         if self._held is not None:
@@ -68,10 +71,11 @@ class Batches:
             return None
         return queued + sum(1 for v in info.values() if isinstance(v, tuple) and len(v) == 2)
 
-    def others_made(self) -> bool:
+    def _others_made(self) -> bool:
         """Just after a restarted iterator's first batch: True where every other worker's first batch is made
-        already (the workers started together, none lags the first by its own start-up; a freshly forked process
-        can wait out a scheduler's slice on a busy box). False where one is not, or nothing can be counted."""
+        already. False where one is not (a freshly forked process can wait out a scheduler's slice on a busy box),
+        or nothing can be counted. Asked at once: a moment later the first worker's own next batch may be in
+        the queues too, and counted as another's."""
         workers, waiting = getattr(self._it, "_num_workers", None), self.batches_waiting()
         return isinstance(workers, int) and waiting is not None and waiting >= workers - 1
 
@@ -106,11 +110,14 @@ class Batches:
         """Seconds from ending an epoch to the next epoch's first batch: the old iterator let go (its workers
         shut down, unless persistent), a new one started (non-persistent workers forked again), its first
         batch made, from workers idle as a real epoch's end leaves them. A steady fetch's own wait is part of
-        that first batch: what a boundary adds to a run is this less that (Loop.run)."""
+        that first batch: what a boundary adds to a run is this less that (Loop.run). Whether the other workers'
+        first batches were made by then is kept (`restarted_in_phase`): where the loader alone starts."""
         self._held = None
         self.wait_idle()
         t = self._clock()
         self._it = None  # type: ignore[assignment]  # the DataLoader iterator's __del__ shuts its workers down
         self._it = iter(self._loader)
         next(self._it)
-        return self._clock() - t
+        seconds = self._clock() - t
+        self.restarted_in_phase = self._others_made()
+        return seconds

@@ -339,11 +339,11 @@ class Loop:
     def _loader_alone(self, batches: int) -> float:
         """Images/s the loader delivers with nothing consuming them but this loop. It follows the epoch start,
         just after the restarted iterator's first batch, which had to be waited for: where every other worker's
-        first batch is made already, none lags the first worker's start-up, and the window starts there (its
+        first batch was made by then, none lags the first worker's start-up, and the window starts there (its
         whole turns end with that worker's own batch). Else it starts from a steady pipeline, as a timed window
         does, or a worker still starting would slow it. (Settling where it was not needed waited out one more
         turn and threw its batches away: 0.11-0.22 s a trial on the peer's grid.)"""
-        if not self.batches.others_made():
+        if not self.batches.restarted_in_phase:
             self.batches.settle()
             self.batches.drop_held()
         perf = self.timeline.host_clock  # type: ignore[union-attr]
