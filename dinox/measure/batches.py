@@ -23,11 +23,12 @@ class Batches:
         self._it: Iterator = iter(loader)
         self._held: Any = None
         self.epochs_ended = 0
-        # Set by epoch_start: every other worker's first batch was made by the time the first worker's arrived
-        # (the workers started together; none lags the first by its own start-up).
+        # Set by epoch_start, until the next batch is taken: every other worker's first batch was made by the time
+        # the first worker's arrived (the workers started together; none lags the first by its own start-up).
         self.restarted_in_phase = False
 
     def next(self) -> Any:
+        self.restarted_in_phase = False  # a batch taken since: the restart's first is no longer the last one
         if self._held is not None:
             batch, self._held = self._held, None
             return batch

@@ -27,8 +27,8 @@ ablation is spent until the label is known, and a loader in the step's own proce
 steps decide the label costs no round at all. After the rounds, on a device with a timeline of its own, the
 compute-only windows at the full and at half the batch (a step the device paces from one the host's kernel
 launches pace); then an epoch boundary (the iterator restarted from idle workers, as an epoch's end leaves
-them); last the loader alone, from that restart's first batch on, with the model idle: the rate the input
-pipeline can feed. Only the timed windows count in images_per_s.
+them); last the loader alone, from that restart's first batch on where no worker lags it, with the model idle:
+the rate the input pipeline can feed. Only the timed windows count in images_per_s.
 """
 
 from __future__ import annotations
