@@ -203,8 +203,7 @@ class Loop:
             self._phase("ablation windows")
             full, half = self._half_batch(ablation_steps)
         # The epoch start before the loader alone: after the rounds the workers have usually caught up (a real
-        # epoch's end finds them idle), where the loader alone would leave them owing a full prefetch; and its
-        # first batch, waited for, is where the loader alone's window starts.
+        # epoch's end finds them idle), where the loader alone would leave them owing a full prefetch.
         epoch_start_s = self.batches.epoch_start()
         loader_ips = None
         if loader_batches and self.batches.ready:
