@@ -4,7 +4,6 @@ throughput against loader workers. Pure rendering of a Decision and its records;
 from __future__ import annotations
 
 import io
-import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from dinox.decide.grouping import device_label, device_of, model_key, only_devic
 from dinox.decide.types import Candidate, ModelVerdict  # noqa: E402
 from dinox.decide.verdict import Decision  # noqa: E402
 from dinox.spec import params  # noqa: E402
+from dinox.store.throughput_figure import Dot, Name, batch_axis, draw_series, name_dots  # noqa: E402
 from dinox.store.trial_record import IPS_WINDOWS, TrialRecord  # noqa: E402
 from dinox.writes import write_whole  # noqa: E402
 
@@ -66,11 +66,11 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
     fig, ax = plt.subplots(figsize=(9, 5.5))
     failed = _failed_batches(records)
     values: list[float] = []
-    names: list[tuple[int, float, str]] = []
+    names: list[Name] = []
     for mv in d.models:
         (line,) = ax.plot([], [])
         color = line.get_color()
-        values += _model_points(ax, mv.candidates, color, _name(d, mv, 60), names)
+        values += draw_series(ax, [_dot(c) for c in mv.candidates], color, _name(d, mv, 60), names)
         for status, marker, y in (("oom", "x", 0.05), ("skipped", "|", 0.05)):
             sizes = failed[status].get((mv.key, mv.device), [])
             if sizes:  # at the foot of the axes whatever the scale: no throughput to draw
@@ -103,43 +103,18 @@ def _throughput_vs_batch(d: Decision, records: list[TrialRecord], path: Path) ->
         | {b for by in failed.values() for bs in by.values() for b in bs} - {0}
     )
     if sizes:
-        ax.set_xscale("log", base=2)
-        ax.set_xlim(sizes[0] / 1.3, sizes[-1] * 1.3)
-        # Ticks at the batch sizes measured, written as numbers (48, 64, 96), not powers of two.
-        ax.set_xticks(sizes, [str(b) for b in sizes])
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        batch_axis(ax, sizes)
     if not values:  # nothing ran ok: the axis shows the target from zero, the marks say why
         ax.set_ylim(0, d.needed_ips * 1.3)
         what = "no configuration fit in memory" if sizes else "no trial to draw"
         ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="grey")
-    ax.set_xlabel("physical batch size")
     ax.set_ylabel("images/s")
     ax.set_title("Throughput against physical batch")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    _name_dots(fig, ax, names)
+    name_dots(fig, ax, names)
     return _save(fig, path)
-
-
-def _name_dots(fig, ax, names: list[tuple[int, float, str]]) -> None:
-    """Each named dot's text beside it, and at one batch size a line above the one below at least: two trials
-    at 107.2 and 107.1 img/s printed one name over the other. Placed in display space, after the layout."""
-    fig.tight_layout()  # the axes' final size (_save's own tight_layout then changes nothing)
-    ax.get_ylim()  # the view's limits settled: display positions are final
-    line = 9 * fig.dpi / 72  # pixels
-    by_batch: dict[int, list[tuple[float, str]]] = defaultdict(list)
-    for b, ips, text in names:
-        by_batch[b].append((ips, text))
-    for b, dots in by_batch.items():
-        below = -math.inf
-        for ips, text in sorted(dots):
-            at = ax.transData.transform((b, ips))[1]
-            y = max(at, below + line)
-            below = y
-            ax.annotate(
-                text, (b, ips), xytext=(5, -3 + (y - at) * 72 / fig.dpi), textcoords="offset points", fontsize=7
-            )
 
 
 def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[tuple[str, str], list[int]]]:
@@ -152,46 +127,19 @@ def _failed_batches(records: list[TrialRecord]) -> dict[str, dict[tuple[str, str
     return out
 
 
+def _dot(c: Candidate) -> Dot:
+    return Dot(
+        int(c.configuration.get(params.BATCH_SIZE, 0)),
+        c.measured_ips,
+        c.window_min_ips,
+        c.window_max_ips,
+        c.configuration,
+    )
+
+
 def _name(d: Decision, mv: ModelVerdict, limit: int) -> str:
     """A series' name: the model, cut to fit, and its device where the trials came from several."""
     return f"{_short(mv.label, limit - 30)} on {_short(mv.device, 27)}" if d.per_device else _short(mv.label, limit)
-
-
-def _model_points(
-    ax, candidates: list[Candidate], color: str, label: str, names: list[tuple[int, float, str]]
-) -> list[float]:
-    """Every trial faint with its windows' min-max as a bar, the best per batch joined; its values. Where
-    several trials share a batch size, each dot is named with what else it varied (`num_workers=2`), so
-    two dots at one batch say which is which without the README: added to `names`, drawn by _name_dots once
-    the axes' limits are known."""
-    pts = sorted(
-        ((int(c.configuration.get(params.BATCH_SIZE, 0)), c) for c in candidates if c.measured_ips > 0),
-        key=lambda p: (p[0], p[1].measured_ips),
-    )
-    if not pts:
-        return []
-    best: dict[int, float] = {}
-    for b, c in pts:
-        best[b] = max(best.get(b, 0.0), c.measured_ips)
-        if c.window_min_ips is not None and c.window_max_ips is not None:
-            ax.vlines(b, c.window_min_ips, c.window_max_ips, color=color, alpha=0.5, linewidth=2)
-    ax.scatter([b for b, _ in pts], [c.measured_ips for _, c in pts], color=color, alpha=0.4, s=18)
-    # Two or three trials at a batch get a label each; more would print over each other (the report lists them).
-    shared = {b for b, _ in pts if 1 < sum(1 for x, _ in pts if x == b) <= 3}
-    varied = _varied([c for _, c in pts])
-    for b, c in pts:
-        if b in shared and varied:
-            text = " ".join(f"{k.rsplit('.', 1)[-1]}={c.configuration.get(k, '')}" for k in varied)
-            names.append((b, c.measured_ips, text))
-    ax.plot(list(best), list(best.values()), marker="o", color=color, label=label)
-    bars = [v for _, c in pts for v in (c.window_min_ips, c.window_max_ips) if v]
-    return [c.measured_ips for _, c in pts] + bars
-
-
-def _varied(candidates: list[Candidate]) -> list[str]:
-    """The params other than the batch size whose values differ among the candidates."""
-    keys = sorted({k for c in candidates for k in c.configuration} - {params.BATCH_SIZE, params.BATCH_EFFECTIVE})
-    return [k for k in keys if len({c.configuration.get(k) for c in candidates}) > 1][:2]
 
 
 def _needed_line(ax, needed: float, values: list[float]) -> None:

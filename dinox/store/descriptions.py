@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +19,7 @@ from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 from dinox import record as rec
 from dinox.spec import params
 from dinox.store import profile_table
+from dinox.store.throughput_figure import Dot, Name, batch_axis, draw_series, import_plotting, name_dots
 from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, inert, store_text
 
 NOTE_TAG = "mlflow.note.content"
@@ -218,51 +218,39 @@ def _cut(r: dict[str, Any]) -> str:
     return str(r.get("error") or "")[:80]
 
 
-def import_plotting() -> ModuleType:
-    """matplotlib's pyplot on the file-only backend, for `throughput_plot`. A sweep calls this early (0.4 s
-    here), while its fork server still imports torch and timm and the parent would only wait, rather than
-    after its last trial; the plot's own call then finds it imported."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def throughput_plot(rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """img/s (windows) against physical batch, one line per model, the windows' min-max as bars; None when
-    fewer than two batch sizes ran ok."""
+def throughput_plot(rows: list[dict[str, Any]], path: Path, param_keys: set[str]) -> Path | None:
+    """img/s (windows) against physical batch as decide's report draws it (dinox.store.throughput_figure); None
+    when fewer than two batch sizes ran ok. `param_keys`: which of a row's columns are the trial's params (the
+    rest are its metrics and status): what else a dot varied is read from them."""
     ok = [r for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r and r.get(params.BATCH_SIZE)]
     if len({int(r[params.BATCH_SIZE]) for r in ok}) < 2:
         return None  # one batch size is no curve (and matplotlib costs a second of every short sweep)
     plt = import_plotting()
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    for model in sorted({str(r.get(params.MODEL_NAME)) for r in ok}):
-        mine = (r for r in ok if str(r.get(params.MODEL_NAME)) == model)
-        pts = sorted(((int(r[params.BATCH_SIZE]), r) for r in mine), key=lambda p: p[0])
-        xs, ys = [b for b, _ in pts], [float(r[rec.IMAGES_PER_S]) for _, r in pts]
-        (line,) = ax.plot(xs, ys, marker="o", linestyle="none" if len(set(xs)) < len(xs) else "-", label=model)
-        for b, r in pts:
-            if rec.IMAGES_PER_S_MIN in r and rec.IMAGES_PER_S_MAX in r:
-                ax.vlines(
-                    b,
-                    float(r[rec.IMAGES_PER_S_MIN]),
-                    float(r[rec.IMAGES_PER_S_MAX]),
-                    color=line.get_color(),
-                    alpha=0.5,
-                    linewidth=2,
-                )
-    sizes = sorted({int(r[params.BATCH_SIZE]) for r in ok})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sizes, [str(b) for b in sizes])
-    ax.xaxis.set_minor_locator(plt.NullLocator())
-    ax.set_xlabel("physical batch size")
-    ax.set_ylabel(f"{IPS_WINDOWS} (bar: windows' min-max)")
-    ax.set_title("This sweep: throughput against physical batch")
+    names: list[Name] = []
+    dots = [_dot(r, param_keys) for r in ok]
+    for model in sorted({str(d.configuration.get(params.MODEL_NAME)) for d in dots}):
+        (line,) = ax.plot([], [])
+        mine = [d for d in dots if str(d.configuration.get(params.MODEL_NAME)) == model]
+        draw_series(ax, mine, line.get_color(), model, names)
+    batch_axis(ax, sorted({int(r[params.BATCH_SIZE]) for r in ok}))
+    bars = any(d.high is not None and d.low is not None and d.high > d.low for d in dots)
+    ax.set_ylabel(f"{IPS_WINDOWS}" + (" (bar: timed windows' min-max)" if bars else ""))
+    ax.set_title("This sweep: throughput against physical batch (best per batch joined)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    name_dots(fig, ax, names)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _dot(r: dict[str, Any], param_keys: set[str]) -> Dot:
+    low, high = r.get(rec.IMAGES_PER_S_MIN), r.get(rec.IMAGES_PER_S_MAX)
+    return Dot(
+        int(r[params.BATCH_SIZE]),
+        float(r[rec.IMAGES_PER_S]),
+        None if low is None or high is None else float(low),
+        None if low is None or high is None else float(high),
+        {k: v for k, v in r.items() if k in param_keys},
+    )

@@ -54,7 +54,8 @@ def finish(sweep: Sweep, stopped: str = "", noted: list[str] | None = None) -> N
     try:
         if not stopped and not noted:
             with signals_raise():
-                plot = descriptions.throughput_plot(sweep.report.rows, d / descriptions.THROUGHPUT_PLOT)
+                keys = {k for t in sweep.trials for k in t.spec.flat_params()}
+                plot = descriptions.throughput_plot(sweep.report.rows, d / descriptions.THROUGHPUT_PLOT, keys)
     except (KeyboardInterrupt, Interrupted) as e:
         stopped = str(e) if isinstance(e, Interrupted) else "interrupted by SIGINT"
     except Exception as e:  # noqa: BLE001 - a picture never costs the sweep its record

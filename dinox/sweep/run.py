@@ -30,7 +30,7 @@ from dinox.plan.footprint import Estimates
 from dinox.plan.grid import Trial, trial_id
 from dinox.plan.machine import DeviceMissing, missing_message
 from dinox.spec.file import SpecDocument
-from dinox.store import descriptions
+from dinox.store import throughput_figure
 from dinox.store.backend import configure_client, shown_uri
 from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder
@@ -144,7 +144,7 @@ class Sweep:
             # The fork server still imports torch: free here, not at the end. A picture never costs the sweep:
             # an import that fails here fails again at the plot, which says so in a warning line.
             with contextlib.suppress(Exception):
-                descriptions.import_plotting()
+                throughput_figure.import_plotting()
         self._setup_estimates()  # a device the machine lacks: DeviceMissing, no run opened
         self._setup_lanes()
         self._setup_parent()

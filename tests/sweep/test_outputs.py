@@ -130,3 +130,46 @@ def test_head_to_head_lines_past_the_room_left_give_way_oldest_first_never_the_t
     # A few lines fit whole: nothing counted.
     short = with_line(with_line(sweep_note("few", rows[:3]), "Head-to-head a: x."), "Head-to-head b: y.")
     assert short.endswith("\n\nHead-to-head a: x.\n\nHead-to-head b: y.") and "Earlier" not in short
+
+
+def test_the_parent_runs_plot_names_what_else_two_dots_at_one_batch_varied(tmp_path, monkeypatch):
+    """The quickstart's grid (batch x loader workers) drew two unnamed dots per batch on the parent run's plot,
+    which read as repeats: each is named as decide's plot names it, the best per batch joined, one series."""
+    import matplotlib.figure
+
+    from dinox import record as rec
+    from dinox.contract import TrialResult
+    from dinox.plan import grid
+    from dinox.spec import file as spec_file
+    from dinox.store.descriptions import throughput_plot
+    from dinox.sweep.outputs import row
+    from tests.conftest import ROOT
+
+    trials = grid.expand(spec_file.load(ROOT / "specs" / "quickstart.yaml"))
+    ips = {(8, 0): 107.2, (8, 2): 107.1, (16, 0): 143.0, (16, 2): 156.2, (32, 0): 209.0, (32, 2): 171.5}
+    rows = []
+    for t in trials:
+        figure = ips[(t.spec.batch.size, t.spec.loader.num_workers)]
+        spread = {rec.IMAGES_PER_S_MIN: figure - 3, rec.IMAGES_PER_S_MAX: figure + 3}
+        rows.append(row(t, "r", TrialResult("ok", bound="compute_bound", metrics={rec.IMAGES_PER_S: figure, **spread})))
+    drawn = {}
+    real_save = matplotlib.figure.Figure.savefig
+
+    def keep(fig, path, **kw):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        lines = [(line.get_label(), list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
+        drawn.update(texts=sorted(t.get_text() for t in ax.texts), lines=lines, ylabel=ax.get_ylabel())
+        return real_save(fig, path, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    keys = {k for t in trials for k in t.spec.flat_params()}
+    assert throughput_plot(rows, tmp_path / "p.png", keys) == tmp_path / "p.png"
+    assert drawn["texts"] == 3 * ["num_workers=0"] + 3 * ["num_workers=2"], drawn["texts"]
+    named = [line for line in drawn["lines"] if not line[0].startswith("_")]
+    assert named == [("vit_tiny_patch16_224", [8, 16, 32], [107.2, 156.2, 209.0])], drawn["lines"]
+    assert drawn["ylabel"] == "img/s (windows) (bar: timed windows' min-max)"
+    # One window a trial: no bar, and the axis does not promise one.
+    bare = [{k: v for k, v in r.items() if k not in (rec.IMAGES_PER_S_MIN, rec.IMAGES_PER_S_MAX)} for r in rows]
+    throughput_plot(bare, tmp_path / "q.png", keys)
+    assert drawn["ylabel"] == "img/s (windows)"
