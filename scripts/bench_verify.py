@@ -104,6 +104,9 @@ def make_jpeg_mixup(folder: Path) -> Path:
 CASES = {"ct-dino": make_ct_dino, "jpeg-mixup": make_jpeg_mixup}
 
 
+H2H_PASSES = 3  # `dinox head-to-head` commands a round runs at most (decide may ask again after each)
+
+
 def dinox(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dinox", *args], cwd=cwd, capture_output=True, text=True)
 
@@ -123,14 +126,17 @@ def one_round(
     payload = json.loads((work / "decision" / "decision.json").read_text())
     row = {"verdict": payload["verdict"], "sweep_s": swept, "decide_exit": decided.returncode, "h2h": "-"}
     row["drift"] = _drift(run.stdout)
-    if rematch and payload.get("head_to_head"):
+    # As a user following decide's lines: measured head to head again while decide still asks for it (its
+    # rounds can tie a third trial with the two they measured), three times at most.
+    passes: list[str] = []
+    while rematch and payload.get("head_to_head") and len(passes) < H2H_PASSES:
         t = time.time()
         h2h = dinox(["head-to-head", local.name], work)
         said = [ln for ln in h2h.stdout.splitlines() if ln.startswith(("SETTLED", "TIED"))]
-        row["h2h"] = f"{'; '.join(said) or h2h.stderr.strip()[-200:]} ({time.time() - t:.0f} s)"
+        passes.append(f"{'; '.join(said) or h2h.stderr.strip()[-200:]} ({time.time() - t:.0f} s)")
         decided = dinox(["decide", "--spec", local.name], work)
         payload = json.loads((work / "decision" / "decision.json").read_text())
-        row |= {"verdict": payload["verdict"], "decide_exit": decided.returncode}
+        row |= {"verdict": payload["verdict"], "decide_exit": decided.returncode, "h2h": " / then ".join(passes)}
     rec = payload.get("recommended") or {}
     if not rec:
         return row | {"recommended": "-", "why": payload.get("reason", "")[:120]}
@@ -202,7 +208,12 @@ def main() -> int:
     p.add_argument("--minutes", type=float, default=2.0)
     p.add_argument("--epoch-images", type=int, default=None)
     p.add_argument("--set", dest="sets", action="append", default=[])
-    p.add_argument("--head-to-head", dest="rematch", action="store_true", help="dinox head-to-head a tie first")
+    p.add_argument(
+        "--head-to-head",
+        dest="rematch",
+        action="store_true",
+        help="dinox head-to-head a tie first, again while decide asks (3 times at most)",
+    )
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="dinox-bench-verify-data-") as data:
         spec = CASES[a.case](Path(data)) if a.case else a.spec.resolve()
