@@ -11,6 +11,7 @@ from typing import Protocol
 
 from dinox.contract import one_line
 from dinox.errors import WorkdirError
+from dinox.plan.grid import Trial
 from dinox.store import descriptions
 from dinox.store.journal import Journal
 from dinox.store.recorder import SweepRecorder, result_summary
@@ -25,6 +26,7 @@ class Sweep(Protocol):
 
     name: str
     t0: float
+    trials: list[Trial]
     report: SweepReport
     recorder: SweepRecorder
     journal: Journal | None
