@@ -45,10 +45,12 @@ def trial_body(
         return error[:200] or status
     doubt = unsettled(m, tags.get(rec.UNSTABLE) == "true")
     why = tags.get(rec.BOUND_EVIDENCE, "")
+    # What the trial cost beside what it timed: its start-up, set-up, warm-up, ablation and epoch start are the rest.
+    timed = f" (timed windows {m[rec.WINDOW_S]:.1f}s of it)" if rec.WINDOW_S in m else ""
     return (
         f"{m[rec.IMAGES_PER_S]:.1f} {IPS_WINDOWS}{f' ({doubt})' if doubt else ''}, step p50 {m[rec.STEP_S_P50]:.3f}s "
         f"p90 {m[rec.STEP_S_P90]:.3f}s, {bound}{f' ({why})' if why else ''}, "
-        f"peak {m.get(rec.PEAK_MEM_RESERVED_GB, 0):.2f} GiB, trial {m.get(rec.TRIAL_WALL_S, 0):.1f}s"
+        f"peak {m.get(rec.PEAK_MEM_RESERVED_GB, 0):.2f} GiB, trial {m.get(rec.TRIAL_WALL_S, 0):.1f}s{timed}"
     )
 
 

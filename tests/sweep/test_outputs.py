@@ -64,6 +64,9 @@ def test_summary_metrics_and_the_one_line_result():
     shaky = trial_body("ok", "io_bound", {**metrics, "images_per_s_max": 2.4}, "", {**tags, "dinox.unstable": "true"})
     assert shaky.startswith("1.5 img/s (windows) (unsettled: windows 0.9-2.4 img/s), step p50")
     assert trial_body("error", "", {}, "boom") == "boom"
+    # What the trial cost against what it timed (issue 33: per trial, how much of its time was timed windows).
+    timed = trial_body("ok", "io_bound", {**metrics, "trial_wall_s": 3.04, "window_s": 1.28}, "", tags)
+    assert timed.endswith(", trial 3.0s (timed windows 1.3s of it)"), timed
 
 
 def test_names_and_errors_are_data_in_the_descriptions_mlflow_renders():
