@@ -225,17 +225,18 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path, param_keys: set[str]
     when fewer than two batch sizes ran ok. `param_keys`: which of a row's columns are the trial's params (the
     rest are its metrics and status): what else a dot varied is read from them."""
     ok = [r for r in rows if r["status"] == "ok" and rec.IMAGES_PER_S in r and r.get(params.BATCH_SIZE)]
-    if len({int(r[params.BATCH_SIZE]) for r in ok}) < 2:
+    dots = [_dot(r, param_keys) for r in ok]
+    sizes = sorted({d.batch for d in dots})
+    if len(sizes) < 2:
         return None  # one batch size is no curve (and matplotlib costs a second of every short sweep)
     plt = import_plotting()
     fig, ax = plt.subplots(figsize=(8, 4.8))
     names: list[Name] = []
-    dots = [_dot(r, param_keys) for r in ok]
     for model in sorted({str(d.configuration.get(params.MODEL_NAME)) for d in dots}):
         (line,) = ax.plot([], [])
         mine = [d for d in dots if str(d.configuration.get(params.MODEL_NAME)) == model]
         draw_series(ax, mine, line.get_color(), model, names)
-    batch_axis(ax, sorted({int(r[params.BATCH_SIZE]) for r in ok}))
+    batch_axis(ax, sizes)
     bars = any(d.high is not None and d.low is not None and d.high > d.low for d in dots)
     ax.set_ylabel(f"{IPS_WINDOWS}" + (" (bar: timed windows' min-max)" if bars else ""))
     ax.set_title("This sweep: throughput against physical batch (best per batch joined)")
@@ -249,10 +250,6 @@ def throughput_plot(rows: list[dict[str, Any]], path: Path, param_keys: set[str]
 
 def _dot(r: dict[str, Any], param_keys: set[str]) -> Dot:
     low, high = r.get(rec.IMAGES_PER_S_MIN), r.get(rec.IMAGES_PER_S_MAX)
-    return Dot(
-        int(r[params.BATCH_SIZE]),
-        float(r[rec.IMAGES_PER_S]),
-        None if low is None or high is None else float(low),
-        None if low is None or high is None else float(high),
-        {k: v for k, v in r.items() if k in param_keys},
-    )
+    spread = (float(low), float(high)) if low is not None and high is not None else (None, None)
+    configuration = {k: v for k, v in r.items() if k in param_keys}
+    return Dot(int(r[params.BATCH_SIZE]), float(r[rec.IMAGES_PER_S]), *spread, configuration)

@@ -9,7 +9,7 @@ a reader takes for repeats. Pure drawing on axes the caller made; matplotlib is 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -60,9 +60,7 @@ def draw_series(ax: Any, dots: list[Dot], color: str, label: str, names: list[Na
             ax.vlines(d.batch, d.low, d.high, color=color, alpha=0.5, linewidth=2)
     ax.scatter([d.batch for d in pts], [d.ips for d in pts], color=color, alpha=0.4, s=18)
     # Two or three trials at a batch get a name each; more would print over each other (the report lists them).
-    per_batch: dict[int, int] = defaultdict(int)
-    for d in pts:
-        per_batch[d.batch] += 1
+    per_batch = Counter(d.batch for d in pts)
     keys = varied(pts)
     for d in pts:
         if keys and 1 < per_batch[d.batch] <= 3:
