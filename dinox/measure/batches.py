@@ -107,18 +107,20 @@ class Batches:
     def drop_held(self) -> None:
         self._held = None
 
-    def epoch_start(self) -> float:
+    def epoch_start(self, keep: bool = False) -> float:
         """Seconds from ending an epoch to the next epoch's first batch: the old iterator let go (its workers
         shut down, unless persistent), a new one started (non-persistent workers forked again), its first
         batch made, from workers idle as a real epoch's end leaves them. A steady fetch's own wait is part of
         that first batch: what a boundary adds to a run is this less that (Loop.run). Whether the other workers'
-        first batches were made by then is kept (`restarted_in_phase`): where the loader alone starts."""
+        first batches were made by then is kept (`restarted_in_phase`): where the loader alone starts. `keep`:
+        that first batch is the next fetch's (a step trains on it), not thrown away."""
         self._held = None
         self.wait_idle()
         t = self._clock()
         self._it = None  # type: ignore[assignment]  # the DataLoader iterator's __del__ shuts its workers down
         self._it = iter(self._loader)
-        next(self._it)
+        first = next(self._it)
         seconds = self._clock() - t
+        self._held = first if keep else None
         self.restarted_in_phase = self._others_made()
         return seconds

@@ -240,6 +240,40 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
     assert stats.ablation_s > 0
 
 
+def test_without_workers_the_epoch_start_is_a_warm_up_fetch_the_step_trains_on():
+    """No loader workers and a warm-up of two steps: the epoch start is timed at the last warm-up step's first
+    fetch, from a restarted iterator, and that batch is trained on: the trial loads no batch to throw it away.
+    The warm-up's own time leaves the restart out (a phase of its own). On a fake clock."""
+    fetched, batches = [0], []
+    clock = FakeClock()
+
+    class Counting(Images):
+        def __getitem__(self, i):
+            fetched[0] += 1
+            clock.take(0.005)
+            return super().__getitem__(i)
+
+    def micro_step(b):
+        batches.append(b)
+        clock.take(0.01)
+
+    stats = loop(
+        DataLoader(Counting(400), batch_size=2),
+        micro_step,
+        batch_size=2,
+        warmup=2,
+        steps=4,
+        repeats=1,
+        loader_batches=6,
+        timeline=clock.timeline(),
+    )
+    micro_batches = (2 + 4) * 2  # warm-up and one window, two micro-batches a step
+    assert fetched[0] == micro_batches * 2 and len(batches) == micro_batches  # every batch loaded is trained on
+    assert stats.epoch_start_s == pytest.approx(0.010) and stats.epoch_boundary_s == pytest.approx(0.0)
+    assert stats.warmup_s == pytest.approx(2 * 2 * (0.010 + 0.010) - 0.010)  # less the restart's fetch
+    assert stats.ablation_s == 0.0  # nothing measured after the window: no rounds, no loader window
+
+
 def test_rounds_stop_once_decided_and_every_timed_window_still_counts():
     """`decided` says yes after two rounds: the third and fourth timed windows run without theirs, and the
     rounds that ran are the first two windows'."""
