@@ -327,7 +327,7 @@ class Loop:
         perf, sync = self.timeline.host_clock, self.timeline.synchronize  # type: ignore[union-attr]
         sync()
         t = perf()
-        first = first_fetch = restart = 0.0
+        first = first_fetch = 0.0
         for i in range(steps):
             if steady_last and i == steps - 1 and self.batches.ready:  # as `steady`: the device caught up, then
                 sync()  # the workers' queue (no workers: nothing held ready)
@@ -337,14 +337,14 @@ class Loop:
                 # to be idle first. Timed here, the step trains on that batch; after the rounds it was a batch
                 # loaded and thrown away (0.11 / 0.22 s a trial at batch 32 / 64 on the CT grid). Host work, as
                 # each steady fetch is: the device need not have caught up first.
-                restart = self.warmup_epoch_start_s = self.batches.epoch_start(keep=True)
+                self.warmup_epoch_start_s = self.batches.epoch_start(keep=True)
             rec = _FetchTimes() if i == 0 else _NoMarkers()
             self.step(rec)
             if i == 0:
                 sync()  # the first step alone: compilation and autotuning live there
                 first, first_fetch = perf() - t, rec.waited
         sync()
-        return first, first_fetch, perf() - t - restart  # the epoch start is a phase of its own
+        return first, first_fetch, perf() - t  # with the restart's fetch, as with the first step's: warm-up steps
 
     def _loader_alone(self, batches: int) -> float:
         """Images/s the loader delivers with nothing consuming them but this loop. It follows the epoch start,

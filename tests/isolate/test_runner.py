@@ -52,18 +52,18 @@ def test_ok_trial_with_workers_measures_and_leaves_no_process(write_spec, tmp_pa
     assert len(r.step_s) == 2  # the intervals between the 3 timed steps' ends
     assert m["images_per_s"] == pytest.approx(3 * 4 / m["window_s"])
     assert m["step_s_p50"] <= m["step_s_p90"]
-    # On the CPU the device is the host: a step's period is its copy and compute spans plus the gap, in which
-    # the host fetched the next batch (data_s) and ran the loop's own few lines.
-    assert m["data_s"] + m["h2d_s"] + m["compute_s"] == pytest.approx(sum(r.step_s) / 2, rel=0.1)
+    # On the CPU the device is the host: a step's period holds its fetch (data_s), copy and compute spans, and
+    # the gap where the loop ran its own few lines. Only that they fit is promised on a real clock: on a loaded
+    # box a preemption can fall in the gap. (That nothing else is in a period: tests/measure, on a fake clock.)
+    assert m["data_s"] + m["h2d_s"] + m["compute_s"] <= sum(r.step_s) / 2 * (1 + 1e-6)
     assert m["h2d_s"] + m["compute_s"] < sum(r.step_s) / 2
-    # The child's phases, each timed by its own clock, fit inside the measurement, and none is left out: what
-    # is not a phase is the untimed wait for idle workers before the epoch start and the loop's bookkeeping,
-    # a small share of it (a share, not seconds: under load every phase stretches alike).
-    # (Starting the loader's workers is its own figure: under load it can take longer than the steps.)
+    # The child's phases, each timed by its own clock, fit inside the measurement. What is not a phase (the
+    # untimed wait for idle workers before the epoch start, the loop's bookkeeping) is no promise on a loaded
+    # box, whose workers may wait out others' time slices; that no phase is left out: tests/measure, on a fake
+    # clock. (Starting the loader's workers is its own figure: under load it can take longer than the steps.)
     parts = m["loader_start_s"] + m["warmup_s"] + m["settle_s"] + m["window_s"] + m["epoch_start_s"]
     assert m["settle_s"] > 0 and m["epoch_start_s"] > 0
     assert parts <= m["measure_s"] + 0.002  # wall-clock marks against perf_counter spans: a clock's grain
-    assert m["measure_s"] - parts < 0.25 * m["measure_s"]
     assert r.tags["dinox.unstable"] == "false"  # one window cannot disagree with itself
     assert m["startup_s"] + m["setup_s"] + m["measure_s"] < m["trial_wall_s"]
     assert 0 < m["params_m"] < 10
