@@ -344,7 +344,7 @@ class Loop:
                 sync()  # the first step alone: compilation and autotuning live there
                 first, first_fetch = perf() - t, rec.waited
         sync()
-        return first, first_fetch, perf() - t  # with the restart's fetch, as with the first step's: warm-up steps
+        return first, first_fetch, perf() - t  # the restart's fetch in it, as the first step's: a warm-up step's
 
     def _loader_alone(self, batches: int) -> float:
         """Images/s the loader delivers with nothing consuming them but this loop. It follows the epoch start,
