@@ -149,11 +149,9 @@ def _rate(value: float | None) -> float | None:
 
 
 def order(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> int:
-    """What a head-to-head of both settled: 1 a is faster, -1 b is, 0 not settled or never measured so."""
-    h = rematches.get(a.run_id)
-    if a is b or h is None or rematches.get(b.run_id) is not h:
-        return 0
-    return h.bout(a.run_id, b.run_id).order
+    """What the last head-to-head of both settled: 1 a is faster, -1 b is, 0 not settled or never measured so."""
+    h = _last_met(rematches, a, b)
+    return 0 if h is None else h.bout(a.run_id, b.run_id).order
 
 
 def tied(rematches: dict[str, HeadToHead], lead: Candidate, c: Candidate, moves: dict[frozenset[str], Move]) -> bool:
@@ -182,17 +180,28 @@ def moved_apart(
 
 def _met(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> bool:
     """Measured head to head together: their rounds order them."""
+    return _last_met(rematches, a, b) is not None
+
+
+def _last_met(rematches: dict[str, HeadToHead], a: Candidate, b: Candidate) -> HeadToHead | None:
+    """The last head-to-head both took part in (a's latest, or one before it); None: they never met."""
     h = rematches.get(a.run_id)
-    return h is not None and rematches.get(b.run_id) is h
+    return None if a is b or h is None else h.last_met(a.run_id, b.run_id)
 
 
 def bouts(best: Candidate, qualifying: list[Candidate], rematches: dict[str, HeadToHead]) -> list[Bout]:
-    """The leader against each other trial of its head-to-head, named as decide shows them."""
+    """The leader against each other trial it met head to head, from the last head-to-head of the two, named as
+    decide shows them: its latest head-to-head's first, then those of earlier ones against the trials it has
+    not met since."""
     h = rematches.get(best.run_id)
     if h is None:
         return []
-    h.names.update({c.run_id: c.run_name or c.run_id for c in qualifying})
-    return h.outcome(best.run_id)
+    out: dict[str, Bout] = {}
+    for met in (h, *reversed(h.earlier)):
+        if best.run_id in met.runs:
+            met.names.update({c.run_id: c.run_name or c.run_id for c in qualifying})
+            out |= {b.other: b for b in met.outcome(best.run_id) if b.other not in out}
+    return list(out.values())
 
 
 def contested(mv: ModelVerdict | None) -> list[Candidate]:

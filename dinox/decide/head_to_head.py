@@ -77,6 +77,9 @@ class HeadToHead:
     group: str
     rounds: list[Round] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)  # trial run id -> run name (decide fills it), for words
+    # The head-to-heads begun before this one, oldest first (`read` fills it): where two trials last met, when
+    # one of them has met others since.
+    earlier: list[HeadToHead] = field(default_factory=list)
 
     @property
     def runs(self) -> list[str]:
@@ -157,6 +160,13 @@ class HeadToHead:
         """One trial is left unbeaten: the measuring side stops."""
         return len(self.unbeaten()) == 1
 
+    def last_met(self, a: str, b: str) -> HeadToHead | None:
+        """The latest head-to-head, this one or one before it, in which both took part: its rounds order the two.
+        A trial measured again with others later keeps the order an earlier head-to-head settled against one
+        it has not met since (without it, decide tied the two again by their sweep ranges and asked for the
+        head-to-head that had already settled them)."""
+        return next((h for h in (self, *reversed(self.earlier)) if a in h.runs and b in h.runs), None)
+
 
 def sign_test(won: int, lost: int) -> float:
     """Two-sided p of `won` against `lost` paired rounds under "neither is faster"."""
@@ -176,7 +186,8 @@ def order_of(won: int, lost: int) -> int:
 
 def read(records: list[TrialRecord]) -> dict[str, HeadToHead]:
     """Each trial run's latest head-to-head (its rounds from dinox.role = head_to_head runs): a trial that took
-    part in several is judged by the last one it took part in. A round without a rate is not a round."""
+    part in several is planned with the last one it took part in, and two trials are ordered by the last one
+    they both took part in (`last_met`). A round without a rate is not a round."""
     groups: dict[str, HeadToHead] = {}
     for r in records:
         group, run = r.tags.get(rec.HEAD_TO_HEAD, ""), r.tags.get(rec.REMEASURES, "")
@@ -189,9 +200,11 @@ def read(records: list[TrialRecord]) -> dict[str, HeadToHead]:
         policy = r.tags.get(rec.OMP_WAIT_POLICY, "")
         h.rounds.append(Round(run, number, ips, min(slow, ips), max(fast, ips), windows or 1, policy))
     latest: dict[str, HeadToHead] = {}
-    for group in sorted(groups):  # its id begins with when it started (GROUP_FORMAT)
-        for run in groups[group].runs:
-            latest[run] = groups[group]
+    ordered = [groups[g] for g in sorted(groups)]  # its id begins with when it started (GROUP_FORMAT)
+    for i, h in enumerate(ordered):
+        h.earlier = ordered[:i]
+        for run in h.runs:
+            latest[run] = h
     return latest
 
 

@@ -204,6 +204,29 @@ def test_a_trial_settled_slower_than_a_tied_one_is_out_of_the_plan():
     assert said[third] == f"`{SECOND}` faster than `{third}` in 5 of 5 rounds"
 
 
+def test_an_order_a_head_to_head_settled_holds_after_the_leader_meets_others_in_a_later_one():
+    """64x4 settled faster than 48x4 in a first head-to-head, then faster than 96x2 in a second that 48x4 was
+    not in. The second is 64x4's latest, but it never measured 48x4 again: the first one's order still holds
+    (before, decide tied 48x4 with the leader again by their sweep ranges and asked for the head-to-head that
+    had already settled them; bench_verify's round of 19:33 on 2026-11-30 then planned at 48x4's figure)."""
+    third = ROWS[2]["run_id"]  # 96x2
+    first = _rounds([23.30, 23.41, 23.38, 23.35, 23.44], [23.62, 23.70, 23.66, 23.58, 23.69], "20261126T140000-box-1")
+    second = [_round(SECOND, i + 1, x) for i, x in enumerate([23.61, 23.66, 23.64, 23.60, 23.67])]
+    second += [_round(third, i + 1, x) for i, x in enumerate([23.40, 23.45, 23.42, 23.41, 23.43])]
+    read = h2h.read(first + second)
+    assert read[SECOND] is read[third] and read[FIRST] is not read[SECOND]  # each trial's latest
+    assert read[SECOND].last_met(SECOND, FIRST) is read[FIRST]
+    d = decide.decide(study.records(ROWS), BUDGET, rematches=read)
+    large = next(m for m in d.models if m.name.startswith("vit_large"))
+    assert large.best.run_id == SECOND and large.tied == [] and d.contested == []
+    said = {b.other: b.describe() for b in large.bouts}
+    assert said == {
+        third: f"`{SECOND}` faster than `{third}` in 5 of 5 rounds",
+        FIRST: f"`{SECOND}` faster than `{FIRST}` in 5 of 5 rounds",
+    }
+    assert large.span.forecast_ips == pytest.approx(5 / sum(1 / x for x in [23.61, 23.66, 23.64, 23.60, 23.67]))
+
+
 def test_a_trial_outside_the_head_to_head_is_held_against_the_leaders_sweep_range_not_its_rounds():
     """Rounds spread over minutes hold the box's drift (here 22.0-25.0 img/s); 96x2 (23.10-23.34 in the
     sweep), never tied with the leaders in the sweep, must not become tied through that spread."""
