@@ -60,6 +60,7 @@ class Bout:
     won: int
     lost: int
     order: int  # 1 the first is faster, -1 the other is, 0 tied (not settled)
+    head_to_head: str = ""  # the head-to-head whose rounds these are (its id): the last the two took part in
 
     def describe(self) -> str:
         rounds, first, other = self.won + self.lost, code_span(self.first_name), code_span(self.other_name)
@@ -127,7 +128,7 @@ class HeadToHead:
 
     def bout(self, a: str, b: str) -> Bout:
         won, lost = self.paired(a, b)
-        return Bout(a, self.names.get(a, a), b, self.names.get(b, b), won, lost, order_of(won, lost))
+        return Bout(a, self.names.get(a, a), b, self.names.get(b, b), won, lost, order_of(won, lost), self.group)
 
     def outcome(self, lead: str) -> list[Bout]:
         """What the rounds say of each other trial against the leader: the leader's own bout where it settled

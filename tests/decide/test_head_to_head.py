@@ -220,11 +220,18 @@ def test_an_order_a_head_to_head_settled_holds_after_the_leader_meets_others_in_
     large = next(m for m in d.models if m.name.startswith("vit_large"))
     assert large.best.run_id == SECOND and large.tied == [] and d.contested == []
     said = {b.other: b.describe() for b in large.bouts}
+    assert {b.other: b.head_to_head for b in large.bouts} == {third: read[SECOND].group, FIRST: read[FIRST].group}
     assert said == {
         third: f"`{SECOND}` faster than `{third}` in 5 of 5 rounds",
         FIRST: f"`{SECOND}` faster than `{FIRST}` in 5 of 5 rounds",
     }
     assert large.span.forecast_ips == pytest.approx(5 / sum(1 / x for x in [23.61, 23.66, 23.64, 23.60, 23.67]))
+    import jsonschema
+
+    payload = report_json.to_json(d)
+    jsonschema.validate(payload, json.loads((ROOT / "docs" / "decision.schema.json").read_text()))
+    bouts = payload["recommended"]["head_to_head"]["bouts"]
+    assert {b["other"]: b["head_to_head"] for b in bouts} == {third: read[SECOND].group, FIRST: read[FIRST].group}
 
 
 def test_a_trial_outside_the_head_to_head_is_held_against_the_leaders_sweep_range_not_its_rounds():
