@@ -80,7 +80,7 @@ class HeadToHead:
     names: dict[str, str] = field(default_factory=dict)  # trial run id -> run name (decide fills it), for words
     # The head-to-heads begun before this one, oldest first (`read` fills it): where two trials last met, when
     # one of them has met others since.
-    earlier: list[HeadToHead] = field(default_factory=list)
+    earlier: list[HeadToHead] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def runs(self) -> list[str]:
