@@ -197,11 +197,8 @@ def test_repeats_rules():
     assert ranks.settled([100.0, 100.0, 100.0]) and said == [True]  # the cap needs no vote: every rank is there
 
 
-def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
-    """A loader that costs 5 ms per sample (10 ms a batch), a step that computes 10 ms per micro-batch: without
-    the loader a step is twice as fast, and the loader alone delivers its own rate. On a fake clock."""
-    fetched = [0]
-    clock = FakeClock()
+def counted(clock: FakeClock, fetched: list[int]) -> Images:
+    """400 images, each taking 5 ms of the fake clock to load and counted in fetched[0]."""
 
     class Counting(Images):
         def __getitem__(self, i):
@@ -209,8 +206,17 @@ def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
             clock.take(0.005)
             return super().__getitem__(i)
 
+    return Counting(400)
+
+
+def test_ablation_and_loader_windows_stand_apart_from_the_timed_ones():
+    """A loader that costs 5 ms per sample (10 ms a batch), a step that computes 10 ms per micro-batch: without
+    the loader a step is twice as fast, and the loader alone delivers its own rate. On a fake clock."""
+    fetched = [0]
+    clock = FakeClock()
+
     stats = loop(
-        DataLoader(Counting(400), batch_size=2),
+        DataLoader(counted(clock, fetched), batch_size=2),
         lambda b: clock.take(0.01),
         batch_size=2,
         warmup=1,
@@ -247,18 +253,12 @@ def test_without_workers_the_epoch_start_is_a_warm_up_fetch_the_step_trains_on()
     fetched, batches = [0], []
     clock = FakeClock()
 
-    class Counting(Images):
-        def __getitem__(self, i):
-            fetched[0] += 1
-            clock.take(0.005)
-            return super().__getitem__(i)
-
     def micro_step(b):
         batches.append(b)
         clock.take(0.01)
 
     stats = loop(
-        DataLoader(Counting(400), batch_size=2),
+        DataLoader(counted(clock, fetched), batch_size=2),
         micro_step,
         batch_size=2,
         warmup=2,
