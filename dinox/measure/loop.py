@@ -107,8 +107,6 @@ class Loop:
     read_clock: Callable[[], float | None] | None = None
     pending: tuple[Any, Any] | None = field(default=None, init=False)  # the copy issued for the next micro-batch
     settle_s: float = field(default=0.0, init=False)  # untimed: steadying the pipeline before loader windows
-    # A loader in the step's own process: its epoch start, timed in the warm-up's last step (None: after the rounds)
-    warmup_epoch_start_s: float | None = field(default=None, init=False)
     window_clocks: list[float | None] = field(default_factory=list, init=False)  # read_clock after each timed one
     last_host: Any = field(default=None, init=False)
     last_device: Any = field(default=None, init=False)
@@ -197,7 +195,7 @@ class Loop:
         loader_start_s = perf() - t
         self._phase("warm-up")
         steadied = warmup_steps >= 2  # its last step steadies the first window; a lone one is the workers' start
-        first_step_s, first_fetch_s, warmup_s = self._warm_up(warmup_steps, steadied)
+        first_step_s, first_fetch_s, warmup_s, restarted_s = self._warm_up(warmup_steps, steadied)
         rounds = self._rounds(bench_steps, repeats, math.ceil(ablation_steps / 2), steadied)
         windows, compute_only, no_loader, boundaries, copies = rounds
         t = perf()
@@ -207,9 +205,7 @@ class Loop:
             full, half = self._half_batch(ablation_steps)
         # The epoch start before the loader alone: after the rounds the workers have usually caught up (a real
         # epoch's end finds them idle), where the loader alone would leave them owing a full prefetch.
-        epoch_start_s = self.warmup_epoch_start_s
-        if epoch_start_s is None:
-            epoch_start_s = self.batches.epoch_start()
+        epoch_start_s = self.batches.epoch_start() if restarted_s is None else restarted_s
         loader_ips = None
         if loader_batches and self.batches.ready:
             self._phase("loader alone")
@@ -320,14 +316,16 @@ class Loop:
         if self.on_phase is not None:
             self.on_phase(text)
 
-    def _warm_up(self, steps: int, steady_last: bool) -> tuple[float, float, float]:
-        """(the first step, the first step's waits for its batches, all warm-up steps), seconds. `steady_last`:
-        the last is taken from a steady pipeline (what `steady` does before a window, in the warm-up's own
-        count): the first timed window follows it, and a trial pays no step beyond the spec's for that."""
+    def _warm_up(self, steps: int, steady_last: bool) -> tuple[float, float, float, float | None]:
+        """(the first step, the first step's waits for its batches, all warm-up steps, the epoch start a loader
+        without workers timed in the last one or None), seconds. `steady_last`: the last is taken from a steady
+        pipeline (what `steady` does before a window, in the warm-up's own count): the first timed window follows
+        it, and a trial pays no step beyond the spec's for that."""
         perf, sync = self.timeline.host_clock, self.timeline.synchronize  # type: ignore[union-attr]
         sync()
         t = perf()
         first = first_fetch = 0.0
+        restarted = None
         for i in range(steps):
             if steady_last and i == steps - 1 and self.batches.ready:  # as `steady`: the device caught up, then
                 sync()  # the workers' queue (no workers: nothing held ready)
@@ -337,14 +335,14 @@ class Loop:
                 # to be idle first. Timed here, the step trains on that batch; after the rounds it was a batch
                 # loaded and thrown away (0.11 / 0.22 s a trial at batch 32 / 64 on the CT grid). Host work, as
                 # each steady fetch is: the device need not have caught up first.
-                self.warmup_epoch_start_s = self.batches.epoch_start(keep=True)
+                restarted = self.batches.epoch_start(keep=True)
             rec = _FetchTimes() if i == 0 else _NoMarkers()
             self.step(rec)
             if i == 0:
                 sync()  # the first step alone: compilation and autotuning live there
                 first, first_fetch = perf() - t, rec.waited
         sync()
-        return first, first_fetch, perf() - t  # the restart's fetch in it, as the first step's: a warm-up step's
+        return first, first_fetch, perf() - t, restarted  # the restart's fetch in the warm-up, as the first step's
 
     def _loader_alone(self, batches: int) -> float:
         """Images/s the loader delivers with nothing consuming them but this loop. It follows the epoch start,
