@@ -169,8 +169,8 @@ VERIFY_CHECK_WINDOWS = _tag(
 VERIFY_MOVED = _tag(
     "verify",
     "dinox.verify_moved",
-    "true: the box moved: check windows after the slice >5 % outside the trial's, or their forecast and the "
-    "trial's on either side of ±5 %",
+    "true: the box moved: check windows after the slice >5 % outside the trial's, or the forecast's error at "
+    "their rate and the trial's, or at the slice's slowest and fastest quarters' pace, on either side of ±5 %",
 )
 VERIFY_VERDICT = _tag(
     "verify", "dinox.verify_verdict", "HELD, OFF or UNDECIDED (the box moved: a match as open as a miss): exit 0, 1, 3"
@@ -321,6 +321,15 @@ VERIFY_CHECKPOINTS = _metric("verify", "verify_checkpoints", "checkpoints the sl
 VERIFY_CHECKPOINT_S = _metric("verify", "verify_checkpoint_s", "seconds the slice spent saving them, in its wall time")
 VERIFY_EVALS = _metric("verify", "verify_evals", "evaluation passes the slice ran (routine)")
 VERIFY_EVAL_S = _metric("verify", "verify_eval_s", "seconds the slice spent in them, in its wall time")
+VERIFY_STEADY_S = _metric(
+    "verify", "verify_steady_s", "the slice's steps at their own pace: its wall less routine and epoch starts' excess"
+)
+VERIFY_QUARTER_SLOW_IMAGES_PER_S = _metric(
+    "verify", "verify_quarter_slow_images_per_s", "the slice's slowest quarter of its time, at its steps' own pace"
+)
+VERIFY_QUARTER_FAST_IMAGES_PER_S = _metric(
+    "verify", "verify_quarter_fast_images_per_s", "the slice's fastest quarter of its time, at its steps' own pace"
+)
 FORECAST_S = _metric(
     "verify", "forecast_s", "decide's forecast for the same slice: images / forecast rate + boundaries + routine"
 )
@@ -402,6 +411,7 @@ _VERIFY_SUMS = (VERIFY_CHECK_IMAGES_PER_S, VERIFY_CHECK_AFTER_IMAGES_PER_S)
 _VERIFY_MAXES = (VERIFY_CHECKPOINT_S, VERIFY_EVAL_S, PEAK_MEM_ALLOCATED_GB, PEAK_MEM_RESERVED_GB)
 _VERIFY_SLOWEST = (VERIFY_WALL_S, VERIFY_WARMUP_S, VERIFY_STEPS, VERIFY_IMAGES, VERIFY_IMAGES_PER_S)
 _VERIFY_SLOWEST += (VERIFY_EPOCHS_ENDED, VERIFY_EPOCH_BOUNDARY_S, VERIFY_CHECKPOINTS, VERIFY_EVALS, DEVICE_MEM_TOTAL_GB)
+_VERIFY_SLOWEST += (VERIFY_STEADY_S, VERIFY_QUARTER_SLOW_IMAGES_PER_S, VERIFY_QUARTER_FAST_IMAGES_PER_S)
 VERIFY_RANKS: dict[str, RankRule] = {
     **dict.fromkeys(_VERIFY_SUMS, "sum"),
     **dict.fromkeys(_VERIFY_MAXES, "max"),

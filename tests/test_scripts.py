@@ -48,6 +48,24 @@ def test_bench_overhead_prints_its_figures(tmp_path):
     assert re.search(r"^overhead_per_trial_s\[fork\] \d+\.\d{3} ", out, re.M), out
 
 
+def test_bench_box_prints_each_thread_count_s_paces_and_what_else_the_box_did(tmp_path):
+    args = ("--threads", "1", "--seconds", "1.5", "--every", "0.5", "--img", "32")
+    out = run_script("bench_box.py", *args, cwd=tmp_path)
+    (line,) = out.splitlines()
+    m = re.fullmatch(
+        r"1 thread: ((?:\d+ )+)img/s \(min (\d+), max (\d+)\); steal [\d.]+ s, other processes \d+% of the cores, "
+        r"idle \d+%",
+        line,
+    )
+    assert m, line
+    paces = [int(v) for v in m.group(1).split()]
+    assert len(paces) >= 2 and (min(paces), max(paces)) == (int(m.group(2)), int(m.group(3))), line
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_box.py"), "--img", "30"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "--img a multiple of 16" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_bench_settle_prints_each_way_of_starting_a_window_and_refuses_a_bad_set_in_one_line(tmp_path):
     """The trial's windows timed three ways in one process (continuous, drained as the trial drains, from a
     full queue), on a loader with a worker so the steadying has something to drain."""

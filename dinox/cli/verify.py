@@ -74,10 +74,11 @@ def verify(
     Before and after the slice, windows are timed as the trial timed its: where those after run outside the
     trial's windows (the head-to-head rounds' where the forecast pools them) by more than 5 %, or the forecast
     at their rate and the trial's fall on either side of 5 %, the box (or the process) is not as the trial found
-    it, and a miss cannot say whether the forecast or the box is wrong.
+    it, and a miss cannot say whether the forecast or the box is wrong; so too where the forecast at the pace of
+    the slice's slowest quarter and of its fastest falls on either side of 5 % (the box changed speed inside it).
     Exit code: 0 the forecast held within 5 %, 1 it was off by more, 2 error, 3 undecided: the box moved by the
-    check windows, so a match is as open as a miss (measure again, then verify), or a --shrink stand-in was
-    trained.
+    check windows or the slice's quarters, so a match is as open as a miss (measure again, then verify), or a
+    --shrink stand-in was trained.
     """
     from dinox.store.backend import resolve_tracking_uri
     from dinox.verify import verify as run_verify
@@ -177,8 +178,10 @@ def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.
     forecast = done.forecast
     stand_in = " on a SHRUNK stand-in (it tries the verify step, not the study's forecast)" if shrunk else ""
     click.echo(f"{done.word}{stand_in}: {done.verdict()}")
+    slow, fast = done.quarters
+    quarters = f" ({slow:.1f}-{fast:.1f} over its quarters)" if slow and fast else ""
     click.echo(
-        f"       {done.images_per_s:.1f} img/s over the slice against a forecast of {forecast.ips:.1f} "
+        f"       {done.images_per_s:.1f} img/s over the slice{quarters} against a forecast of {forecast.ips:.1f} "
         f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"
     )
     # A decision's plan may be a head-to-head's pooled figure (or, before ties recommended their slowest, a tied

@@ -156,11 +156,11 @@ class Verification:
     images_per_s: float
     error: float  # (forecast - real) / real for the slice: + pessimistic
     tolerance: float = 0.05
-    moved: bool = False  # its check windows said the box was not as the trial found it (dinox.verify_moved)
+    moved: bool = False  # the box was not as the trial found it, or moved during the slice (dinox.verify_moved)
 
     def describe(self) -> str:
         word = "held within" if abs(self.error) <= self.tolerance else "off by"
-        moved = "; its check windows said the box had moved since" if self.moved else ""
+        moved = "; the box moved, by its check windows or the slice's own quarters" if self.moved else ""
         return (
             f"{'undecided: ' if self.moved else ''}forecast {word} {abs(self.error):.1%} (verify run {self.run_id}: "
             f"{self.images_per_s:.1f} img/s real{moved})"

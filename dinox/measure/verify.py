@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -87,6 +88,7 @@ class VerifyRun(TrialRun):
             self.on_phase("training")
         epochs: list[dict[str, float]] = []
         steps, epoch_steps, epoch_start, first_steps, step_s = 0, 0, start, [], []
+        quarters = Quarters(start, self._expected_s())
         ended = loop.batches.epochs_ended
         first = True  # the slice's first epoch began before it: the warm-up's and check windows' steps
         while True:
@@ -95,7 +97,8 @@ class VerifyRun(TrialRun):
             took = clock() - t
             steps += 1
             epoch_steps += 1
-            if loop.batches.epochs_ended > ended:  # an epoch ended inside this step: the next one has begun
+            opens_epoch = loop.batches.epochs_ended > ended
+            if opens_epoch:  # an epoch ended inside this step: the next one has begun
                 sync()
                 now = clock()
                 if epoch_steps > 1 or not first:  # a first epoch the check windows ended is none of the slice's
@@ -106,15 +109,23 @@ class VerifyRun(TrialRun):
                 first = False
                 first_steps.append(took)
                 ended, epoch_steps, epoch_start = loop.batches.epochs_ended, 1, now - took
-                self._routine_after_epoch(ended)
+                routine_s = self._routine_after_epoch(ended)
             else:
                 step_s.append(took)
-            self._routine_after_step(steps)
+                routine_s = 0.0
+            routine_s += self._routine_after_step(steps)
+            quarters.step(per_step, took if opens_epoch else None, routine_s)
+            if quarters.due(clock()):
+                sync()
+                quarters.close(clock())
             done = steps >= budget if budget is not None else clock() - start >= self.seconds
             if done or (self.epochs is not None and ended >= self.epochs):
                 break
         sync()
-        wall = clock() - start
+        end = clock()
+        wall = end - start
+        quarters.close(end)
+        self._quarters(quarters, step_s)
         epochs.append({"images": epoch_steps * per_step, "wall_s": clock() - epoch_start, "partial": 1.0})
         epochs[-1].update(self._clock())
         self._report(steps, per_step, wall, epochs, first_steps, step_s)
@@ -137,6 +148,32 @@ class VerifyRun(TrialRun):
         rates = self.check_windows["before"]  # this rank's own images/s
         steps_per_s = len(rates) / sum(1 / r for r in rates) / (self.spec.size * self.accumulation)
         return device.all_max(self.dev)(max(1, math.ceil(self.seconds * steps_per_s)))
+
+    def _expected_s(self) -> float:
+        """How long the slice should train, for its quarters' edges: its seconds, or its epochs at the check
+        windows' pace where the loader has a length (inf: no quarters)."""
+        if math.isfinite(self.seconds):
+            return self.seconds
+        try:
+            batches = len(self.loader)  # type: ignore[arg-type]  # this rank's micro-batches an epoch
+        except TypeError:  # an iterable set (webdataset) has no length
+            return math.inf
+        rate = self.metrics.get(rec.VERIFY_CHECK_IMAGES_PER_S)  # this rank's
+        if not rate or self.epochs is None:
+            return math.inf
+        return self.epochs * batches * self.spec.size / rate
+
+    def _quarters(self, quarters: Quarters, step_s: list[float]) -> None:
+        """The slice's own pace in its quarters, its slowest and its fastest, and its steps' time (the wall less
+        each epoch start's excess over a typical step and the routine): where the box changed speed while the
+        slice trained, its quarters differ (dinox.verify.outcome reads them)."""
+        typical = sorted(step_s)[len(step_s) // 2] if step_s else 0.0
+        rates = quarters.rates(typical)
+        if len(rates) < 2:
+            return
+        self.metrics[rec.VERIFY_QUARTER_SLOW_IMAGES_PER_S] = min(rates)
+        self.metrics[rec.VERIFY_QUARTER_FAST_IMAGES_PER_S] = max(rates)
+        self.metrics[rec.VERIFY_STEADY_S] = quarters.steady_s(typical)
 
     def _check_windows(self, loop, when: Literal["before", "after"]) -> float:  # noqa: ANN001 - a measure.loop.Loop
         """As many windows as the trial timed at least, timed as it timed them (bench_steps, each from a steady
@@ -169,24 +206,28 @@ class VerifyRun(TrialRun):
         mhz = device.sm_clock_mhz(self.dev)
         return {SM_CLOCK_KEY: mhz} if mhz is not None else {}
 
-    def _routine_after_step(self, steps: int) -> None:
-        """routine.checkpoint_every_steps: a checkpoint saved as the run saves it, inside the slice's time."""
+    def _routine_after_step(self, steps: int) -> float:
+        """routine.checkpoint_every_steps: a checkpoint saved as the run saves it, inside the slice's time; its
+        seconds (0 where none was due)."""
         every = self.spec.routine.checkpoint_every_steps if self.spec.routine is not None else None
-        if every and steps % every == 0:
-            took, _size = routine.save(self)
-            self.metrics[rec.VERIFY_CHECKPOINTS] = self.metrics.get(rec.VERIFY_CHECKPOINTS, 0.0) + 1
-            self.metrics[rec.VERIFY_CHECKPOINT_S] = self.metrics.get(rec.VERIFY_CHECKPOINT_S, 0.0) + took
+        if not every or steps % every:
+            return 0.0
+        took, _size = routine.save(self)
+        self.metrics[rec.VERIFY_CHECKPOINTS] = self.metrics.get(rec.VERIFY_CHECKPOINTS, 0.0) + 1
+        self.metrics[rec.VERIFY_CHECKPOINT_S] = self.metrics.get(rec.VERIFY_CHECKPOINT_S, 0.0) + took
+        return took
 
-    def _routine_after_epoch(self, ended: int) -> None:
+    def _routine_after_epoch(self, ended: int) -> float:
         """routine.eval_every_epochs: an evaluation pass of routine.eval_images at the end of every E-th epoch
-        (the images per rank, as a distributed evaluation shares them)."""
+        (the images per rank, as a distributed evaluation shares them); its seconds (0 where none was due)."""
         r = self.spec.routine
         if r is None or not r.eval_every_epochs or ended % r.eval_every_epochs:
-            return
+            return 0.0
         batches = max(1, math.ceil(r.eval_images / (self.spec.size * self.world)))  # type: ignore[operator]
         _start_s, took = routine.eval_pass(self, batches)
         self.metrics[rec.VERIFY_EVALS] = self.metrics.get(rec.VERIFY_EVALS, 0.0) + 1
         self.metrics[rec.VERIFY_EVAL_S] = self.metrics.get(rec.VERIFY_EVAL_S, 0.0) + took
+        return took
 
     def _report(
         self,
@@ -211,6 +252,50 @@ class VerifyRun(TrialRun):
             typical = sorted(step_s)[len(step_s) // 2]
             m[rec.VERIFY_EPOCH_BOUNDARY_S] = sum(first_steps) / len(first_steps) - typical
         self.tags[rec.VERIFY_EPOCHS] = json.dumps(epochs, separators=(",", ":"))
+
+
+@dataclass
+class Quarters:
+    """The slice in four parts of about equal time, each closed with the device synchronised (three syncs more
+    than the epochs' in a slice: a run that logs its loss syncs more often), so each part's pace is the
+    device's, not the host's running ahead. A part's pace leaves out what the forecast charges apart: the
+    routine's time, and each epoch start's excess over a typical step. A box whose cores change speed for tens
+    of seconds at a time (a VM whose virtual cores move on its host) shows in them; the check windows around
+    the slice see only its ends."""
+
+    start: float
+    length: float  # the slice's expected seconds (inf: one part, no quarters)
+    closed: list[tuple[float, float, float, int]] = field(default_factory=list)  # (wall, images, aside, starts)
+    images: float = 0.0
+    aside: float = 0.0  # the routine's seconds and the epoch-first steps' own, in the part so far
+    starts: int = 0  # epoch-first steps in the part so far
+    edge: float = 0.0  # where the last part closed
+
+    def __post_init__(self) -> None:
+        self.edge = self.start
+
+    def step(self, images: float, first_took: float | None, routine_s: float) -> None:
+        self.images += images
+        self.aside += routine_s + (first_took or 0.0)
+        self.starts += first_took is not None
+
+    def due(self, now: float) -> bool:
+        return len(self.closed) < 3 and now - self.start >= self.length * (len(self.closed) + 1) / 4
+
+    def close(self, now: float) -> None:
+        if self.images:
+            self.closed.append((now - self.edge, self.images, self.aside, self.starts))
+        self.edge, self.images, self.aside, self.starts = now, 0.0, 0.0, 0
+
+    def _steady(self, typical: float) -> list[tuple[float, float]]:
+        """Each part's (images, seconds of steps at their own pace): an epoch start counts as a typical step."""
+        return [(images, wall - aside + starts * typical) for wall, images, aside, starts in self.closed]
+
+    def rates(self, typical: float) -> list[float]:
+        return [images / s for images, s in self._steady(typical) if s > 0]
+
+    def steady_s(self, typical: float) -> float:
+        return sum(s for _images, s in self._steady(typical))
 
 
 class OtherDevice(Exception):

@@ -113,7 +113,8 @@ def verify(
     done = VerifyOutcome(
         record.run_id, "", m[rec.VERIFY_WALL_S], images, ended, epoch_images, forecast_s, slow_s, fast_s,
         m[rec.VERIFY_IMAGES_PER_S], forecast, check_ips=m.get(rec.VERIFY_CHECK_IMAGES_PER_S), own=own,
-        after_ips=m.get(rec.VERIFY_CHECK_AFTER_IMAGES_PER_S),
+        after_ips=m.get(rec.VERIFY_CHECK_AFTER_IMAGES_PER_S), steady_s=m.get(rec.VERIFY_STEADY_S),
+        quarters=(m.get(rec.VERIFY_QUARTER_SLOW_IMAGES_PER_S), m.get(rec.VERIFY_QUARTER_FAST_IMAGES_PER_S)),
         clocks=check_clocks(result.tags.get(rec.VERIFY_CHECK_WINDOWS, "")), reference=against,
     )  # fmt: skip
     metrics = {k: v for k, v in m.items() if k in _KEPT}
@@ -201,6 +202,9 @@ _KEPT = (
     rec.VERIFY_CHECKPOINT_S,
     rec.VERIFY_EVALS,
     rec.VERIFY_EVAL_S,
+    rec.VERIFY_STEADY_S,
+    rec.VERIFY_QUARTER_SLOW_IMAGES_PER_S,
+    rec.VERIFY_QUARTER_FAST_IMAGES_PER_S,
     rec.PEAK_MEM_RESERVED_GB,
     rec.PEAK_MEM_ALLOCATED_GB,
     rec.DEVICE_MEM_TOTAL_GB,
