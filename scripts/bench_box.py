@@ -5,9 +5,9 @@ micro-batches, AdamW, fp32, on the CPU; one batch reused, no loader, no dinox), 
 hypervisor took (steal, /proc/stat) and the share of the cores other processes used over the run.
 
 A forecast from a sweep's short windows holds against a minute of training only where the box keeps one pace
-between them. On this project's 2-core VM, quiet, two threads ran 180-189 img/s, then 211-224, then back, for tens
-of seconds at a time, with no steal and nothing else running, while one thread held 126-133: its two virtual
-cores, not dinox, move the figure (dinox verify's quarters, docs/deciding.md).
+between them. On this project's 2-core VM, quiet, two threads ran 180-189 img/s, then 211-240, then back, for tens
+of seconds at a time, with no steal and nothing else running, while one thread held 126-134: the box, not
+dinox, moves the figure (dinox verify's quarters, docs/deciding.md; docs/evidence.md).
 
     python scripts/bench_box.py                         # 120 s each at 1 and 2 threads, a figure every 5 s
     python scripts/bench_box.py --threads 2 --seconds 300

@@ -178,7 +178,7 @@ class VerifyOutcome:
     def slice_moved(self) -> bool:
         """The slice's own pace changed while it trained, and the change decides the verdict: at its slowest
         quarter's pace the forecast and at its fastest fall on either side of the tolerance (or on both sides of
-        it). On this project's 2-core VM a plain PyTorch loop of two threads runs 180-189 img/s, then 211-224,
+        it). On this project's 2-core VM a plain PyTorch loop of two threads runs 180-189 img/s, then 211-240,
         then back, for tens of seconds each, with nothing else on the box and no steal time
         (scripts/bench_box.py): check windows before and after a slice then agree while the slice's middle ran at
         the other pace."""
