@@ -154,6 +154,7 @@ def one_round(
         "boundaries": int(runs.get("verify_epochs_ended", 0)),
         "check_ips": runs.get("verify_check_images_per_s"),
         "after_ips": runs.get("verify_check_after_images_per_s"),
+        "quarters": (runs.get("verify_quarter_slow_images_per_s"), runs.get("verify_quarter_fast_images_per_s")),
         "check_error": runs.get("check_windows_error"),
         "after_error": runs.get("check_after_error"),
         "check_windows": runs.get("check_windows", {}),
@@ -220,7 +221,8 @@ def main() -> int:
         rows = rounds(spec, a)
     print(f"\n{spec.name}, {a.rounds} rounds, {a.minutes:g}-minute slices\n")
     columns = ("round", "drift", "verdict", "recommended", "tied", "head to head", "forecast img/s", "real img/s")
-    more = ("forecast error", "boundaries", "check img/s", "after img/s", "error at check", "error after", "verify")
+    more = ("forecast error", "boundaries", "check img/s", "after img/s", "quarters img/s", "error at check")
+    more += ("error after", "verify")
     more += ("threads waiting (trial / slice)",)
     print("| " + " | ".join((*columns, *more)) + " |")
     print("|---" * (len(columns) + len(more)) + "|")
@@ -231,13 +233,15 @@ def main() -> int:
         fc = f"{r['forecast_ips']:.1f}" if r.get("forecast_ips") else "-"
         check = f"{r['check_ips']:.1f}" if r.get("check_ips") else "-"
         after = f"{r['after_ips']:.1f}" if r.get("after_ips") else "-"
+        slow, fast = r.get("quarters") or (None, None)
+        quarters = f"{slow:.1f}-{fast:.1f}" if slow and fast else "-"  # the slice's slowest and fastest quarter
         at_check = f"{r['check_error']:+.1%}" if r.get("check_error") is not None else "-"
         at_after = f"{r['after_error']:+.1%}" if r.get("after_error") is not None else "-"
         word = said.get(r.get("verify_exit"), "-") if "verify_exit" in r else "-"
         print(
             f"| {i} | {r.get('drift', '-')} | {r['verdict']} | {r['recommended']} | {r.get('tied', '-')} | "
             f"{r['h2h']} | {fc} | {real} | "
-            f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {at_check} | {at_after} | {word} | "
+            f"{err} | {r.get('boundaries', '-')} | {check} | {after} | {quarters} | {at_check} | {at_after} | {word} | "
             f"{r.get('waits', '-')} |"
         )
     return 0

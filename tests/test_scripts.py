@@ -332,6 +332,7 @@ def test_bench_verify_prints_a_row_per_round(tmp_path):
     row = next(ln for ln in out.splitlines() if ln.startswith("| 1 |"))
     # The head-to-head column: "-" without --head-to-head (and without a tie).
     rates = r"\| [\d.]+ \| [\d.]+ \| [+-]\d+\.\d% \| \d+ \| [\d.]+ \| [\d.]+ "  # forecast, real, error, edges, checks
+    rates += r"\| [\d.]+-[\d.]+ "  # the slice's slowest and fastest quarter, at its steps' own pace
     # The error at the check windows (pooled, then those after the slice: what the box-move rule reads), then
     # OpenMP's waiting threads in the trial and in the slice, verify holding the trial's.
     cells = rates + r"\| [+-]\d+\.\d% \| [+-]\d+\.\d% \| (held|off|undecided) \| (PASSIVE / PASSIVE|unset / unset) \|$"

@@ -260,8 +260,8 @@ class Quarters:
     than the epochs' in a slice: a run that logs its loss syncs more often), so each part's pace is the
     device's, not the host's running ahead. A part's pace leaves out what the forecast charges apart: the
     routine's time, and each epoch start's excess over a typical step. A box whose cores change speed for tens
-    of seconds at a time (a VM whose virtual cores move on its host) shows in them; the check windows around
-    the slice see only its ends."""
+    of seconds at a time (this project's 2-core VM, scripts/bench_box.py) shows in them; the check windows
+    around the slice see only its ends."""
 
     start: float
     length: float  # the slice's expected seconds (inf: one part, no quarters)

@@ -254,8 +254,9 @@ class VerifyOutcome:
             slow, fast = self.quarter_errors or (0.0, 0.0)
             return (
                 f"; but the slice's own steps ran {self.quarters[0]:.1f}-{self.quarters[1]:.1f} img/s over its "
-                f"quarters, and at those paces the forecast is {_at(slow)} to {_at(fast)}: the box changed speed "
-                "while the slice trained, which decides whether it held, not the forecast"
+                f"quarters, and at its slowest quarter's pace the forecast is {_at(slow, signed=True)}, at its "
+                f"fastest {_at(fast, signed=True)}: the box changed speed while the slice trained, which decides "
+                "whether it held, not the forecast"
             )
         if self.left_trial_windows:
             return (
@@ -285,8 +286,10 @@ class VerifyOutcome:
         return f" (the GPU's SM clock {' and '.join(said)})" if said else ""
 
 
-def _at(error: float) -> str:
-    return f"{'within' if abs(error) <= TOLERANCE else 'off by'} {abs(error):.1%}"
+def _at(error: float, signed: bool = False) -> str:
+    """ "within 1.8%" or "off by 5.6%" (signed: with the side, "off by 8.1% (optimistic)")."""
+    side = f" ({'pessimistic' if error > 0 else 'optimistic'})" if signed and error else ""
+    return f"{'within' if abs(error) <= TOLERANCE else 'off by'} {abs(error):.1%}{side}"
 
 
 def _span(values: list[float]) -> str:

@@ -391,9 +391,9 @@ def test_a_slice_whose_own_pace_moved_across_the_tolerance_is_undecided():
     assert not sped_up.straddles and sped_up.quarter_errors == pytest.approx((-0.014, 0.199), abs=1e-3)
     assert sped_up.slice_moved and sped_up.moved and sped_up.word == "UNDECIDED"
     assert sped_up.verdict().endswith(
-        "; but the slice's own steps ran 180.0-219.0 img/s over its quarters, and at those paces the forecast is "
-        "within 1.4% to off by 19.9%: the box changed speed while the slice trained, which decides whether it held, "
-        "not the forecast"
+        "; but the slice's own steps ran 180.0-219.0 img/s over its quarters, and at its slowest quarter's pace the "
+        "forecast is within 1.4% (optimistic), at its fastest off by 19.9% (pessimistic): the box changed speed "
+        "while the slice trained, which decides whether it held, not the forecast"
     ), sped_up.verdict()
     steady = outcome([179.0, 181.0, 182.0, 180.0])  # the same pace throughout: the verdict is the slice's
     assert not steady.slice_moved and steady.word == "HELD"
