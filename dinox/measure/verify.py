@@ -1,7 +1,8 @@
 """`dinox verify`'s child: the trial's own device, loader, model, optimizer and step (TrialRun's), trained for
 real for a bounded slice, as a training run goes: the data as it is (a file set is never repeated to fit
 windows, so its epochs end where a real run's do), steps back to back, the device synchronised only at the
-end of each epoch (where a run logs its loss) and of the slice. No windows, no ablation, no settling.
+end of each epoch (where a run logs its loss), of each quarter of the slice's time (its own pace, `Quarters`) and
+of the slice. No windows, no ablation, no settling.
 
 Run as ``python -m dinox.measure.verify TRIAL_JSON RESULT_JSON``; ``slice.json`` beside TRIAL_JSON says how
 long: ``{"seconds": S, "epochs": E, "epoch_images": N, "device_name": D}`` (stop at whichever of S seconds or E

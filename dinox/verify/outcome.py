@@ -255,8 +255,8 @@ class VerifyOutcome:
             return (
                 f"; but the slice's own steps ran {self.quarters[0]:.1f}-{self.quarters[1]:.1f} img/s over its "
                 f"quarters, and at its slowest quarter's pace the forecast is {_at(slow, signed=True)}, at its "
-                f"fastest {_at(fast, signed=True)}: the box changed speed while the slice trained, which decides "
-                "whether it held, not the forecast"
+                f"fastest {_at(fast, signed=True)}: its pace moving inside the slice decides whether it held, "
+                "not the forecast"
             )
         if self.left_trial_windows:
             return (
@@ -287,7 +287,7 @@ class VerifyOutcome:
 
 
 def _at(error: float, signed: bool = False) -> str:
-    """ "within 1.8%" or "off by 5.6%" (signed: with the side, "off by 8.1% (optimistic)")."""
+    """The error as a verdict says it: within 1.8%, off by 5.6% (`signed`: its side too, off by 8.1% (optimistic))."""
     side = f" ({'pessimistic' if error > 0 else 'optimistic'})" if signed and error else ""
     return f"{'within' if abs(error) <= TOLERANCE else 'off by'} {abs(error):.1%}{side}"
 

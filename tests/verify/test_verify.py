@@ -364,7 +364,7 @@ def test_a_slice_whose_own_pace_moved_across_the_tolerance_is_undecided():
     """The slice's quarters, each at its steps' own pace: where the forecast at the slowest quarter's pace and at
     the fastest fall on either side of 5 % (or both sides), the box's change of speed during the slice decides
     the verdict, whatever the check windows at its two ends say: UNDECIDED. This project's 2-core VM, quiet,
-    2026-11-30 21:4x: a verify slice ran 218 img/s for its first 15 s and 180 for the rest, and a plain PyTorch
+    2026-11-30 21:40: a verify slice ran 218 img/s for its first 15 s and 180 for the rest, and a plain PyTorch
     loop switches between the two paces in one process (scripts/bench_box.py). Here: a trial of 178.0-185.6
     img/s (182.6 pooled), check windows at both ends of the slice at the slow pace, its middle half at the fast."""
     from dinox.verify.outcome import VerifyOutcome
@@ -392,8 +392,8 @@ def test_a_slice_whose_own_pace_moved_across_the_tolerance_is_undecided():
     assert sped_up.slice_moved and sped_up.moved and sped_up.word == "UNDECIDED"
     assert sped_up.verdict().endswith(
         "; but the slice's own steps ran 180.0-219.0 img/s over its quarters, and at its slowest quarter's pace the "
-        "forecast is within 1.4% (optimistic), at its fastest off by 19.9% (pessimistic): the box changed speed "
-        "while the slice trained, which decides whether it held, not the forecast"
+        "forecast is within 1.4% (optimistic), at its fastest off by 19.9% (pessimistic): its pace moving inside "
+        "the slice decides whether it held, not the forecast"
     ), sped_up.verdict()
     steady = outcome([179.0, 181.0, 182.0, 180.0])  # the same pace throughout: the verdict is the slice's
     assert not steady.slice_moved and steady.word == "HELD"
