@@ -2,7 +2,7 @@
 """Does this box hold one pace? A plain PyTorch loop of the quickstart's step (a ViT-Tiny at 64 px, batch 32 x 2
 micro-batches, AdamW, fp32, on the CPU; one batch reused, no loader, no dinox), its images/s over every
 `--every` seconds for `--seconds`, in one process, once per thread count; beside each line the CPU time the
-hypervisor took (steal, /proc/stat) and the share of the cores other processes used over the run.
+hypervisor took (steal) and the share of the cores other processes used over the run.
 
 A forecast from a sweep's short windows holds against a minute of training only where the box keeps one pace
 between them. On this project's 2-core VM, quiet, two threads ran 180-189 img/s, then 211-240, then back, for tens
@@ -16,26 +16,23 @@ dinox, moves the figure (dinox verify's quarters, docs/deciding.md; docs/evidenc
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+import psutil
+
 
 def cpu_seconds() -> tuple[float, float, float]:
-    """(all, idle, steal) CPU seconds of the box since boot, its cores together, from /proc/stat (zeros where
-    there is none)."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0.0, 0.0, 0.0
-    hz = os.sysconf("SC_CLK_TCK")
-    return sum(ticks) / hz, (ticks[3] + ticks[4]) / hz, (ticks[7] if len(ticks) > 7 else 0) / hz
+    """(all, idle, steal) CPU seconds of the box since boot, its cores together (psutil's /proc/stat; steal 0
+    where the platform has none)."""
+    t = psutil.cpu_times()
+    guest = getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)  # Linux counts these in user and nice too
+    return sum(t) - guest, t.idle + getattr(t, "iowait", 0.0), getattr(t, "steal", 0.0)
 
 
 def own_seconds() -> float:
     """This process's CPU seconds, its threads together."""
-    t = os.times()
+    t = psutil.Process().cpu_times()
     return t.user + t.system
 
 

@@ -75,13 +75,7 @@ class VerifyRun(TrialRun):
         lo = self.spec.loader
         loop.batches = Batches(self.loader, clock, lo.num_workers * (lo.prefetch_factor or 2))
         per_step = self.spec.size * self.accumulation * self.world
-        if self.on_phase is not None:
-            self.on_phase("warm-up")
-        t = clock()
-        for _ in range(self.spec.measure.warmup_steps):
-            loop.untimed_step()
-        sync()
-        self.metrics[rec.VERIFY_WARMUP_S] = clock() - t
+        self._warm_up(loop)
         self.metrics[rec.VERIFY_CHECK_IMAGES_PER_S] = self._check_windows(loop, "before")
         budget = self._agreed_steps()
         start = clock()  # the windows' edges synchronised the device
@@ -130,6 +124,20 @@ class VerifyRun(TrialRun):
         epochs.append({"images": epoch_steps * per_step, "wall_s": clock() - epoch_start, "partial": 1.0})
         epochs[-1].update(self._clock())
         self._report(steps, per_step, wall, epochs, first_steps, step_s)
+        return self._after_slice(loop)
+
+    def _warm_up(self, loop) -> None:  # noqa: ANN001 - a measure.loop.Loop
+        """The trial's warm-up steps, untimed but for their sum, the device caught up at their end."""
+        if self.on_phase is not None:
+            self.on_phase("warm-up")
+        t = loop.timeline.host_clock()
+        for _ in range(self.spec.measure.warmup_steps):
+            loop.untimed_step()
+        loop.timeline.synchronize()
+        self.metrics[rec.VERIFY_WARMUP_S] = loop.timeline.host_clock() - t
+
+    def _after_slice(self, loop) -> TrialResult:  # noqa: ANN001 - a measure.loop.Loop
+        """The check windows after the slice, each one's rate (and GPU clock) kept, the memory, the loader let go."""
         self.metrics[rec.VERIFY_CHECK_AFTER_IMAGES_PER_S] = self._check_windows(loop, "after")
         windows: dict[str, object] = dict(self.check_windows)
         if self.clocks:
