@@ -267,8 +267,14 @@ SETTLE_S = _metric(
 )
 LOADER_START_S = _metric("trial", "loader_start_s", "starting the loader's workers")
 EPOCH_START_S = _metric("trial", "epoch_start_s", "an epoch boundary apart: idle workers restarted, a first batch")
+EPOCH_RESTART_STEP_S = _metric(
+    "trial", "epoch_restart_step_s", "with workers: the step that trains on epoch_start_s's batch (the fork's cost)"
+)
 EPOCH_BOUNDARY_S = _metric(
-    "trial", "epoch_boundary_s", "what a boundary adds: epoch_start_s less a steady fetch's wait"
+    "trial",
+    "epoch_boundary_s",
+    "what a boundary adds: with workers, epoch_start_s and epoch_restart_step_s less a typical step; without, "
+    "epoch_start_s less a steady fetch's wait",
 )
 CHECKPOINT_S = _metric(
     "trial", "checkpoint_s", "one checkpoint save, written and fsynced (routine.checkpoint_every_steps)"
@@ -391,7 +397,8 @@ _SLOWEST += (LOADER_COST_HIGH, TRANSFER_COST, TRANSFER_COST_LOW, TRANSFER_COST_H
 _SLOWEST += (DEVICE_MEM_TOTAL_GB, HOST_PEAK_RSS_GB, PREDICTED_DEVICE_MEM_GB, PREDICTED_ACTIVATIONS_GB)
 _SLOWEST += (PREDICTED_LOADER_HOST_GB, PARAMS_M, TRAINABLE_PARAMS_M, LOSS, FLOPS_PER_IMAGE)
 _SLOWEST += (PEAK_TFLOPS, BATCH_AUTO_PROBES_M, BATCH_AUTO_FIT, WARMUP_S, FIRST_STEP_S, FIRST_FETCH_S, COMPILE_S)
-_SLOWEST += (SETTLE_S, LOADER_START_S, EPOCH_START_S, EPOCH_BOUNDARY_S, CHECKPOINT_S, CHECKPOINT_GB, EVAL_START_S)
+_SLOWEST += (SETTLE_S, LOADER_START_S, EPOCH_START_S, EPOCH_RESTART_STEP_S, EPOCH_BOUNDARY_S, CHECKPOINT_S)
+_SLOWEST += (CHECKPOINT_GB, EVAL_START_S)
 _SLOWEST += (EPOCH_BOUNDARIES, DATA_SAMPLES, STARTUP_S, SETUP_S, DATA_SETUP_S, BUILD_S, MEASURE_S, TEARDOWN_S)
 _SLOWEST += (TRIAL_WALL_S,)
 RANKS: dict[str, RankRule] = {

@@ -86,6 +86,7 @@ def candidate(
         profile=ProfileSummary.parse(r.tags.get(rec.PROFILE)),
         windows=int(windows) if windows is not None else None,
         epoch_start_s=m.get(rec.EPOCH_START_S, 0.0),
+        epoch_restart_step_s=m.get(rec.EPOCH_RESTART_STEP_S),
         epoch_boundary_s=r.epoch_boundary_s,
         sweep=r.tags.get(rec.PARENT_RUN, ""),
         omp_wait_policy=r.tags.get(rec.OMP_WAIT_POLICY, ""),

@@ -82,6 +82,7 @@ class Candidate:
     days_slow: float = math.inf  # the schedule at the slowest window's rate: the verdict's margin
     days_fast: float = math.inf  # ... at the fastest window's rate
     epoch_start_s: float = 0.0  # an epoch boundary measured apart: the restarted loader's first batch
+    epoch_restart_step_s: float | None = None  # with workers: the step that trained on it (None: not timed)
     epoch_boundary_s: float = 0.0  # what a boundary adds to the run, paid once an epoch on top of the rate
     routine: RoutineCost = RoutineCost()  # the run's checkpoints and evaluation passes over the schedule
     verified: Verification | None = None  # real training of this trial (dinox verify), where it ran

@@ -23,12 +23,8 @@ class Batches:
         self._it: Iterator = iter(loader)
         self._held: Any = None
         self.epochs_ended = 0
-        # Set by epoch_start, until the next batch is taken: every other worker's first batch was made by the time
-        # the first worker's arrived (the workers started together; none lags the first by its own start-up).
-        self.restarted_in_phase = False
 
     def next(self) -> Any:
-        self.restarted_in_phase = False  # a batch taken since: the restart's first is no longer the last one
         if self._held is not None:
             batch, self._held = self._held, None
             return batch
@@ -72,14 +68,6 @@ class Batches:
             return None
         return queued + sum(1 for v in info.values() if isinstance(v, tuple) and len(v) == 2)
 
-    def _others_made(self) -> bool:
-        """Just after a restarted iterator's first batch: True where every other worker's first batch is made
-        already. False where one is not (a freshly forked process can wait out a scheduler's slice on a busy box),
-        or nothing can be counted. Asked at once: a moment later the first worker's own next batch may be in
-        the queues too, and counted as another's."""
-        workers, waiting = getattr(self._it, "_num_workers", None), self.batches_waiting()
-        return isinstance(workers, int) and waiting is not None and waiting >= workers - 1
-
     def _queued(self) -> int | None:
         """Finished batches still in the iterator's result queues (None: not countable)."""
         it = self._it
@@ -110,10 +98,9 @@ class Batches:
     def epoch_start(self, keep: bool = False) -> float:
         """Seconds from ending an epoch to the next epoch's first batch: the old iterator let go (its workers
         shut down, unless persistent), a new one started (non-persistent workers forked again), its first
-        batch made, from workers idle as a real epoch's end leaves them. A steady fetch's own wait is part of
-        that first batch: what a boundary adds to a run is this less that (Loop.run). Whether the other workers'
-        first batches were made by then is kept (`restarted_in_phase`): where the loader alone starts. `keep`:
-        that first batch is the next fetch's (a step trains on it), not thrown away."""
+        batch made, from workers idle as a real epoch's end leaves them. What a boundary adds to a run is
+        reckoned from this (windows.boundary_cost). `keep`: that first batch is the next fetch's (a step trains
+        on it), not thrown away."""
         self._held = None
         self.wait_idle()
         t = self._clock()
@@ -122,5 +109,4 @@ class Batches:
         first = next(self._it)
         seconds = self._clock() - t
         self._held = first if keep else None
-        self.restarted_in_phase = self._others_made()
         return seconds

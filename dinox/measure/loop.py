@@ -27,9 +27,9 @@ ablation is spent until the label is known, and a loader in the step's own proce
 steps decide the label costs no round at all. After the rounds, on a device with a timeline of its own, the
 compute-only windows at the full and at half the batch (a step the device paces from one the host's kernel
 launches pace); then an epoch boundary (the iterator restarted from idle workers, as an epoch's end leaves
-them; without workers, at the warm-up's last step, which trains on its first batch); last the loader alone,
-from that restart's first batch on where no worker lags it, with the model idle: the rate the input pipeline
-can feed. Only the timed windows count in images_per_s.
+them, and the step that trains on its first batch, which pays for the new workers' fork; without workers, at
+the warm-up's last step, which trains on its first batch); last the loader alone, from a steady pipeline,
+with the model idle: the rate the input pipeline can feed. Only the timed windows count in images_per_s.
 """
 
 from __future__ import annotations
@@ -203,9 +203,11 @@ class Loop:
         if ablation_steps:
             self._phase("ablation windows")
             full, half = self._half_batch(ablation_steps)
-        # The epoch start before the loader alone: after the rounds the workers have usually caught up (a real
-        # epoch's end finds them idle), where the loader alone would leave them owing a full prefetch.
-        epoch_start_s = self.batches.epoch_start() if restarted_s is None else restarted_s
+        if restarted_s is None and self.batches.ready:
+            epoch_start_s, restart_step_s = self._restart()
+        else:  # no workers: nothing forked, the step after a restart is an ordinary one (boundary_cost)
+            epoch_start_s = self.batches.epoch_start() if restarted_s is None else restarted_s
+            restart_step_s = None
         loader_ips = None
         if loader_batches and self.batches.ready:
             self._phase("loader alone")
@@ -231,7 +233,8 @@ class Loop:
             epoch_boundaries=boundaries,
             settle_s=self.settle_s,
             epoch_start_s=epoch_start_s,
-            epoch_boundary_s=boundary_cost(epoch_start_s, windows, self.accumulation),
+            restart_step_s=restart_step_s,
+            epoch_boundary_s=boundary_cost(epoch_start_s, windows, self.accumulation, restart_step_s),
             loader_ready=self.batches.ready,
             window_clocks=all_read(self.window_clocks),
         )
@@ -344,16 +347,24 @@ class Loop:
         sync()
         return first, first_fetch, perf() - t, restarted  # the restart's fetch in the warm-up, as the first step's
 
+    def _restart(self) -> tuple[float, float]:
+        """An epoch boundary with workers, as training meets it: (the restarted iterator's first batch, the
+        step that trains on it), seconds. Before the loader alone: after the rounds the workers have usually
+        caught up (a real epoch's end finds them idle), where the loader alone would leave them owing a full
+        prefetch. The step is timed because the restart forked new workers: the pages this process writes next
+        are copied first (copy-on-write), while the new workers fill their prefetch on the same cores. It
+        starts as an epoch does, with no copy issued ahead."""
+        self._phase("epoch start")
+        first = self.batches.epoch_start(keep=True)
+        self.pending = None
+        return first, self.window(1).wall_s
+
     def _loader_alone(self, batches: int) -> float:
-        """Images/s the loader delivers with nothing consuming them but this loop. It follows the epoch start,
-        just after the restarted iterator's first batch, which had to be waited for: where every other worker's
-        first batch was made by then, none lags the first worker's start-up, and the window starts there (its
-        whole turns end with that worker's own batch). Else it starts from a steady pipeline, as a timed window
-        does, or a worker still starting would slow it. (Settling where it was not needed waited out one more
-        turn and threw its batches away: 0.11-0.22 s a trial on the peer's grid.)"""
-        if not self.batches.restarted_in_phase:
-            self.batches.settle()
-            self.batches.drop_held()
+        """Images/s the loader delivers with nothing consuming them but this loop, from a steady pipeline as a
+        timed window starts (after the epoch start's step the workers hold batches ready, and a worker still
+        starting would slow it)."""
+        self.batches.settle()
+        self.batches.drop_held()
         perf = self.timeline.host_clock  # type: ignore[union-attr]
         t = perf()
         for _ in range(batches):

@@ -69,6 +69,8 @@ def _figures(stats: LoopStats, compiled: bool) -> dict[str, float]:
         rec.EPOCH_START_S: stats.epoch_start_s,
         rec.EPOCH_BOUNDARY_S: stats.epoch_boundary_s,
     }
+    if stats.restart_step_s is not None:
+        figures[rec.EPOCH_RESTART_STEP_S] = stats.restart_step_s
     if compiled:
         # The first step less its waits for the workers' first batches and less a steady step: compilation
         # (and the autotuning of the compiled kernels), not the loader's start-up.

@@ -59,15 +59,26 @@ def in_process_rate(windows: list[Window]) -> float | None:
     return sum(images for images, _ in steps) / waited if waited > 0 else None
 
 
-def boundary_cost(epoch_start_s: float, windows: list[Window], fetches_per_step: int) -> float:
-    """What an epoch boundary adds to a run's time: the restart's first batch (`epoch_start_s`, from idle
-    workers) less the wait for the loader a steady fetch already pays, which the timed rate holds. A loader in
-    the step's own process waits out its whole batch every fetch: only the restart itself is extra. Workers
-    that keep ahead of the step owe nothing steady: the whole first batch is extra. Workers the step outruns
-    already cost it their lag each fetch: the step's compute is what the boundary adds (the workers idle
-    through the epoch's last step; the step then waits one batch). On a device with its own queue the step
-    may hide part of it, so there this errs high. Without a timed step: the restart whole."""
+def boundary_cost(
+    epoch_start_s: float, windows: list[Window], fetches_per_step: int, restart_step_s: float | None = None
+) -> float:
+    """What an epoch boundary adds to a run's time.
+
+    With workers (`restart_step_s` given): the restart's first batch (`epoch_start_s`, from idle workers) and
+    the step that trains on it, less a typical timed step (the median period, its waits for the loader
+    included). The step counts because a restart forks new workers (unless persistent): every page the
+    training process writes next is copied for it first (copy-on-write), and the new workers fill their
+    prefetch beside it; on this project's 2-core box the step after a restart ran 0.4-0.6 s over a typical
+    0.3 s one while its first batch came in 0.05 s (docs/measuring.md, "Epochs"). Persistent workers pay
+    neither, and the charge comes out at the first batch less a steady fetch's wait, as below.
+
+    Without workers (no `restart_step_s`): nothing is forked, and the step after the restart is an ordinary
+    one: the restart's first fetch less the wait a steady fetch already pays (its whole batch, in this
+    process), which the timed rate holds. Without a timed step: the restart whole."""
     steps = [s for w in windows for s in w.steps]
+    if restart_step_s is not None:
+        periods = [p for w in windows for p in w.periods]
+        return max(0.0, epoch_start_s + restart_step_s - statistics.median(periods)) if periods else epoch_start_s
     if not steps:
         return epoch_start_s
     waited = sum(s.data for s in steps) / (len(steps) * max(1, fetches_per_step))
@@ -127,7 +138,9 @@ class LoopStats:
     epoch_boundaries: int = 0  # loader epochs that ended inside the timed windows
     settle_s: float = 0.0  # untimed: draining the batches ready and a step before each timed window
     epoch_start_s: float = 0.0  # an epoch boundary: the loader's iterator ended and a new one's first batch
-    epoch_boundary_s: float = 0.0  # what that adds to a run's time beyond the steady fetch's wait (boundary_cost)
+    # With workers: the step that trains on that first batch (None: timed in the warm-up's step, no workers)
+    restart_step_s: float | None = None
+    epoch_boundary_s: float = 0.0  # what the boundary adds to a run's time (boundary_cost)
     loader_ready: int = 0  # batches the loader's workers can hold ready (0: it loads in the step's process)
     window_clocks: list[float] = field(default_factory=list)  # the GPU's SM clock after each timed window ([]: none)
 

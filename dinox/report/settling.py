@@ -103,13 +103,16 @@ def _boundary_line(c: Candidate, epochs: float | None) -> list[str]:
     """What the forecast charges the schedule's epoch boundaries, where it charges any."""
     if not epochs or c.epoch_boundary_s <= 0:
         return []
-    less = (
-        f", {c.epoch_start_s:.3g} s, less the wait a steady fetch already pays"
-        if c.epoch_start_s > c.epoch_boundary_s
-        else ""
-    )
-    each = f"{c.epoch_boundary_s:.3g} s (the restarted loader's first batch{less})"
-    return [f"- Epoch boundaries, in the days: {epochs:g} x {each}"]
+    if c.epoch_restart_step_s is not None:
+        what = (
+            f"the restarted loader's first batch, {c.epoch_start_s:.3g} s, and the step that trains on it, "
+            f"{c.epoch_restart_step_s:.3g} s, less a typical step"
+        )
+    elif c.epoch_start_s > c.epoch_boundary_s:
+        what = f"the restarted loader's first batch, {c.epoch_start_s:.3g} s, less the wait a steady fetch already pays"
+    else:
+        what = "the restarted loader's first batch"
+    return [f"- Epoch boundaries, in the days: {epochs:g} x {c.epoch_boundary_s:.3g} s ({what})"]
 
 
 def decision_section(d: Decision) -> list[str]:

@@ -128,6 +128,14 @@ def test_each_epoch_of_the_schedule_pays_the_loader_s_epoch_boundary():
     assert large.best.epoch_start_s == 600.0 and large.best.epoch_boundary_s == 240.0
     said = "- Epoch boundaries, in the days: 100 x 240 s (the restarted loader's first batch, 600 s, less the wait a"
     assert said in report.render_markdown(d, [])
+    for row in rows:  # with workers: the restart's first batch and the step on it (the fork's cost), less a step
+        row["metrics"] |= {"epoch_start_s": 0.05, "epoch_restart_step_s": 0.9, "epoch_boundary_s": 0.6}
+    d = decide.decide(study.records(rows), by_epochs)
+    said = (
+        "- Epoch boundaries, in the days: 100 x 0.6 s (the restarted loader's first batch, 0.05 s, and the step that"
+        " trains on it, 0.9 s, less a typical step)\n"
+    )
+    assert said in report.render_markdown(d, [])
     by_images = decide.decide(study.records(rows), budget.Budget(days=15, target_images=10**7))  # no epochs
     assert by_images.recommended is not None and "Epoch boundaries" not in report.render_markdown(by_images, [])
 
