@@ -66,6 +66,38 @@ def test_bench_box_prints_each_thread_count_s_paces_and_what_else_the_box_did(tm
     assert proc.returncode == 2 and "--img a multiple of 16" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_bench_boundary_prints_each_boundary_both_ways_and_refuses_a_bad_option_in_one_line(tmp_path):
+    out = run_script(
+        "bench_boundary.py",
+        "--workers",
+        "1",
+        "--epochs",
+        "1",
+        "--steps",
+        "2",
+        "--img",
+        "32",
+        "--batch",
+        "4",
+        cwd=tmp_path,
+    )
+    lines = out.splitlines()
+    assert lines[0] == "1 workers, forked again each epoch:" and lines[2] == "1 workers, persistent:", out
+    epoch = (
+        r"  epoch 1: first batch \d+\.\d{3} s, its step (\d+\.\d{3}) s \(\+(-?\d+\.\d{3}) over the median "
+        r"(\d+\.\d{3})\), page faults \d+ against a median \d+"
+    )
+    for line in (lines[1], lines[3]):
+        m = re.fullmatch(epoch, line)
+        assert m, line
+        step, excess, median = map(float, m.groups())
+        assert excess == pytest.approx(step - median, abs=0.0015), line  # the excess is the two figures' difference
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_boundary.py"), "--steps", "1"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "--steps at least 2" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_bench_settle_prints_each_way_of_starting_a_window_and_refuses_a_bad_set_in_one_line(tmp_path):
     """The trial's windows timed three ways in one process (continuous, drained as the trial drains, from a
     full queue), on a loader with a worker so the steadying has something to drain."""

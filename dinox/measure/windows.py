@@ -68,8 +68,8 @@ def boundary_cost(
     the step that trains on it, less a typical timed step (the median period, its waits for the loader
     included). The step counts because a restart forks new workers (unless persistent): every page the
     training process writes next is copied for it first (copy-on-write), and the new workers fill their
-    prefetch beside it; on this project's 2-core box the step after a restart ran 0.4-0.6 s over a typical
-    0.3 s one while its first batch came in 0.05 s (docs/measuring.md, "Epochs"). Persistent workers pay
+    prefetch beside it; on this project's 2-core box the step after a restart ran 0.39-0.61 s over a typical
+    0.26-0.38 s one while its first batch came in 0.02-0.08 s (docs/measuring.md, "Epochs"). Persistent workers pay
     neither, and the charge comes out at the first batch less a steady fetch's wait, as below.
 
     Without workers (no `restart_step_s`): nothing is forked, and the step after the restart is an ordinary

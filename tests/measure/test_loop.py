@@ -496,8 +496,8 @@ def test_the_epoch_start_is_a_step_on_the_restarts_first_batch_and_the_loader_al
 
 def test_the_step_after_a_restart_with_workers_is_charged_to_the_boundary(monkeypatch):
     """A restart forks new workers, and the step that trains on its first batch pays for it (copy-on-write
-    pages, the new workers filling their prefetch on the same cores): 0.4-0.6 s over a 0.3 s step on this
-    project's 2-core box, while the first batch came in 0.05 s. On a fake clock: steps of 10 ms, and 500 ms
+    pages, the new workers filling their prefetch on the same cores): 0.39-0.61 s over a 0.26-0.38 s step on
+    this project's 2-core box, while the first batch came in 0.02-0.08 s. On a fake clock: steps of 10 ms, and 500 ms
     for the one that follows the restart; the boundary is charged that step less a typical one."""
     clock = FakeClock()
     restarted = [False]
