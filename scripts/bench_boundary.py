@@ -63,7 +63,7 @@ def run(persistent: bool, workers: int, epochs: int, steps: int, img: int, batch
             median = statistics.median(s for s, _ in taken[1:])
             lines.append(
                 f"  epoch {epoch}: first batch {first_batch:.3f} s, its step {taken[0][0]:.3f} s "
-                f"(+{taken[0][0] - median:.3f} over the median {median:.3f}), page faults {taken[0][1]} "
+                f"({taken[0][0] - median:+.3f} over the median {median:.3f}), page faults {taken[0][1]} "
                 f"against a median {statistics.median(n for _, n in taken[1:]):.0f}"
             )
     return lines
@@ -80,7 +80,8 @@ def main() -> int:
     if a.workers < 1 or a.epochs < 1 or a.steps < 2 or a.img % 16 or a.batch < 1:
         p.error("--workers, --epochs and --batch at least 1, --steps at least 2, --img a multiple of 16")
     for persistent in (False, True):
-        print(f"{a.workers} workers, {'persistent' if persistent else 'forked again each epoch'}:", flush=True)
+        workers = f"{a.workers} worker{'s' if a.workers > 1 else ''}"
+        print(f"{workers}, {'persistent' if persistent else 'forked again each epoch'}:", flush=True)
         print("\n".join(run(persistent, a.workers, a.epochs, a.steps, a.img, a.batch)), flush=True)
     return 0
 

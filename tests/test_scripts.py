@@ -82,9 +82,9 @@ def test_bench_boundary_prints_each_boundary_both_ways_and_refuses_a_bad_option_
         cwd=tmp_path,
     )
     lines = out.splitlines()
-    assert lines[0] == "1 workers, forked again each epoch:" and lines[2] == "1 workers, persistent:", out
+    assert lines[0] == "1 worker, forked again each epoch:" and lines[2] == "1 worker, persistent:", out
     epoch = (
-        r"  epoch 1: first batch \d+\.\d{3} s, its step (\d+\.\d{3}) s \(\+(-?\d+\.\d{3}) over the median "
+        r"  epoch 1: first batch \d+\.\d{3} s, its step (\d+\.\d{3}) s \(([+-]\d+\.\d{3}) over the median "
         r"(\d+\.\d{3})\), page faults \d+ against a median \d+"
     )
     for line in (lines[1], lines[3]):
