@@ -277,7 +277,7 @@ def decide(
         remeasure=_behind(records, unsettled if recommended is None else bigger, lambda r: r.unsettled),
         capped=_behind(records, unsettled if recommended is None else bigger, lambda r: r.few_windows and r.capped),
         contested=contested(recommended or (unsettled[0] if unsettled else None)),
-        notes=_notes(bigger, recommended, records),
+        notes=_notes(bigger, recommended or (unsettled[0] if unsettled else None), records, shifts),
         cheapest=min((mv for mv in go if mv.cost is not None), key=_cost_or_inf, default=None),
         what_if=what_if(recommended, budget) if recommended is not None else [],
         needs=needs(models, budget),
@@ -324,10 +324,36 @@ def _bigger_note(mv: ModelVerdict) -> str:
     return f"{mv.label} is larger and UNSETTLED ({mv.unsettled_why}): settled, it could be recommended instead"
 
 
-def _notes(bigger: list[ModelVerdict], recommended: ModelVerdict | None, records: list[TrialRecord]) -> list[str]:
-    """What the decision adds beside its verdict: larger models left unsettled, windows too short to forecast."""
-    short = reasons.short_windows_note(recommended, records)
-    return [_bigger_note(mv) for mv in bigger] + ([short] if short else [])
+def _notes(
+    bigger: list[ModelVerdict],
+    planned: ModelVerdict | None,
+    records: list[TrialRecord],
+    shifts: dict[frozenset[str], Move],
+) -> list[str]:
+    """What the decision adds beside its verdict: larger models left unsettled, windows too short to forecast,
+    a sweep behind the plan (`planned`: the recommended model, else the first unsettled) that moved."""
+    short = reasons.short_windows_note(planned if planned is not None and planned.go else None, records)
+    moved = _moved_note(planned, shifts)
+    return [_bigger_note(mv) for mv in bigger] + [n for n in (short, moved) if n]
+
+
+def _moved_note(planned: ModelVerdict | None, shifts: dict[frozenset[str], Move]) -> str:
+    """The sweep that measured the plan's trials moved while it ran (its drift check shares no rate with the
+    first trial's own windows): the forecast is the box's pace of the minutes each trial was measured in, and
+    real training may meet the other. Issue 33, 2026-12-01: a JPEG sweep whose check moved 17.7 % planned at
+    49.7 img/s, and real training ran 55.0. Not said where the plan's trial was verified: its verification
+    speaks for real training."""
+    if planned is None or planned.best is None or planned.best.verified is not None:
+        return ""
+    sweeps = dict.fromkeys(c.sweep for c in (planned.best, *planned.tied) if c.sweep)
+    move = next((m for s in sweeps if (m := shifts.get(frozenset((s,)))) is not None), None)
+    if move is None:
+        return ""
+    return (
+        f"the sweep that measured {planned.label}'s plan moved while it ran: {move.describe(str)}; its forecast "
+        "is the box's pace of the minutes each trial was measured in, and real training may run at another "
+        "(`dinox verify` holds the forecast against real training)"
+    )
 
 
 def _cost_or_inf(mv: ModelVerdict) -> float:

@@ -629,6 +629,15 @@ def test_trials_of_one_sweep_closer_than_its_drift_check_moved_are_tied_not_orde
     said = report.render_markdown(moved, [])
     assert "Tied with `2 bs=32 w=2`: measured in the same sweep as this one, which moved while it ran (" in said
     assert "`1 bs=32 w=0` ran 221.0-228.0 img/s at the sweep's start and 238.0-245.0 when measured again" in said
+    # The forecast is the box of those minutes: a note says so, in the terminal, report.md and decision.json.
+    (note,) = [n for n in moved.notes if "moved while it ran" in n]
+    assert note.startswith("the sweep that measured ") and note.endswith(
+        "(`dinox verify` holds the forecast against real training)"
+    )
+    assert "1 bs=32 w=0 ran 221.0-228.0 img/s at the sweep's start and 238.0-245.0 when measured again" in note
+    assert f"note: {note}" in report.render_terminal(moved)
+    assert f"- {note.split(' (`')[0]}" in said  # report.md: its backticks escaped, as every note's
+    assert note in report_json.to_json(moved)["notes"]
     # The workers' knob, read from the same pair: 1.04x is inside the sweep's 4.4 % move, so noise.
     assert moved.knobs[0].within_noise
     # A change of 6.2 % stands out of the move's 4.4 % gap (the windows' own spreads hold the rest), though not
@@ -641,6 +650,7 @@ def test_trials_of_one_sweep_closer_than_its_drift_check_moved_are_tied_not_orde
     # The check inside the trial's own range: the box held, the ranges order the two.
     held = decide.decide([_drift(first, 222.0, 229.0), later], days)
     assert held.models[0].tied == [] and held.models[0].moved == {}
+    assert not [n for n in held.notes if "moved while it ran" in n]
     # A check no sweep could have written (a bool, a NaN, a string, too few windows, a fast end under the rate)
     # shows nothing.
     for bad in ('{"images_per_s": true}', "NaN", '"fast"', "[1, 2]", "{", ""):
