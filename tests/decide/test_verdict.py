@@ -638,6 +638,11 @@ def test_trials_of_one_sweep_closer_than_its_drift_check_moved_are_tied_not_orde
     assert f"note: {note}" in report.render_terminal(moved)
     assert f"- {note.split(' (`')[0]}" in said  # report.md: its backticks escaped, as every note's
     assert note in report_json.to_json(moved)["notes"]
+    # Verified, the plan's trial has real training's word: no note.
+    check = TrialRecord("v1", "0", "verify", {}, {"verify_images_per_s": 225.0, "forecast_error": 0.0}, {})
+    verified = decide.decide([_drift(first, 238.0, 245.0), later], days, verified={"1": check})
+    assert verified.models[0].best.verified is not None
+    assert not [n for n in verified.notes if "moved while it ran" in n]
     # The workers' knob, read from the same pair: 1.04x is inside the sweep's 4.4 % move, so noise.
     assert moved.knobs[0].within_noise
     # A change of 6.2 % stands out of the move's 4.4 % gap (the windows' own spreads hold the rest), though not
