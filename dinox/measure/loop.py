@@ -203,11 +203,7 @@ class Loop:
         if ablation_steps:
             self._phase("ablation windows")
             full, half = self._half_batch(ablation_steps)
-        if restarted_s is None and self.batches.ready:
-            epoch_start_s, restart_step_s = self._restart()
-        else:  # no workers: nothing forked, the step after a restart is an ordinary one (boundary_cost)
-            epoch_start_s = self.batches.epoch_start() if restarted_s is None else restarted_s
-            restart_step_s = None
+        epoch_start_s, restart_step_s = self._epoch_start(restarted_s)
         loader_ips = None
         if loader_batches and self.batches.ready:
             self._phase("loader alone")
@@ -346,6 +342,14 @@ class Loop:
                 first, first_fetch = perf() - t, rec.waited
         sync()
         return first, first_fetch, perf() - t, restarted  # the restart's fetch in the warm-up, as the first step's
+
+    def _epoch_start(self, restarted_s: float | None) -> tuple[float, float | None]:
+        """(the restarted iterator's first batch, the step on it or None), seconds. With workers, both timed
+        here (`_restart`); without, nothing is forked and the step after a restart is an ordinary one
+        (boundary_cost): the first fetch the warm-up timed (`restarted_s`), else one timed here."""
+        if restarted_s is None and self.batches.ready:
+            return self._restart()
+        return (self.batches.epoch_start() if restarted_s is None else restarted_s), None
 
     def _restart(self) -> tuple[float, float]:
         """An epoch boundary with workers, as training meets it: (the restarted iterator's first batch, the

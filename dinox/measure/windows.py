@@ -75,10 +75,10 @@ def boundary_cost(
     Without workers (no `restart_step_s`): nothing is forked, and the step after the restart is an ordinary
     one: the restart's first fetch less the wait a steady fetch already pays (its whole batch, in this
     process), which the timed rate holds. Without a timed step: the restart whole."""
-    steps = [s for w in windows for s in w.steps]
     if restart_step_s is not None:
         periods = [p for w in windows for p in w.periods]
         return max(0.0, epoch_start_s + restart_step_s - statistics.median(periods)) if periods else epoch_start_s
+    steps = [s for w in windows for s in w.steps]
     if not steps:
         return epoch_start_s
     waited = sum(s.data for s in steps) / (len(steps) * max(1, fetches_per_step))
