@@ -47,10 +47,12 @@ def candidate(
     varying: set[str],
     verify: TrialRecord | None = None,
     rematch: HeadToHead | None = None,
+    moved: Move | None = None,
 ) -> Candidate | None:
     """The trial as the policy sees it: its forecast and measured range (the head-to-head's rounds where it
-    was measured again so, then real training's rate where a verification fell outside them), the days each
-    gives, and why the policy leaves it out, if it does. None: nothing to plan with."""
+    was measured again so, then real training's rate where a verification fell outside them, else widened by
+    `moved`, the move its sweep's drift check shows), the days each gives, and why the policy leaves it out, if
+    it does. None: nothing to plan with."""
     m = r.metrics
     effective = r.effective_batch
     measured = m.get(rec.IMAGES_PER_S)
@@ -93,6 +95,12 @@ def candidate(
     )
     _apply_head_to_head(c, rematch)
     _apply_verification(c, verify)
+    if moved is not None and c.rematch is None and c.verified is None:
+        # The box ran at another pace at one end of the sweep than at the other: the trial's windows are the
+        # pace of their minutes, and real training may meet either (issue 33: two quickstart sweeps of
+        # 2026-12-01 moved 37.0 and 40.8 % while they ran, their trials' windows a few % wide).
+        c.drift = moved.gap
+        c.checked = moved.after if moved.trial == (r.run_name or r.run_id) else None
     c.routine = routine_cost(r.params, m, budget, effective)
     c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_boundary_s, c.routine.seconds) for ips in c.rates)
     return c
@@ -120,11 +128,12 @@ def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
     if verify is None or ips is None or error is None or not (math.isfinite(ips) and ips > 0):
         return
     c.verified = Verification(verify.run_id, ips, error, moved=verify.tags.get(rec.VERIFY_MOVED) == "true")
-    if not c.slow_ips <= ips <= c.fast_ips:
+    slow, fast = c.window_range
+    if not slow <= ips <= fast:
         if not c.verified.moved:
             c.windows_ips, c.measured_ips = c.measured_ips, ips
             c.omp_wait_policy = verify.tags.get(rec.OMP_WAIT_POLICY, "")  # real training's rate: the step it trained
-        c.window_min_ips, c.window_max_ips = min(c.slow_ips, ips), max(c.fast_ips, ips)
+        c.window_min_ips, c.window_max_ips = min(slow, ips), max(fast, ips)
         c.widened = True
 
 
@@ -135,9 +144,7 @@ def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
         return
     slow, fast, windows = h.span(c.run_id)
     pooled, policy = len(h.planning(c.run_id)), h.policy(c.run_id)
-    c.rematch = Rematch(
-        h.group, len(h.of(c.run_id)), c.measured_ips, (c.slow_ips, c.fast_ips), pooled, policy_of(policy)
-    )
+    c.rematch = Rematch(h.group, len(h.of(c.run_id)), c.measured_ips, c.window_range, pooled, policy_of(policy))
     c.measured_ips, c.window_min_ips, c.window_max_ips, c.windows = h.pooled(c.run_id), slow, fast, windows
     c.omp_wait_policy = policy  # the step the rounds measured: verify trains it
 

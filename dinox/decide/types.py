@@ -24,6 +24,11 @@ Verdict = Literal["GO", "NO-GO", "UNSETTLED"]
 TieWhy = Literal["head_to_head", "moved", "overlap"]
 
 
+def drift_words(drift: float) -> str:
+    """What a range's ends are where its sweep moved while it ran, read after "the slowest" or "the fastest"."""
+    return f"window measured, widened by the {drift:.1%} its sweep moved while it ran"
+
+
 @dataclass(frozen=True)
 class Tie:
     """One trial tied with a model's leader (the leader: with its best), and why the measurement cannot order
@@ -91,6 +96,14 @@ class Candidate:
     rematch: Rematch | None = None  # measured again head to head: its rounds replaced the sweep's figures
     sweep: str = ""  # the sweep (parent run) that measured it: ranges from two sweeps order them only if
     # the box did not move between them (dinox.decide.occasions)
+    # How far its sweep moved while it ran beyond what the windows spread (Move.gap of the sweep's drift check):
+    # its ends are widened by it, as the box may meet real training at the pace of either end of the sweep. 0.0
+    # where the sweep held still, and where rounds of a head-to-head (their spread holds the box's drift over
+    # every round) or real training (a verification) replaced the sweep's figures.
+    drift: float = 0.0
+    # The trial measured again at its sweep's end (the drift check that showed the move), slowest and fastest
+    # window: its ends cover those windows too, as they are its own measurements. None for every other trial.
+    checked: tuple[float, float] | None = None
     # What OpenMP's waiting threads did in the measurement its forecast comes from (dinox.omp_wait_policy's
     # text): the trial's, its head-to-head's latest rounds', or the verification's whose rate replaced them.
     # `dinox verify` trains with it, so the slice is the step the forecast measured. "" where not recorded.
@@ -110,23 +123,38 @@ class Candidate:
     @property
     def range_ends(self) -> str:
         """What its slowest and fastest rate are of: its timed windows, widened to real training's rate where a
-        verification fell outside them."""
-        return "rate measured in windows or real training" if self.widened else "window measured"
+        verification fell outside them, or by the move of the sweep that measured them."""
+        if self.widened:
+            return "rate measured in windows or real training"
+        return drift_words(self.drift) if self.drift else "window measured"
+
+    @property
+    def window_range(self) -> tuple[float, float]:
+        """Its slowest and fastest timed window (real training's rate among them where a verification widened
+        them), as measured: what the tables show and ties are read from, without the sweep's move."""
+        return (
+            min(self.window_min_ips or self.measured_ips, self.measured_ips),
+            max(self.window_max_ips or self.measured_ips, self.measured_ips),
+        )
 
     @property
     def slow_ips(self) -> float:
-        return min(self.window_min_ips or self.measured_ips, self.measured_ips)
+        """The slow end the verdict reads: the slowest window, slowed by the sweep's move (and no faster than
+        its drift check's slowest window, where this trial is the one measured again)."""
+        slow = self.window_range[0] / (1 + self.drift)
+        return min(slow, self.checked[0]) if self.checked else slow
 
     @property
     def fast_ips(self) -> float:
-        return max(self.window_max_ips or self.measured_ips, self.measured_ips)
+        fast = self.window_range[1] * (1 + self.drift)
+        return max(fast, self.checked[1]) if self.checked else fast
 
     @property
     def occasion_range(self) -> tuple[float, float]:
         """Its range as the sweep measured it, to set beside another trial's from the same sweep: a
         head-to-head's rounds replace the plan's figures, but their spread holds the box's drift over every
         round, which one sweep measurement of another trial cannot be held against."""
-        return self.rematch.sweep_range if self.rematch is not None else (self.slow_ips, self.fast_ips)
+        return self.rematch.sweep_range if self.rematch is not None else self.window_range
 
     def overlaps(self, other: Candidate, slack: float = 0.0) -> bool:
         """The two measured ranges share a rate: which of the two is faster is not settled. `slack`: each range's
@@ -182,6 +210,9 @@ class Span:
     cost: float | None = None
     cost_slow: float | None = None
     cost_fast: float | None = None
+    # The most the sweeps behind it moved while they ran, by which the slow and fast ends were widened
+    # (Candidate.drift); 0.0 where they held still.
+    drift: float = 0.0
 
 
 @dataclass
@@ -238,6 +269,8 @@ class ModelVerdict:
         widened the range of `best` or of the tied trial whose end the span takes (`real_ends`)."""
         if any(self.real_ends()):
             return "rate measured in windows or real training"
+        if self.span is not None and self.span.drift:
+            return drift_words(self.span.drift)
         return self.best.range_ends if self.best is not None else "window measured"
 
     def real_ends(self) -> tuple[bool, bool]:

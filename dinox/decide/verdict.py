@@ -135,12 +135,12 @@ def _model_verdict(
         statuses[r.status or "unknown"] += 1
     params_m = next((r.metrics[rec.PARAMS_M] for r in records if rec.PARAMS_M in r.metrics), None)
     shown = varying(records)
-    candidates = [
-        c
-        for r in records
-        if r.status == "ok"
-        if (c := candidate(r, budget, policy, shown, verified.get(r.run_id), rematches.get(r.run_id)))
-    ]
+    ok = [r for r in records if r.status == "ok"]
+    built = (
+        candidate(r, budget, policy, shown, verified.get(r.run_id), rematches.get(r.run_id), _moved(r, shifts))
+        for r in ok
+    )
+    candidates = [c for c in built if c is not None]
     candidates.sort(key=lambda c: -c.measured_ips)
     mv = ModelVerdict(key, name, kwargs, params_m, len(records), dict(statuses), candidates, _oom_boundaries(records))
     mv.device_name, mv.devices = device
@@ -163,6 +163,12 @@ def _model_verdict(
         if budget.dataset_size:
             mv.epochs_in_budget = mv.images_in_budget / budget.dataset_size
     return mv
+
+
+def _moved(r: TrialRecord, shifts: dict[frozenset[str], Move]) -> Move | None:
+    """The move its sweep's drift check shows while the sweep ran, if it shows one."""
+    sweep = r.tags.get(rec.PARENT_RUN, "")
+    return shifts.get(frozenset((sweep,))) if sweep else None
 
 
 def _verdict(
@@ -203,6 +209,7 @@ def _span(group: list[Candidate], budget: Budget, device: tuple[str, int]) -> Sp
     span = Span(
         planned.measured_ips, slowest.slow_ips, group[0].fast_ips, planned.days, slowest.days_slow, group[0].days_fast
     )
+    span.drift = max(c.drift for c in group)
     days = (span.days, span.days_slow, span.days_fast)
     span.cost, span.cost_slow, span.cost_fast = (budget.cost(d, *device) for d in days)
     return span
@@ -220,6 +227,8 @@ def _unsettled_why(mv: ModelVerdict, budget: Budget) -> str:
             "so no slow end was measured"
         )
     ends = f"{fmt_days(span.days_fast)} days at the fastest window, {fmt_days(span.days_slow)} at the slowest"
+    if span.drift:
+        ends += f", each widened by the {span.drift:.1%} its sweep moved while it ran"
     return f"the budget lies inside the measured range ({ends})"
 
 

@@ -213,7 +213,9 @@ def _days(d: Decision, path: Path) -> Path:
     ax.set_xlim(0, xmax * (1.7 if priced else 1.5))  # room for the annotations
     widened = real or any(any(mv.real_ends()) for mv in d.models)  # an end is a verification's real rate
     ends = "rate in windows or real training" if widened else "timed window"
-    ax.set_xlabel(f"days for the schedule\nbar: from the fastest to the slowest {ends} of the plan's trials")
+    drift = max((mv.span.drift for mv in d.models if mv.span), default=0.0)
+    moved = f"\neach end widened by the {drift:.1%} their sweep moved while it ran" if drift else ""
+    ax.set_xlabel(f"days for the schedule\nbar: from the fastest to the slowest {ends} of the plan's trials{moved}")
     settled = " on SHRUNK trials (not the study's)" if d.shrunk else "" if d.settled else " (not settled)"
     ax.set_title(f"{d.verdict}{settled}: {d.budget.describe()}", fontsize=10)
     ax.invert_yaxis()

@@ -4,6 +4,8 @@ report.md's Decision section. Shared by the terminal, the run's Description and 
 
 from __future__ import annotations
 
+import shlex
+
 from dinox.decide.budget import SECONDS_PER_DAY, fmt_cost, fmt_days
 from dinox.decide.types import Candidate, ModelVerdict, Tie
 from dinox.decide.verdict import Decision
@@ -77,6 +79,7 @@ def unsettled_lines(d: Decision) -> list[str]:
             f"{shown}: a spec that allows fewer than {SETTLED_WINDOWS} timed windows (measure.repeats or "
             f"max_repeats) never settles a GO: raise it{how}, then {code_span(f'dinox run {d.spec_words(caps)}')}"
         )
+    out += _moved_lines(d)
     if out:
         return out
     if any(mv.unsettled_why.startswith("too few") for mv in d.unsettled):
@@ -85,6 +88,20 @@ def unsettled_lines(d: Decision) -> list[str]:
     return [
         "their windows agreed: the budget lies within the measurement's own noise; longer windows "
         "(measure.bench_steps) narrow the range, or plan on the slow end"
+    ]
+
+
+def _moved_lines(d: Decision) -> list[str]:
+    """Where an unsettled model's ends were widened by its sweep's move: what would settle it without that."""
+    moved = [(mv.span.drift, mv.best.run_id) for mv in d.unsettled if mv.span and mv.span.drift and mv.best]
+    if not moved:
+        return []
+    drift, run_id = moved[0]
+    verify = f"dinox verify {d.spec_arg} --run-id {shlex.quote(store_text(run_id))}"
+    return [
+        f"the sweep moved {drift:.1%} while it ran (its drift check), so each end is widened by that move: "
+        f"{code_span(f'dinox run {d.spec_arg}')} again on a box that holds still measures a sweep of its own, "
+        f"or {code_span(verify)} holds the plan's trial against real training"
     ]
 
 

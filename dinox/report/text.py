@@ -4,7 +4,7 @@ Pure rendering of a Decision; no MLflow, no policy."""
 from __future__ import annotations
 
 from dinox.decide.budget import Budget, fmt_cost, fmt_days
-from dinox.decide.types import Candidate, ModelVerdict
+from dinox.decide.types import Candidate, ModelVerdict, drift_words
 from dinox.decide.verdict import Decision
 from dinox.report import findings, money
 from dinox.report.findings import fmt_settings
@@ -113,6 +113,7 @@ def render_note(d: Decision) -> str:
         cells = [inert(d.where(mv)), _cell(s and s.forecast_ips) + (REAL_MARK if mv.real_forecast else "")]
         real_slow, real_fast = mv.real_ends()
         ends = f"{s.slow_ips:.1f}{REAL_MARK * real_slow}-{s.fast_ips:.1f}{REAL_MARK * real_fast}" if s else "-"
+        ends += f" (widened by the sweep's {s.drift:.1%} move)" if s and s.drift else ""
         cells.append(ends)
         cells += [fmt_days(s.days) if s is not None else "-", days_range(mv)]
         if priced:
@@ -124,11 +125,14 @@ def render_note(d: Decision) -> str:
 
 
 def _real_said(mv: ModelVerdict) -> str:
-    """Where a figure of its row is real training's rate (a verification outside its windows: the forecast
-    planned with it, or an end of the range it widened), not a window's as the header says, which."""
+    """Where a figure of its row is not a window's as the header says: real training's rate (a verification
+    outside its windows: the forecast planned with it, or an end of the range it widened), or an end widened by
+    its sweep's move."""
     ends = [end for end, real in zip(("slowest", "fastest"), mv.real_ends(), strict=True) if real]
     said = ["forecast"] * mv.real_forecast + ends
-    return f" ({' and '.join(said)}: real training's rate, outside its windows)" if said else ""
+    real = f" ({' and '.join(said)}: real training's rate, outside its windows)" if said else ""
+    drift = mv.span.drift if mv.span is not None else 0.0
+    return real + (f" (slowest and fastest: {drift_words(drift)})" if drift else "")
 
 
 def _policy_line(d: Decision) -> str:
@@ -137,7 +141,8 @@ def _policy_line(d: Decision) -> str:
         f"- Policy: only `ok` trials count; peak reserved memory at most {d.policy.max_memory_share:.0%} of the "
         f"device. The forecast is {IPS_WINDOWS}, images over all the timed windows' wall time; the verdict is "
         f"read over the range the windows measured: GO where the budget holds at the slowest window (with at "
-        f"least {SETTLED_WINDOWS} windows), NO-GO where it fails at the fastest, UNSETTLED in between (exit 3). "
+        f"least {SETTLED_WINDOWS} windows), NO-GO where it fails at the fastest, UNSETTLED in between (exit 3); "
+        "a sweep whose drift check shows it moved while it ran has each end of its trials widened by that move. "
         "Trials whose ranges overlap the fastest one's are tied with it (as are those closer than the box moved "
         "between their two sweeps, where the store shows a move, or while their one sweep ran, where its drift "
         "check shows one), and the plan takes the slowest of them, the "
@@ -287,7 +292,9 @@ def _candidates_table(mv: ModelVerdict) -> list[str]:
         cells = [inert(c.configuration.get(k, "")) for k in varying]
         count = f"{c.windows}: " if c.windows is not None else ""
         real = c.verified.images_per_s if c.widened and c.verified is not None else None  # an end, not a window
-        slow, fast = (f"{x:.2f}{REAL_MARK * (x == real)}" for x in (c.slow_ips, c.fast_ips))
+        slow, fast = (f"{x:.2f}{REAL_MARK * (x == real)}" for x in c.window_range)
+        if c.drift:
+            notes.append(f"ends read {c.slow_ips:.2f}-{c.fast_ips:.2f}: {drift_words(c.drift)}")
         cells += [
             f"{c.measured_ips:.2f}" + (REAL_MARK if c.forecast_unit == IPS_REAL else ""),
             f"{count}{slow}-{fast}",

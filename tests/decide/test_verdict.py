@@ -672,6 +672,59 @@ def test_trials_of_one_sweep_closer_than_its_drift_check_moved_are_tied_not_orde
     assert moved_elsewhere.models[0].tied == []
 
 
+def test_a_sweep_that_moved_while_it_ran_widens_each_end_of_its_trials_by_that_move():
+    """A GO is read at the slow end of what was measured, and a sweep whose drift check moved measured each trial
+    at the pace of its own minutes: real training may meet the box at either end's. Each end is widened by the
+    move beyond the windows' spreads (Move.gap); the forecast stays the windows' rate."""
+    tight = budget.Budget(days=1, target_images=215 * 86400)  # needs 215 img/s
+    still = decide.decide([_measured("1", "t1", "s", 0, 221.0, 228.0)], tight)
+    assert still.verdict == "GO" and still.models[0].span.slow_ips == 221.0 and still.models[0].span.drift == 0
+    moved = decide.decide([_drift(_measured("1", "t1", "s", 0, 221.0, 228.0), 238.0, 245.0)], tight)
+    (mv,) = moved.models
+    gap = 238.0 / 228.0 - 1  # 4.4 %: the check's slowest window over the trial's fastest
+    assert mv.span.drift == pytest.approx(gap) and mv.span.forecast_ips == pytest.approx(224.5)
+    # Each end widened by the move; the trial measured again also covers its check's windows (245.0: its own).
+    assert (mv.span.slow_ips, mv.span.fast_ips) == (pytest.approx(221.0 / (1 + gap)), 245.0)
+    # Another trial of that sweep: its own windows, each end widened by the move.
+    other = decide.decide(
+        [_drift(_measured("1", "t1", "s", 0, 221.0, 228.0), 238.0, 245.0), _measured("2", "t2", "s", 2, 231.0, 236.0)],
+        tight,
+    )
+    (two,) = [c for c in other.models[0].candidates if c.run_id == "2"]
+    assert (two.slow_ips, two.fast_ips) == (pytest.approx(231.0 / (1 + gap)), pytest.approx(236.0 * (1 + gap)))
+    assert moved.verdict == "UNSETTLED" and report_json.exit_code(moved) == 3  # 211.7 img/s < 215 < 245.0
+    assert mv.unsettled_why.endswith("each widened by the 4.4% its sweep moved while it ran)")
+    said = report.render_terminal(moved)
+    assert "(slowest and fastest: window measured, widened by the 4.4% its sweep moved while it ran)" in said
+    assert "the sweep moved 4.4% while it ran (its drift check)" in said and "dinox verify SPEC --run-id 1" in said
+    md = report.render_markdown(moved, [])
+    # The table shows the windows as measured, and the ends the verdict read beside them.
+    assert "| 224.50 | 5: 221.00-228.00 |" in md
+    assert "ends read 211.71-245.00: window measured, widened by the 4.4% its sweep moved while it ran" in md
+    assert "(widened by the sweep's 4.4% move)" in report.render_note(moved)
+    data = report_json.to_json(moved)
+    assert data["verdict"] == "UNSETTLED" and data["settled"] is False
+    assert data["models"][0]["span"]["drift"] == pytest.approx(gap) and data["models"][0]["best"][
+        "drift"
+    ] == pytest.approx(gap)
+    # A budget the widened slow end still holds: GO, and the margin says what its slow end is.
+    loose = decide.decide(
+        [_drift(_measured("1", "t1", "s", 0, 221.0, 228.0), 238.0, 245.0)],
+        tight.model_copy(update={"target_images": 200 * 86400}),
+    )
+    assert loose.verdict == "GO" and report_json.exit_code(loose) == 0
+    assert (
+        "even at the slowest window measured, widened by the 4.4% its sweep moved while it ran (211.7 img/s"
+        in loose.reason
+    )
+    # Real training of the trial speaks for itself: verified inside its windows, the ends are the windows'.
+    check = TrialRecord("v1", "0", "verify", {}, {"verify_images_per_s": 225.0, "forecast_error": 0.0}, {})
+    verified = decide.decide(
+        [_drift(_measured("1", "t1", "s", 0, 221.0, 228.0), 238.0, 245.0)], tight, verified={"1": check}
+    )
+    assert verified.verdict == "GO" and verified.models[0].span.drift == 0 and verified.models[0].span.slow_ips == 221.0
+
+
 def test_a_three_way_tie_recommends_its_slowest_and_says_what_each_tie_rests_on():
     """Ties are judged against the leader (the fastest forecast); the plan and the recommendation are the tie's
     slowest. A trial tied with the leader need not overlap the slowest: each tie names the pair it rests on."""
