@@ -31,7 +31,8 @@ _JSON = TypeAdapter(dict[str, Any])
 # (recommended and each model: the fastest-measured trial of a tie, which the recommendation is not: it is the
 # tie's slowest, the trial the plan's figure comes from); recommended.omp_wait_policy and best.omp_wait_policy (what
 # OpenMP's waiting threads did in the measurement the forecast comes from: `dinox verify` trains with it);
-# recommended.head_to_head.pooled_rounds (the rounds its figure pools: those under its latest round's policy).
+# recommended.head_to_head.pooled_rounds (the rounds its figure pools: those under its latest round's policy);
+# span.drift and best.drift (the move of the sweep behind it, by which the slow and fast ends are widened).
 SCHEMA_VERSION = 2
 # `dinox decide`'s exit code for each verdict (2 is an error: no verdict at all).
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "UNSETTLED": 3}
