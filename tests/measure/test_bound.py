@@ -190,9 +190,10 @@ def test_negative_costs_print_as_noise():
 # OpenMP threads of a neighbour's, torch's own would spin too (ResNet-18 here: 1.4 img/s instead of 110):
 # dinox reads the box busy before the trials and its children's threads sleep when they wait
 # (isolate/contention.py), recorded in dinox.omp_wait_policy.
-# With 2 workers the io case sleeps 60 ms a sample: 2 workers then feed 33 img/s, under what the loaded box's
-# ViT step ran without its loader (56-300 img/s, 2026-12-01, 40 trials). At 10 ms they fed 190 img/s, and 9 of
-# those 40 steps ran slower than that: there the loader bound nothing, and compute_bound was the true label.
+# With 2 workers the io case sleeps 60 ms a sample: 2 workers then feed about 33 img/s. At 10 ms they fed
+# 132-354 img/s alone, and on the loaded box the step ran 56-308 img/s without its loader (2026-12-01, 40
+# trials), slower than the loader in 21 of them: there the loader bound little or nothing, and the case was not
+# the io-bound one it was built to be. At 60 ms, 40 trials: its loader slower than the step in all but one.
 BUSY_SWEEP = """\
 name: busy_box
 model: {name: resnet18, img_size: 32}
