@@ -100,7 +100,8 @@ def _moved_lines(d: Decision) -> list[str]:
     verify = f"dinox verify {d.spec_arg} --run-id {shlex.quote(store_text(run_id))}"
     return [
         f"the sweep moved {drift:.1%} while it ran (its drift check), so each end is widened by that move: "
-        f"{code_span(f'dinox run {d.spec_arg}')} again on a box that holds still measures a sweep of its own, "
+        f"{code_span(f'dinox run {d.spec_arg} --force')} on a box that holds still measures every trial again in a "
+        "sweep of its own, "
         f"or {code_span(verify)} holds the plan's trial against real training"
     ]
 

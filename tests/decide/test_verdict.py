@@ -697,6 +697,7 @@ def test_a_sweep_that_moved_while_it_ran_widens_each_end_of_its_trials_by_that_m
     said = report.render_terminal(moved)
     assert "(slowest and fastest: window measured, widened by the 4.4% its sweep moved while it ran)" in said
     assert "the sweep moved 4.4% while it ran (its drift check)" in said and "dinox verify SPEC --run-id 1" in said
+    assert "`dinox run SPEC --force` on a box that holds still measures every trial again" in said
     md = report.render_markdown(moved, [])
     # The table shows the windows as measured, and the ends the verdict read beside them.
     assert "| 224.50 | 5: 221.00-228.00 |" in md
