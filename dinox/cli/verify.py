@@ -182,7 +182,7 @@ def _say(done, own_ips: float, shrunk: bool) -> None:  # noqa: ANN001 - a dinox.
     quarters = f" ({slow:.1f}-{fast:.1f} over its quarters)" if slow and fast else ""
     click.echo(
         f"       {done.images_per_s:.1f} img/s over the slice{quarters} against a forecast of {forecast.ips:.1f} "
-        f"(windows {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"
+        f"(measured range {forecast.slow_ips:.1f}-{forecast.fast_ips:.1f}); recorded as verify run {done.run_id}"
     )
     # A decision's plan may be a head-to-head's pooled figure (or, before ties recommended their slowest, a tied
     # trial's): this trial's own windows too, where they differ from it.

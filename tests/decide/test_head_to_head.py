@@ -355,7 +355,7 @@ def test_head_to_head_measures_interleaved_rounds_that_decide_then_plans_with(me
     assert trained.returncode in (0, 1, 3), trained.stdout + trained.stderr  # held, off, undecided: each an answer
     first = trained.stdout.splitlines()[0]
     assert f"(forecast: trial run {best['run_id']}'s head-to-head, " in first and " pooled)" in first, first
-    assert f"against a forecast of {best['measured_ips']:.1f} (windows " in trained.stdout, trained.stdout
+    assert f"against a forecast of {best['measured_ips']:.1f} (measured range " in trained.stdout, trained.stdout
     (run,) = client.search_runs(["1"], "tags.`dinox.role` = 'verify'")
     planned = float(run.data.params["verify.forecast_images_per_s"])
     sweep = best["rematch"]["sweep_ips"]

@@ -86,7 +86,7 @@ def test_two_gloo_ranks_record_global_throughput_and_per_rank_figures(tmp_path):
     assert v["verify_images"] == v["verify_steps"] * 16 and v["verify_steps"] >= 1  # 16: the effective batch
     assert v["verify_images_per_s"] == pytest.approx(v["verify_images"] / v["verify_wall_s"], rel=1e-6)
     assert v["verify_epochs_ended"] >= 1 and v["verify_check_images_per_s"] > 0
-    assert f"against a forecast of {m['images_per_s']:.1f} (windows " in trained.stdout, trained.stdout
+    assert f"against a forecast of {m['images_per_s']:.1f} (measured range " in trained.stdout, trained.stdout
 
 
 def ranks_of(root: int) -> dict[int, psutil.Process]:
