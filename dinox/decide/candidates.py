@@ -95,7 +95,7 @@ def candidate(
     )
     _apply_head_to_head(c, rematch)
     _apply_verification(c, verify)
-    if moved is not None and c.rematch is None and c.verified is None:
+    if moved is not None and c.rematch is None and (c.verified is None or c.verified.moved):
         # The box ran at another pace at one end of the sweep than at the other: the trial's windows are the
         # pace of their minutes, and real training may meet either (issue 33: two quickstart sweeps of
         # 2026-12-01 moved 37.0 and 40.8 % while they ran, their trials' windows a few % wide).

@@ -99,7 +99,7 @@ class Candidate:
     # How far its sweep moved while it ran beyond what the windows spread (Move.gap of the sweep's drift check):
     # its ends are widened by it, as the box may meet real training at the pace of either end of the sweep. 0.0
     # where the sweep held still, and where rounds of a head-to-head (their spread holds the box's drift over
-    # every round) or real training (a verification) replaced the sweep's figures.
+    # every round) or real training (a verification on a box that held still) replaced the sweep's figures.
     drift: float = 0.0
     # The trial measured again at its sweep's end (the drift check that showed the move), slowest and fastest
     # window: its ends cover those windows too, as they are its own measurements. None for every other trial.

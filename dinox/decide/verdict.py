@@ -350,9 +350,9 @@ def _moved_note(planned: ModelVerdict | None, shifts: dict[frozenset[str], Move]
     """The sweep that measured the plan's trials moved while it ran (its drift check shares no rate with the
     first trial's own windows): the forecast is the box's pace of the minutes each trial was measured in, and
     real training may meet the other. Issue 33, 2026-12-01: a JPEG sweep whose check moved 17.7 % planned at
-    49.7 img/s, and real training ran 55.0. Not said where the plan's trial was verified: its verification
-    speaks for real training."""
-    if planned is None or planned.best is None or planned.best.verified is not None:
+    49.7 img/s, and real training ran 55.0. Not said where the plan's trial was verified on a box that held
+    still: its verification speaks for real training."""
+    if planned is None or planned.best is None or (planned.best.verified and not planned.best.verified.moved):
         return ""
     sweeps = dict.fromkeys(c.sweep for c in (planned.best, *planned.tied) if c.sweep)
     move = next((m for s in sweeps if (m := shifts.get(frozenset((s,)))) is not None), None)

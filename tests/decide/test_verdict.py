@@ -724,6 +724,13 @@ def test_a_sweep_that_moved_while_it_ran_widens_each_end_of_its_trials_by_that_m
         [_drift(_measured("1", "t1", "s", 0, 221.0, 228.0), 238.0, 245.0)], tight, verified={"1": check}
     )
     assert verified.verdict == "GO" and verified.models[0].span.drift == 0 and verified.models[0].span.slow_ips == 221.0
+    # ... but not a verification the box moved under (UNDECIDED): it does not speak for real training.
+    check.tags["dinox.verify_moved"] = "true"
+    undecided = decide.decide(
+        [_drift(_measured("1", "t1", "s", 0, 221.0, 228.0), 238.0, 245.0)], tight, verified={"1": check}
+    )
+    assert undecided.models[0].best.verified.moved and undecided.models[0].span.drift == pytest.approx(gap)
+    assert undecided.verdict == "UNSETTLED" and [n for n in undecided.notes if "moved while it ran" in n]
 
 
 def test_a_three_way_tie_recommends_its_slowest_and_says_what_each_tie_rests_on():
