@@ -95,7 +95,9 @@ class Budget(BudgetSpec):
 
 def fmt_days(days: float) -> str:
     """Days to a precision that means something: 12.0, 0.54, 0.053; 1.0 where two figures would round to a
-    bare 1 ("1 days")."""
+    bare 1 ("1 days"); past 10^5 days, 3 figures (1.2e+05: every digit of 10^300 days would be noise)."""
+    if days >= 1e5:
+        return f"{days:.3g}"
     return f"{days:.1f}" if days >= 0.995 else f"{days:.2g}"
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from dinox import record as rec
 from dinox.contract import DriftCheck, range_gap
 from dinox.spec import params
-from dinox.store.trial_record import TrialRecord, code_span
+from dinox.store.trial_record import TrialRecord, code_span, plausible_rate
 
 # The latest runs of one trial compared with each other: a store holding thousands of runs of one trial (another
 # tool's, or a hostile one) is not compared all against all.
@@ -114,6 +114,9 @@ def _within(r: TrialRecord) -> Move | None:
     sweep, own = r.tags.get(rec.PARENT_RUN, ""), _range(r)
     if check is None or r.status != "ok" or not sweep or own is None:
         return None
+    gpus = r.param_int(params.HARDWARE_GPUS) or 1
+    if not all(plausible_rate(x, gpus) for x in (check.slow_ips, check.fast_ips)):
+        return None  # a rate no window ran (another tool's tag, or an edited store) shows no move
     again = (check.slow_ips, check.fast_ips)
     return Move(r.run_name or r.run_id, frozenset((sweep,)), own, again) if range_gap(own, again) else None
 

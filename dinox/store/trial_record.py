@@ -187,6 +187,14 @@ class TrialRecord:
 MIN_STEP_S = 1e-6
 MAX_STEP_S = 30 * 86400.0
 MAX_IMAGES_PER_S_PER_DEVICE = 1e7
+# ... and fewer than one image in that longest trial: a timed window's rate no real trial has.
+MIN_IMAGES_PER_S = 1 / MAX_STEP_S
+
+
+def plausible_rate(images_per_s: float, gpus: int = 1) -> bool:
+    """A rate some real timed window could have run at: finite, at least one image in the longest trial, at
+    most 10^7 images/s per device. A window's rate outside it reaches no division or figure."""
+    return math.isfinite(images_per_s) and MIN_IMAGES_PER_S <= images_per_s <= MAX_IMAGES_PER_S_PER_DEVICE * gpus
 
 
 def record_problem(r: TrialRecord) -> str | None:
@@ -215,6 +223,9 @@ def record_problem(r: TrialRecord) -> str | None:
             return f"{name} {m[name]:.3g} is longer than any trial"
     if m[rec.IMAGES_PER_S] > MAX_IMAGES_PER_S_PER_DEVICE * gpus:
         return f"images_per_s {m['images_per_s']:.3g} is more than 10^7 per device"
+    for name in (rec.IMAGES_PER_S_MIN, rec.IMAGES_PER_S_MAX):
+        if name in m and not plausible_rate(m[name], gpus):
+            return f"{name} {m[name]!r} is no timed window's rate"
     for name in (rec.STEP_S_P50, rec.STEP_S_P90):
         if name in m and m[name] < MIN_STEP_S:
             return f"{name} {m[name]:.3g} s is shorter than a microsecond"

@@ -385,6 +385,8 @@ HOSTILE = [
     (_hostile("gpus-inf", {"hardware.gpus": "inf"}), "hardware.gpus 'inf' is not a positive integer"),
     (_hostile("neg-boundary", metrics={"epoch_boundary_s": -5.0}), "epoch_boundary_s -5.0 is not a finite number"),
     (_hostile("huge-boundary", metrics={"epoch_boundary_s": 1e12}), "epoch_boundary_s 1e+12 is longer than any"),
+    (_hostile("tiny-window", metrics={"images_per_s_min": 1e-300}), "images_per_s_min 1e-300 is no timed window"),
+    (_hostile("inf-window", metrics={"images_per_s_max": float("inf")}), "images_per_s_max inf is no timed window"),
 ]
 
 
@@ -399,7 +401,7 @@ def test_records_that_cannot_be_true_are_left_out_with_the_reason():
     assert d.verdict == "GO" and d.recommended.name == "vit_large_patch14_dinov2"
     assert not by_name(d, "vit_giant_patch14_dinov2").go
     assert all(c.conservative_ips > 0 and c.days > 0 for mv in d.models for c in mv.candidates)
-    assert "left out 13 record(s) that cannot be trusted: nan-ips: images_per_s nan" in report.render_terminal(d)
+    assert "left out 15 record(s) that cannot be trusted: nan-ips: images_per_s nan" in report.render_terminal(d)
     assert "## Records left out" in report.render_markdown(d, [])
 
 
@@ -661,7 +663,9 @@ def test_trials_of_one_sweep_closer_than_its_drift_check_moved_are_tied_not_orde
     for bad in ('{"images_per_s": true}', "NaN", '"fast"', "[1, 2]", "{", ""):
         first.tags["dinox.drift_check"] = bad
         assert decide.decide([first, later], days).models[0].tied == [], bad
-    for field, value in (("windows", 1), ("windows", True), ("fast_ips", 200.0), ("slow_ips", float("nan"))):
+    # ... nor one whose rates no window ran at (a check of 10^-300 img/s would widen every end 10^302-fold).
+    odd = (("slow_ips", 1e-300), ("fast_ips", 1e300))
+    for field, value in (("windows", 1), ("windows", True), ("fast_ips", 200.0), ("slow_ips", float("nan")), *odd):
         _drift(first, 238.0, 245.0)
         check = json.loads(first.tags["dinox.drift_check"])
         first.tags["dinox.drift_check"] = json.dumps({**check, field: value})
@@ -765,8 +769,8 @@ def test_a_tie_of_equal_figures_recommends_the_leader_and_says_none_measured_fas
 
 
 def test_days_are_printed_to_a_precision_that_means_something_and_never_as_a_bare_1():
-    assert [budget.fmt_days(x) for x in (12.02, 0.54, 0.0532, 0.9975, 0.994, 1.0)] == [
-        "12.0", "0.54", "0.053", "1.0", "0.99", "1.0",
+    assert [budget.fmt_days(x) for x in (12.02, 0.54, 0.0532, 0.9975, 0.994, 1.0, 123456.0, 2.15e302)] == [
+        "12.0", "0.54", "0.053", "1.0", "0.99", "1.0", "1.23e+05", "2.15e+302",
     ]  # fmt: skip
 
 
