@@ -326,7 +326,7 @@ def test_records_other_tools_logged_with_impossible_figures_are_left_out(sqlite_
     assert proc.stdout.startswith("GO: vit_large_patch14_dinov2 ")
     assert f"left out {len(HOSTILE)} record(s) that cannot be trusted" in proc.stdout
     payload = json.loads((work / "hostile" / "decision.json").read_text())
-    assert len(payload["left_out"]) == len(HOSTILE) == 13 and payload["recommended"]["days"] == pytest.approx(
+    assert len(payload["left_out"]) == len(HOSTILE) == 15 and payload["recommended"]["days"] == pytest.approx(
         12.04, abs=0.01
     )
     bad = decide(work, uri, "--experiment", "hostile", "--days", "15", "--epochs", "nan", "--dataset-size", "5")
