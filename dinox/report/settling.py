@@ -97,12 +97,12 @@ def _moved_lines(d: Decision) -> list[str]:
     if not moved:
         return []
     drift, run_id = moved[0]
-    verify = f"dinox verify {d.spec_arg} --run-id {shlex.quote(store_text(run_id))}"
+    again = code_span(f"dinox run {d.spec_arg} --force")  # a plain run skips the trials the store holds
+    verify = code_span(f"dinox verify {d.spec_arg} --run-id {shlex.quote(store_text(run_id))}")
     return [
-        f"the sweep moved {drift:.1%} while it ran (its drift check), so each end is widened by that move: "
-        f"{code_span(f'dinox run {d.spec_arg} --force')} on a box that holds still measures every trial again in a "
-        "sweep of its own, "
-        f"or {code_span(verify)} holds the plan's trial against real training"
+        f"the sweep moved {drift:.1%} while it ran (its drift check), so each end is widened by that move: {again} "
+        f"on a box that holds still measures every trial again in a sweep of its own, or {verify} holds the plan's "
+        "trial against real training"
     ]
 
 
