@@ -95,12 +95,7 @@ def candidate(
     )
     _apply_head_to_head(c, rematch)
     _apply_verification(c, verify)
-    if moved is not None and c.rematch is None and (c.verified is None or c.verified.moved):
-        # The box ran at another pace at one end of the sweep than at the other: the trial's windows are the
-        # pace of their minutes, and real training may meet either (issue 33: two quickstart sweeps of
-        # 2026-12-01 moved 37.0 and 40.8 % while they ran, their trials' windows a few % wide).
-        c.drift = moved.gap
-        c.checked = moved.after if moved.trial == (r.run_name or r.run_id) else None
+    _apply_move(c, moved)
     c.routine = routine_cost(r.params, m, budget, effective)
     c.days, c.days_slow, c.days_fast = (budget.days_for(ips, c.epoch_boundary_s, c.routine.seconds) for ips in c.rates)
     return c
@@ -135,6 +130,17 @@ def _apply_verification(c: Candidate, verify: TrialRecord | None) -> None:
             c.omp_wait_policy = verify.tags.get(rec.OMP_WAIT_POLICY, "")  # real training's rate: the step it trained
         c.window_min_ips, c.window_max_ips = min(slow, ips), max(fast, ips)
         c.widened = True
+
+
+def _apply_move(c: Candidate, moved: Move | None) -> None:
+    """Its sweep moved while it ran: the box ran at another pace at one end than at the other, the trial's
+    windows are the pace of their minutes, and real training may meet either (issue 33: two quickstart sweeps
+    of 2026-12-01 moved 37.0 and 40.8 % while they ran, their trials' windows a few % wide). Not where a
+    head-to-head's rounds or real training on a box that held still replaced the sweep's figures."""
+    if moved is None or c.rematch is not None or (c.verified is not None and not c.verified.moved):
+        return
+    c.drift = moved.gap
+    c.checked = moved.after if moved.trial == (c.run_name or c.run_id) else None
 
 
 def _apply_head_to_head(c: Candidate, h: HeadToHead | None) -> None:
