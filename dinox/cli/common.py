@@ -276,8 +276,11 @@ class ReaderGone:
     still recorded; the terminal output is only a view of them). Python's own advice for SIGPIPE-less
     programs (the signal module's docs), applied once for every command instead of at each echo."""
 
-    def __init__(self, stream: TextIO):
-        self._stream, self.gone = stream, False
+    def __init__(self, stream: TextIO, notice: bool = True):
+        # notice: say on stderr that the reader left. stderr's own wrapper says nothing: where stdout and
+        # stderr share the closed pipe (`dinox decide 2>&1 | head -1`) there is nowhere left to say it, and
+        # a write that raised there would turn the command's exit code into 1.
+        self._stream, self.gone, self._notice = stream, False, notice
 
     def write(self, text: str) -> int:
         try:
@@ -299,7 +302,8 @@ class ReaderGone:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self._stream.fileno())  # what is still buffered drains there
         os.close(devnull)
-        sys.stderr.write("dinox: standard output was closed; going on (the results are recorded as usual)\n")
+        if self._notice:
+            sys.stderr.write("dinox: standard output was closed; going on (the results are recorded as usual)\n")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

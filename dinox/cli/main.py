@@ -176,7 +176,8 @@ def entry() -> None:
     """The `dinox` command: the click group, then a quick exit. Once a command has returned, everything it
     wrote is flushed and closed; interpreter teardown would only unload torch and MLflow (about 2.5 s here)."""
     sys.stdout = ReaderGone(Inert(sys.stdout))  # type: ignore[assignment]  # a closed pipe ends the view, not the work
-    sys.stderr = Inert(sys.stderr)  # type: ignore[assignment]  # no raw escape sequence from a value reaches a terminal
+    # No raw escape sequence from a value reaches a terminal; a closed stderr ends its view too, silently.
+    sys.stderr = ReaderGone(Inert(sys.stderr), notice=False)  # type: ignore[assignment]
     try:
         # Not click's standalone mode: it turns a Ctrl-C into "Aborted!" and exit 1, where dinox says 130.
         result = main.main(prog_name="dinox", standalone_mode=False)

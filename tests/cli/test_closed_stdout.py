@@ -4,6 +4,7 @@ commands a user types, with the pipe's read end closed before the first line."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,14 +17,16 @@ from tests.conftest import TINY
 GONE = "dinox: standard output was closed; going on (the results are recorded as usual)"
 
 
-def closed_stdout(args: list[str], cwd) -> tuple[int, str]:
+def closed_stdout(args: list[str], cwd, both: bool = False) -> tuple[int, str]:
+    """`both`: stderr is the same pipe (`2>&1 | head -1`), closed as well; then the returned text is empty."""
     env = dict(os.environ)
     env.pop("MLFLOW_RUN_ID", None)
+    stderr = subprocess.STDOUT if both else subprocess.PIPE
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dinox", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "dinox", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr
     )
     proc.stdout.close()  # the reader is gone before the command writes anything
-    err = proc.stderr.read().decode()
+    err = "" if both else proc.stderr.read().decode()
     return proc.wait(timeout=300), err
 
 
@@ -64,3 +67,19 @@ def test_shrink_and_shrunk_go_on_when_their_reader_leaves(store):
     code, err = closed_stdout([*args, "--out", "shrunk_decision"], work)
     assert code == 3 and err.strip().splitlines() == [GONE], err  # a shrunk decision is never settled
     assert (work / "shrunk_decision" / "decision.json").is_file()
+
+
+def test_a_reader_that_leaves_both_streams_never_changes_the_exit_code(store):
+    """`dinox decide 2>&1 | head -1`: stdout and stderr are one closed pipe. Nothing can be said, and the
+    exit code a gate reads is still the command's own: before, the notice's write to the closed stderr raised,
+    and a GO came out as exit 1 (NO-GO)."""
+    work, client = store
+    code, err = closed_stdout(["run", "spec.yaml", "--no-system-metrics"], work, both=True)
+    assert code == 0 and err == "", err  # measured here, or resumed after the test above: nothing to do
+    args = ["decide", "--spec", "spec.yaml", "--days", "1", "--target-images", "1000", "--out", "both_closed"]
+    code, err = closed_stdout(args, work, both=True)
+    assert code in (0, 3) and err == "", err
+    verdict = json.loads((work / "both_closed" / "decision.json").read_text())
+    assert code == {"GO": 0, "UNSETTLED": 3}[verdict["verdict"]], verdict["verdict"]
+    code, err = closed_stdout(["validate", "missing.yaml"], work, both=True)  # an error's line meets it too
+    assert code == 2 and err == ""
