@@ -18,7 +18,14 @@ from dinox import record as rec
 from dinox.decide.occasions import Move, between
 from dinox.spec import params
 from dinox.spec.sections import ROLES
-from dinox.store.trial_record import TrialRecord, measured_spread, no_effect, pair_noise, within_noise
+from dinox.store.trial_record import (
+    TrialRecord,
+    measured_range,
+    measured_spread,
+    no_effect,
+    pair_noise,
+    within_noise,
+)
 
 # What changes a trial's speed besides its params: two trials that differ in any of these never pair (a
 # 2-thread trial against a 1-thread one once read as "runtime.gc enabled -> frozen: 10.61x").
@@ -50,6 +57,7 @@ class KnobEffect:
     after: str
     ratios: list[float] = field(default_factory=list)  # after / before, img/s over the windows, ok pairs only
     noise: list[float] = field(default_factory=list)  # each ok pair's own noise (its trials' larger spread)
+    quiet: list[bool] = field(default_factory=list)  # each ok pair's change within its noise (within_noise)
     memory_gb: list[float] = field(default_factory=list)  # after - before, peak reserved memory, ok pairs
     statuses: Counter = field(default_factory=Counter)  # "ok -> oom" and the like, pairs whose status changed
     unapplied: str = ""  # "no effect on cpu": the changed trials measured something else instead (dinox.note)
@@ -65,7 +73,7 @@ class KnobEffect:
     @property
     def within_noise(self) -> bool:
         """Every pair's change inside that pair's own noise: the knob did nothing the trials can tell."""
-        return bool(self.ratios) and all(within_noise(r, n) for r, n in zip(self.ratios, self.noise, strict=True))
+        return bool(self.quiet) and all(self.quiet)
 
     @property
     def memory(self) -> float | None:
@@ -240,6 +248,9 @@ def _add(effect: KnobEffect, pair: Pair, shifts: dict[frozenset[str], Move]) -> 
         return
     effect.ratios.append(ra / rb)
     effect.noise.append(_noise(a, b, shifts))
+    moved = between(a, b, shifts)
+    ranges = (measured_range(b.metrics), measured_range(a.metrics))
+    effect.quiet.append(within_noise(ra / rb, effect.noise[-1], ranges, slack=moved.noise if moved else 0.0))
     label = no_effect(a.tags)  # every pair's changed trial must say so, or the knob did apply somewhere
     effect.unapplied = label if len(effect.ratios) == 1 or effect.unapplied == label else ""
     mb, ma = b.metrics.get(rec.PEAK_MEM_RESERVED_GB), a.metrics.get(rec.PEAK_MEM_RESERVED_GB)

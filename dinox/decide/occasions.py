@@ -20,7 +20,6 @@ trial measured 30 % faster an open question.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from dinox import record as rec
 from dinox.contract import DriftCheck, range_gap
 from dinox.spec import params
-from dinox.store.trial_record import TrialRecord, code_span, plausible_rate
+from dinox.store.trial_record import TrialRecord, code_span, measured_range, plausible_rate, ranges_overlap
 
 # The latest runs of one trial compared with each other: a store holding thousands of runs of one trial (another
 # tool's, or a hostile one) is not compared all against all.
@@ -89,7 +88,7 @@ def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:
     superseded runs, then its latest). The first move found between two sweeps is the one named."""
     runs: dict[tuple[str, str, str], list[tuple[str, tuple[float, float], str]]] = defaultdict(list)
     for r in records:
-        sweep, window = r.tags.get(rec.PARENT_RUN, ""), _range(r)
+        sweep, window = r.tags.get(rec.PARENT_RUN, ""), measured_range(r.metrics)
         if r.status == "ok" and sweep and window is not None:
             key = (r.tags.get(rec.TRIAL_ID) or r.run_id, r.tags.get(rec.DEVICE_NAME, ""), _gpus(r))
             runs[key].append((sweep, window, r.run_name or r.run_id))
@@ -99,7 +98,7 @@ def moves(records: list[TrialRecord]) -> dict[frozenset[str], Move]:
         for i, (sweep, (lo, hi), _name) in enumerate(measured):
             for later, (later_lo, later_hi), later_name in measured[i + 1 :]:
                 pair = frozenset((sweep, later))
-                if len(pair) == 2 and pair not in found and (hi < later_lo or later_hi < lo):
+                if len(pair) == 2 and pair not in found and not ranges_overlap((lo, hi), (later_lo, later_hi)):
                     found[pair] = Move(later_name, pair, (lo, hi), (later_lo, later_hi))
     for r in records:
         if (move := _within(r)) is not None:
@@ -111,7 +110,7 @@ def _within(r: TrialRecord) -> Move | None:
     """The move its sweep's drift check shows, where this record carries one whose range shares no rate with
     its own."""
     check = DriftCheck.parse(r.tags.get(rec.DRIFT_CHECK))
-    sweep, own = r.tags.get(rec.PARENT_RUN, ""), _range(r)
+    sweep, own = r.tags.get(rec.PARENT_RUN, ""), measured_range(r.metrics)
     if check is None or r.status != "ok" or not sweep or own is None:
         return None
     gpus = r.param_int(params.HARDWARE_GPUS) or 1
@@ -126,15 +125,6 @@ def between(a: TrialRecord, b: TrialRecord, found: dict[frozenset[str], Move]) -
     shows one."""
     pair = frozenset((a.tags.get(rec.PARENT_RUN, ""), b.tags.get(rec.PARENT_RUN, "")))
     return found.get(pair) if "" not in pair else None
-
-
-def _range(r: TrialRecord) -> tuple[float, float] | None:
-    """The slowest and fastest timed window, where two or more ran."""
-    m = r.metrics
-    lo, hi, windows = m.get(rec.IMAGES_PER_S_MIN), m.get(rec.IMAGES_PER_S_MAX), m.get(rec.WINDOWS)
-    if lo is None or hi is None or windows is None or windows < 2 or not 0 < lo <= hi < math.inf:
-        return None
-    return lo, hi
 
 
 def _gpus(r: TrialRecord) -> str:

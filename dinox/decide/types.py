@@ -13,7 +13,7 @@ from dinox.decide.head_to_head import Bout
 from dinox.decide.occasions import Move
 from dinox.decide.routine import RoutineCost
 from dinox.store.profile_table import ProfileSummary
-from dinox.store.trial_record import IPS_REAL, IPS_WINDOWS
+from dinox.store.trial_record import IPS_REAL, IPS_WINDOWS, ranges_overlap
 
 # GO: the budget holds at the slow end of what was measured; NO-GO: it fails even at the fast end; UNSETTLED:
 # the measured range straddles the budget, or too few windows ran to call any range measured.
@@ -159,8 +159,7 @@ class Candidate:
     def overlaps(self, other: Candidate, slack: float = 0.0) -> bool:
         """The two measured ranges share a rate: which of the two is faster is not settled. `slack`: each range's
         fast end raised by that share first (the box's move while their sweep ran)."""
-        (lo, hi), (other_lo, other_hi) = self.occasion_range, other.occasion_range
-        return lo <= other_hi * (1 + slack) and other_lo <= hi * (1 + slack)
+        return ranges_overlap(self.occasion_range, other.occasion_range, slack)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def knobs_section(knobs: list[KnobEffect], combined: list[Combination]) -> list[
         f"Pairs of trials equal in everything but one param; the ratio is the change's {IPS_WINDOWS} over the "
         "trial without it (median, and the range over the pairs). A change inside the pair's own noise (the "
         "larger spread of its two trials' timed windows, and for trials from two sweeps the box moved between, "
-        "or of one sweep its drift check shows moved, that move) is said to be within noise, not given a number.",
+        "or of one sweep its drift check shows moved, that move), or between two trials whose ranges the verdict "
+        "reads as tied, is said to be within noise, not given a number.",
         "",
         "| change | ratio | range | pairs | peak memory | status changes |",
         "|---|---|---|---|---|---|",

@@ -63,11 +63,16 @@ def measure_again(first: First, folder: Path, lane: Lane) -> tuple[DriftCheck | 
     return check, ""
 
 
+def moved(first: First, check: DriftCheck) -> float:
+    """How far the box moved while the sweep ran, beyond what each measurement's windows spread (0.0: it held)."""
+    return range_gap((first.slow_ips, first.fast_ips), (check.slow_ips, check.fast_ips))
+
+
 def describe(first: First, check: DriftCheck) -> str:
     """The terminal's line: what the check measured, beside the trial's own range, and what decide makes of it."""
     again = f"{check.slow_ips:.1f}-{check.fast_ips:.1f} img/s {check.seconds_after:.0f} s later"
     own = f"{first.slow_ips:.1f}-{first.fast_ips:.1f}"
-    gap = range_gap((first.slow_ips, first.fast_ips), (check.slow_ips, check.fast_ips))
+    gap = moved(first, check)
     name = first.trial.run_name
     if not gap:
         return f"drift check: {name} ran {again}, within its own {own}: the box held while the sweep ran"

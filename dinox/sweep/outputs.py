@@ -16,7 +16,14 @@ from dinox.contract import TrialResult
 from dinox.errors import WorkdirError, shell_word
 from dinox.plan.grid import Trial
 from dinox.store import descriptions
-from dinox.store.trial_record import IPS_WINDOWS, measured_spread, no_effect, pair_noise, within_noise
+from dinox.store.trial_record import (
+    IPS_WINDOWS,
+    measured_range,
+    measured_spread,
+    no_effect,
+    pair_noise,
+    within_noise,
+)
 from dinox.writes import write_whole
 
 CSV_LEAD = [
@@ -61,6 +68,7 @@ class SweepReport:
     trial_loop_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     drift: str = ""  # what the drift check said (dinox.sweep.drift), for the parent run's description
+    drift_gap: float = 0.0  # how far it showed the box moved while the sweep ran (dinox.contract.range_gap)
 
     def timeline(self) -> dict[str, float]:
         """Mean seconds per trial by phase; `overhead_s` is what is neither data setup, model build nor steps."""
@@ -143,15 +151,19 @@ def _shown(ips: float) -> str:
     return f"{ips:.{1 if ips >= 10 else 2 if ips >= 1 else 3}f}"
 
 
-def _rung_step(r: dict[str, object], prior: dict[str, object] | None, ips: float, before: float | None) -> str:
-    """The speedup over the rung before, or why there is none to read."""
+def _rung_step(
+    r: dict[str, object], prior: dict[str, object] | None, ips: float, before: float | None, moved: float
+) -> str:
+    """The speedup over the rung before, or why there is none to read: decide's knob rule, the sweep's move
+    (its drift check's gap) in the pair's noise as decide puts it there."""
     if before is None or prior is None:
         return "-"
     if label := no_effect({rec.NOTE: str(r.get("note") or "")}):
         return label
     ratio = ips / before
-    spreads = (measured_spread(x) for x in (r, prior))
-    return "within noise" if within_noise(ratio, pair_noise(*spreads)) else f"{ratio:.2f}x"
+    noise = max(pair_noise(*(measured_spread(x) for x in (r, prior))), moved)
+    ranges = (measured_range(prior), measured_range(r))
+    return "within noise" if within_noise(ratio, noise, ranges, slack=moved) else f"{ratio:.2f}x"
 
 
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
@@ -185,11 +197,12 @@ def write_sweep_files(sweep_dir: Path, spec_text: str, trials: list[Trial]) -> N
         raise WorkdirError(e.errno, f"cannot write {sweep_dir}: {e.strerror or e}") from e
 
 
-def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]]) -> list[str]:
+def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]], moved: float = 0.0) -> list[str]:
     """An ablation ladder as the field reports' tables should have been: each rung's change, its figure (images
     over the timed windows, as decide plans with), the speedup over the rung before and over the base, and its
     peak memory, all measured. A step inside the pair's own noise, or a change the device did not apply, says
-    so as decide's knob table does, instead of a speedup no reader should multiply."""
+    so as decide's knob table does, instead of a speedup no reader should multiply. `moved`: how far the box
+    moved while the sweep ran (its drift check's gap), in every rung's noise."""
     by_index = {int(r["index"]): r for r in rows}  # type: ignore[call-overload]
     head = ["rung", "change", IPS_WINDOWS, "step speedup", "cumulative", "peak GiB"]
     table: list[list[str]] = []
@@ -207,7 +220,7 @@ def ladder_lines(ladder: list[dict[str, object]], rows: list[dict[str, object]])
             cells = [str(r["status"]), "-", "-", "-"]
         else:
             peak = r.get(rec.PEAK_MEM_RESERVED_GB)
-            step = _rung_step(r, by_index.get(i - 1), ips, before) if i else "-"
+            step = _rung_step(r, by_index.get(i - 1), ips, before, moved) if i else "-"
             total = f"{ips / base:.2f}x" if base else "-"
             cells = [_shown(ips), step, total, f"{float(peak):.2f}" if peak is not None else "-"]  # type: ignore[arg-type]
         base = base if base is not None or i else ips

@@ -171,7 +171,7 @@ class Sweep:
                 raise
             end.finish(self, noted=gap)
         if self.doc.sweep.ladder and not self.doc.sweep.grid:
-            for line in ladder_lines(self.doc.sweep.ladder, self.report.rows):
+            for line in ladder_lines(self.doc.sweep.ladder, self.report.rows, self.report.drift_gap):
                 self.echo(line)
         return self.report
 
@@ -388,7 +388,7 @@ class Sweep:
             self.report.drift = f"drift check: none, {first.trial.run_name} measured again: {why}"
         else:
             self.book.drift_check(first.result_id, first.run_id, check)
-            self.report.drift = drift.describe(first, check)
+            self.report.drift, self.report.drift_gap = drift.describe(first, check), drift.moved(first, check)
         self.echo(self.report.drift)
 
     def _echo_recorded(self, trial: Trial) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from mlflow import MlflowClient
@@ -242,3 +243,35 @@ def test_trials_measured_in_another_context_never_pair(tag, before, after):
     fast["tags"][tag] = before
     (k,) = knobs.knob_effects(study.records([slow, fast]))
     assert (k.field, k.ratio) == ("model.compile", pytest.approx(1.2))
+
+
+def test_a_rung_inside_the_sweep_s_move_is_within_noise_in_the_ladder_and_in_decide_as_the_verdict_ties_it():
+    """`dinox run specs/resnet50_ladder.yaml --shrink` on this box (2026-12-01): the sweep moved 12.9 % while it
+    ran (its drift check), decide tied the compile rung with the one before by their ranges (81.3-91.6 and
+    99.7-106.9 img/s, each fast end raised by that move), yet its knob line and the sweep's ladder table both
+    printed compile 1.20x, the ladder's without the move in its noise at all. One rule now: a pair whose ranges
+    share a rate as decide's ties read them is within noise, wherever the pair is shown."""
+    from dinox.store.trial_record import TrialRecord
+    from dinox.sweep.outputs import ladder_lines
+
+    def rung(i: int, compile_: bool, ips: float, lo: float, hi: float, spread: float) -> TrialRecord:
+        params = {"model.name": "resnet50", "model.compile": str(compile_), "batch.size": "8"}
+        metrics = {"images_per_s": ips, "images_per_s_min": lo, "images_per_s_max": hi, "windows": 2.0}
+        metrics["window_spread"] = spread
+        tags = {"dinox.status": "ok", "dinox.trial_id": f"t{i}", "mlflow.parentRunId": "s", "dinox.trial_index": str(i)}
+        return TrialRecord(str(i), "1", f"{i} compile={compile_}", params, metrics, tags)
+
+    before, after = rung(0, False, 86.16, 81.33, 91.59, 0.1186), rung(1, True, 103.19, 99.75, 106.87, 0.0689)
+    days = budget.Budget(days=1, target_images=100 * 86400)
+    held = decide.decide([before, after], days)
+    assert held.knobs[0].describe().startswith("model.compile False -> True: 1.20x") and held.models[0].tied == []
+    check = {"images_per_s": 103.8, "slow_ips": 103.5, "fast_ips": 104.0, "windows": 2, "seconds_after": 43.0}
+    before.tags["dinox.drift_check"] = json.dumps(check)  # measured again at the end, 13.0 % over its range
+    moved = decide.decide([before, after], days)
+    assert [c.run_id for c in moved.models[0].tied] and moved.knobs[0].within_noise
+    assert moved.knobs[0].describe().startswith("model.compile False -> True: within noise (1.20x, 1 pair)")
+    rows = [{"index": i, "status": "ok", "note": "", **r.metrics} for i, r in enumerate((before, after))]
+    gap = 103.5 / 91.59 - 1
+    assert "1.20x" in ladder_lines([{"model.compile": True}], rows)[3]  # the box held: the ranges order the two
+    step = ladder_lines([{"model.compile": True}], rows, moved=gap)[3].split("  ")
+    assert "within noise" in step, step
