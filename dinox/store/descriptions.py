@@ -20,7 +20,7 @@ from dinox import record as rec
 from dinox.spec import params
 from dinox.store import profile_table
 from dinox.store.throughput_figure import Dot, Name, batch_axis, draw_series, import_plotting, name_dots
-from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, inert, store_text
+from dinox.store.trial_record import IPS_P90, IPS_WINDOWS, inert, measured_range, ranges_overlap, store_text
 
 NOTE_TAG = "mlflow.note.content"
 THROUGHPUT_PLOT = "throughput_vs_batch.png"  # the parent run's plot, drawn into the sweep's folder
@@ -89,10 +89,11 @@ def sweep_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: str = "") -> str:
+def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: str = "", moved: float = 0.0) -> str:
     """The parent run's description: counts, then a compact table of every trial in decide's order (the forecast
     over the timed windows; failures last, with what stopped them), then what the drift check said (`drift`,
-    dinox.sweep.drift's line); each trial's own description holds its bound's evidence."""
+    dinox.sweep.drift's line, and `moved`, the gap it showed); each trial's own description holds its bound's
+    evidence."""
     counted = Counter(str(r["status"]) for r in rows)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
     shaky = sum(1 for r in rows if r["status"] == "ok" and str(r.get("unstable")) == "true")
@@ -110,7 +111,7 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: s
         lines += [
             f"Best by its forecast: **{_md(best['label'])}**, {float(best[rec.IMAGES_PER_S]):.1f} {IPS_WINDOWS}"
             f"{_window_range(best)}, {_md(best.get('bound') or '-')}, {steady}. `dinox decide` reads the verdict over "
-            "the windows' range.",
+            "the windows' range." + _tied_line(_tied_with(best, ranked[1:], moved), moved),
             "",
         ]
     lines += [
@@ -133,6 +134,36 @@ def sweep_note(name: str, rows: list[dict[str, Any]], resumed: int = 0, drift: s
     if drift:
         tail += ["", _md(drift[:1].upper() + drift[1:])]
     return "\n".join(_fitting(lines, table, tail))
+
+
+def _tied_with(best: dict[str, Any], others: list[dict[str, Any]], moved: float) -> list[dict[str, Any]]:
+    """The ok trials of the best's model whose ranges share a rate with its range, each fast end raised by the
+    sweep's move: decide's ties (dinox.store.trial_record.ranges_overlap), so the note never names a best that
+    decide plans below."""
+    own = measured_range(best)
+    if own is None:
+        return []
+    return [
+        r
+        for r in others
+        if r["status"] == "ok"
+        and r.get(params.MODEL_NAME) == best.get(params.MODEL_NAME)
+        and (theirs := measured_range(r)) is not None
+        and ranges_overlap(own, theirs, moved)
+    ]
+
+
+def _tied_line(tied: list[dict[str, Any]], moved: float) -> str:
+    if not tied:
+        return ""
+    names = ", ".join(f"**{_md(r['label'])}**" for r in tied[:3]) + (
+        f" and {len(tied) - 3} more" if len(tied) > 3 else ""
+    )
+    counted = f", each fast end raised by the {moved:.1%} the sweep moved while it ran" if moved else ""
+    return (
+        f" Tied by their ranges with {names}{counted}: `dinox decide` plans at the slowest of them, and "
+        "`dinox head-to-head` measures them again, interleaved, until their order settles."
+    )
 
 
 # What MLflow keeps of a tag (it cuts a longer one off wherever the limit falls, with a warning in the sweep's

@@ -47,6 +47,27 @@ def test_the_parent_ranks_as_decide_does_with_failures_last():
     assert table[2] == "| 3 | size=1024 | oom: CUDA out of memory. Tried to allocate 2.00 GiB | - | - | - | - |"
 
 
+def test_the_parent_s_best_says_which_trials_its_range_ties_it_with_as_decide_reads_them():
+    """`dinox run specs/resnet50_ladder.yaml --shrink` (2026-12-01, the sweep moved 12.2 % while it ran): the
+    parent named its best rung, 110.2 img/s, "its timed windows agreed", where decide tied it with two others
+    by their ranges and planned at 93.5. The note names the trials its range ties it with, the move counted."""
+    model = {"model.name": "resnet50", "windows": 2}
+    best = dict(OK, **model, label="bf16", images_per_s=110.2, images_per_s_min=109.7, images_per_s_max=110.7)
+    compiled = dict(OK, **model, label="compile", images_per_s=98.4, images_per_s_min=92.8, images_per_s_max=104.6)
+    base = dict(OK, **model, label="base", images_per_s=78.4, images_per_s_min=78.3, images_per_s_max=78.5)
+    other = dict(compiled, **{"model.name": "vit_small_patch16_224"}, label="vit")  # another model: never tied
+    held = sweep_note("ladder", [base, compiled, best, other]).splitlines()[2]
+    assert held.endswith("`dinox decide` reads the verdict over the windows' range."), held  # 104.6 < 109.7
+    moved = sweep_note("ladder", [base, compiled, best, other], moved=0.122).splitlines()[2]
+    assert moved.endswith(
+        "Tied by their ranges with **compile**, each fast end raised by the 12.2% the sweep moved while it ran: "
+        "`dinox decide` plans at the slowest of them, and `dinox head-to-head` measures them again, interleaved, "
+        "until their order settles."
+    ), moved
+    overlapping = dict(base, images_per_s_max=111.0)  # its windows reach the best's: tied with no move at all
+    assert "Tied by their ranges with **base**: `dinox decide`" in sweep_note("l", [overlapping, best]).splitlines()[2]
+
+
 def test_summary_metrics_and_the_one_line_result():
     assert sweep_metrics([OK, OOM, dict(FAST, unstable="true")]) == {
         "trials_ok": 2.0,
