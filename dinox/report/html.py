@@ -17,8 +17,9 @@ _STYLE = """
 body { font: 15px/1.5 system-ui, -apple-system, Segoe UI, sans-serif; max-width: 1100px; margin: 2em auto;
        padding: 0 1em; color: #1a1a1a; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
-table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
-th, td { border: 1px solid #d0d0d0; padding: 4px 8px; text-align: left; }
+table { border-collapse: collapse; margin: .8em 0; font-size: 13px; display: block; overflow-x: auto; }
+th, td { border: 1px solid #d0d0d0; padding: 4px 8px; text-align: left; vertical-align: top; }
+td:last-child { min-width: 16em; }
 th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
 code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
 blockquote { border-left: 4px solid #e0a800; background: #fff8e1; margin: 1em 0; padding: .4em 1em; }
@@ -55,8 +56,16 @@ def render_html(report_md: str, verdict: str, folder: Path) -> str:
     body = _to_html(report_md)
     body = re.sub(r'<img alt="([^"]*)" src="([^"]+\.png)"', lambda m: _embedded(m, folder), body)
     body = body.replace("<h1>", f'<h1 class="verdict-{html.escape(verdict)}">', 1)
+    # A param's name as a column head may break after its dots and underscores: seven unbroken names
+    # (`loader.persistent_workers`) took the width, and the note column beside them wrapped a word a line.
+    body = re.sub(r"<th><code>([^<]*)</code></th>", lambda m: f"<th><code>{_breakable(m.group(1))}</code></th>", body)
     head = f'<meta charset="utf-8"><title>dinox decision: {html.escape(verdict)}</title><style>{_STYLE}</style>'
     return f'<!DOCTYPE html>\n<html lang="en"><head>{head}</head>\n<body>\n{body}\n</body></html>\n'
+
+
+def _breakable(name: str) -> str:
+    """An escaped name with a break opportunity after each dot and underscore."""
+    return re.sub(r"([._])", r"\1<wbr>", name)
 
 
 def _embedded(match: re.Match, folder: Path) -> str:
