@@ -72,8 +72,9 @@ def pages(store: Path, experiment: str, base: str) -> dict[str, str]:
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
     role = {r.info.run_id: r.data.tags.get("dinox.role", "") for r in runs}
     trials = [r.info.run_id for r in runs if role[r.info.run_id] == "trial"]
-    parent = next(r for r, v in role.items() if v == "sweep")
-    decision = next((r for r, v in role.items() if v == "decision"), None)
+    # The newest sweep and decision: in a store swept more than once, what the user has just made.
+    parent = next(r for r, v in reversed(role.items()) if v == "sweep")
+    decision = next((r for r, v in reversed(role.items()) if v == "decision"), None)
     e = exp.experiment_id
     out = {
         "runs_table": f"{base}/#/experiments/{e}/runs",
