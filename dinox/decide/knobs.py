@@ -56,7 +56,6 @@ class KnobEffect:
     before: str
     after: str
     ratios: list[float] = field(default_factory=list)  # after / before, img/s over the windows, ok pairs only
-    noise: list[float] = field(default_factory=list)  # each ok pair's own noise (its trials' larger spread)
     quiet: list[bool] = field(default_factory=list)  # each ok pair's change within its noise (within_noise)
     memory_gb: list[float] = field(default_factory=list)  # after - before, peak reserved memory, ok pairs
     statuses: Counter = field(default_factory=Counter)  # "ok -> oom" and the like, pairs whose status changed
@@ -175,7 +174,7 @@ def combinations(
                 if not (all(len(by_key[k].ratios) == 1 for k in keys) and math.isclose(measured, product)):
                     c = found.setdefault(changes, Combination(changes, product))
                     c.ratios.append(measured)
-                    c.noise.append(_noise(a, b, shifts or {}))
+                    c.noise.append(_noise(a, b, between(a, b, shifts or {})))
     return sorted(found.values(), key=lambda c: (-len(c.changes), c.changes))
 
 
@@ -247,10 +246,9 @@ def _add(effect: KnobEffect, pair: Pair, shifts: dict[frozenset[str], Move]) -> 
     if rb is None or ra is None:
         return
     effect.ratios.append(ra / rb)
-    effect.noise.append(_noise(a, b, shifts))
     moved = between(a, b, shifts)
     ranges = (measured_range(b.metrics), measured_range(a.metrics))
-    effect.quiet.append(within_noise(ra / rb, effect.noise[-1], ranges, slack=moved.noise if moved else 0.0))
+    effect.quiet.append(within_noise(ra / rb, _spreads(a, b), ranges, slack=moved.noise if moved else 0.0))
     label = no_effect(a.tags)  # every pair's changed trial must say so, or the knob did apply somewhere
     effect.unapplied = label if len(effect.ratios) == 1 or effect.unapplied == label else ""
     mb, ma = b.metrics.get(rec.PEAK_MEM_RESERVED_GB), a.metrics.get(rec.PEAK_MEM_RESERVED_GB)
@@ -258,11 +256,15 @@ def _add(effect: KnobEffect, pair: Pair, shifts: dict[frozenset[str], Move]) -> 
         effect.memory_gb.append(ma - mb)
 
 
-def _noise(a: TrialRecord, b: TrialRecord, shifts: dict[frozenset[str], Move]) -> float:
+def _noise(a: TrialRecord, b: TrialRecord, moved: Move | None) -> float:
     """What a change between two trials must stand out of: the larger of their windows' spreads, or the move
-    between their two sweeps (or while their one sweep ran) where the box moved."""
-    moved = between(a, b, shifts)
-    return max(pair_noise(*(measured_spread(r.metrics) for r in (a, b))), moved.noise if moved else 0.0)
+    between their two sweeps (or while their one sweep ran) where the box moved (`moved`: occasions.between)."""
+    return max(_spreads(a, b), moved.noise if moved else 0.0)
+
+
+def _spreads(a: TrialRecord, b: TrialRecord) -> float:
+    """The larger of the two trials' window spreads (the default where neither measured one)."""
+    return pair_noise(*(measured_spread(r.metrics) for r in (a, b)))
 
 
 def _ips(r: TrialRecord) -> float | None:

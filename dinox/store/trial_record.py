@@ -71,12 +71,13 @@ def within_noise(
     ratio: float, noise: float, ranges: tuple[tuple[float, float] | None, ...] = (), slack: float = 0.0
 ) -> bool:
     """One rule for "this change did nothing the trials can tell", for decide's knob table and the sweep's
-    ladder alike: the ratio inside the pair's own noise (its trials' larger spread, or the box's move), or the
-    pair's two measured ranges (`ranges`, where both are known) sharing a rate as decide's ties read them. A
+    ladder alike: the ratio inside the pair's own noise (`noise`, its trials' larger spread, or `slack`, the
+    box's move while or between which the two were measured), or the pair's two measured ranges (`ranges`,
+    where both are known) sharing a rate, each fast end raised by `slack`, as decide's ties read them. A
     pair decide calls tied is never a knob's speedup: `dinox run specs/resnet50_ladder.yaml --shrink` here, its
     sweep moved 12.9 % while it ran, printed compile 1.20x (out of a noise of 12.9 %) where decide tied the two
     rungs by their ranges (81.3-91.6 and 99.7-106.9 img/s, each fast end raised by that move)."""
-    if abs(ratio - 1) <= noise:
+    if abs(ratio - 1) <= max(noise, slack):
         return True
     return len(ranges) == 2 and None not in ranges and ranges_overlap(*ranges, slack=slack)  # type: ignore[arg-type]
 

@@ -46,8 +46,8 @@ def finish(sweep: Sweep, stopped: str = "", noted: list[str] | None = None) -> N
     assert journal is not None, "a sweep finishes only after its workdir is there"
     noted = noted if noted is not None else []
     with signals_noted(noted):  # the journal holds the parent's close first, as a trial's result
-        rows, summary = sweep.report.rows, result_summary(sweep.report.results)
         report = sweep.report
+        rows, summary = report.rows, result_summary(report.results)
         note = descriptions.sweep_note(sweep.name, rows, len(report.resumed), report.drift, report.drift_gap)
         extra = {"note": note, "metrics": descriptions.sweep_metrics(rows)}
         _quietly(lambda: journal.sweep_end("FINISHED", note=note, metrics=extra["metrics"]))

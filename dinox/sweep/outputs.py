@@ -161,7 +161,7 @@ def _rung_step(
     if label := no_effect({rec.NOTE: str(r.get("note") or "")}):
         return label
     ratio = ips / before
-    noise = max(pair_noise(*(measured_spread(x) for x in (r, prior))), moved)
+    noise = pair_noise(*(measured_spread(x) for x in (r, prior)))
     ranges = (measured_range(prior), measured_range(r))
     return "within noise" if within_noise(ratio, noise, ranges, slack=moved) else f"{ratio:.2f}x"
 
