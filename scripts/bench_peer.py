@@ -9,13 +9,16 @@ check (the first trial measured again at the sweep's end) ran; it asserts nothin
     git clone https://github.com/timlawrenz/DINO-X /tmp/DINO-X       # the peer: its scripts/ folder is enough
     python scripts/bench_peer.py --peer /tmp/DINO-X/scripts
     python scripts/bench_peer.py --peer /tmp/DINO-X/scripts --rounds 3 --evidence one-window
+    python scripts/bench_peer.py --peer /tmp/DINO-X/scripts --evidence one-window --step both
 
 Every setting is the peer's: its worker loaders' prefetch_factor=1 too, which dinox's spec sets with the worker
 count (`sweep.cases`: torch refuses a prefetch factor without workers).
 
 dinox runs at its own evidence (`--evidence default`: timed windows until three agree, each followed by its
 ablation round until the label is decided), at the peer's (`one-window`: one timed window of the same 10 steps,
-ablation kept), or both. The demo CT data (60 slices of 2 synthetic series, 16-bit PNG) is written once, by
+ablation kept), or both; with timm's ViT of the peer's shapes (`--step timm`), with the peer's own PatchViT,
+head and loss as a team's module imported from the peer's files (`--step peer`: a gap there is the
+measurement's alone), or both. The demo CT data (60 slices of 2 synthetic series, 16-bit PNG) is written once, by
 scripts/make_demo_ct.py and `dinox preprocess`, into a temporary folder; nothing is written outside it.
 """
 
@@ -58,8 +61,67 @@ sweep:
 """
 EVIDENCE = {"default": [], "one-window": ["--set", "measure.repeats=1"]}
 
+# --step peer: the peer's own step as a team's module (objective kind python), so that a per-point gap is
+# the measurement's and not two models': timm's ViT (F.scaled_dot_product_attention, a 2-class head under
+# cross-entropy) is not the peer's PatchViT (torch's TransformerEncoder under its _TinyHead, a mean-square
+# loss), however alike their shapes. Imported from the peer's own files, never copied.
+PEER_STEP = """\
+import sys
 
-def make_data(work: Path) -> None:
+import torch.nn as nn
+
+
+class _VitCLS(nn.Module):  # the peer's own wrapper (defined inside its main()): the class token
+    def __init__(self, vit):
+        super().__init__()
+        self.vit = vit
+
+    def forward(self, x):
+        return self.vit.forward_features(x)[0]
+
+
+class Step:
+    def __init__(self, ctx):
+        sys.path.insert(0, ctx.options["peer"])
+        import phase3_micro_run as m
+        from tune_throughput import _TinyHead
+
+        vit = m.PatchViT(img_size=64, patch=16, dim=256, depth=2, heads=4, mlp_ratio=2.0)
+        self.model = nn.Sequential(_VitCLS(vit), _TinyHead(256)).to(ctx.device)
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def loss(self, batch):
+        images, _labels = batch  # the peer's data has no labels; its loss reads none
+        return (self.model(images).float() ** 2).mean()
+
+    def after_optimizer_step(self):
+        pass
+
+    def compile(self, compile_fn):
+        self.model = compile_fn(self.model)
+
+    def distribute(self, wrap):
+        self.model = wrap(self.model)
+        return self.model
+
+
+def build(ctx):
+    return Step(ctx)
+"""
+STEPS = ("timm", "peer")
+
+
+def step_spec(peer: Path) -> str:
+    """The grid with the peer's step in place of timm's (the model section stays: the team's module reads none
+    of it)."""
+    options = json.dumps({"peer": str(peer.resolve())})
+    objective = f'objective: {{kind: python, entry: "peerstep:build", num_classes: 2, options: {options}}}'
+    return SPEC.replace("objective: {kind: classification, num_classes: 2}", objective)
+
+
+def make_data(work: Path, peer: Path) -> None:
     py = sys.executable
     subprocess.run(
         [py, str(ROOT / "scripts/make_demo_ct.py"), "--patients", "2", "--slices", "30", "dicom"],
@@ -74,6 +136,8 @@ def make_data(work: Path) -> None:
         capture_output=True,
     )
     (work / "peer_grid.yaml").write_text(SPEC)
+    (work / "peer_grid_peer_step.yaml").write_text(step_spec(peer))
+    (work / "peerstep.py").write_text(PEER_STEP)
 
 
 def run_peer(peer: Path, work: Path, n: int) -> tuple[float, dict[tuple[int, int], float]]:
@@ -96,13 +160,14 @@ def run_peer(peer: Path, work: Path, n: int) -> tuple[float, dict[tuple[int, int
 
 
 def run_dinox(
-    work: Path, tag: str, evidence: str
+    work: Path, tag: str, evidence: str, step: str = "timm"
 ) -> tuple[float, dict[tuple[int, int], float], dict[tuple[int, int], tuple[float, float]], float | None]:
     """(wall, images/s per point, per point the trial's measurement over its timed windows with its warm-up and
     without it (the spec's 5 steps, which the peer runs too); the drift check child's seconds, from its first
     mark to its last, None where none ran)."""
     store = work / f"dinox-{tag}.db"
-    args = [sys.executable, "-m", "dinox", "run", "peer_grid.yaml", "--tracking-uri", f"sqlite:///{store}",
+    spec = "peer_grid.yaml" if step == "timm" else "peer_grid_peer_step.yaml"
+    args = [sys.executable, "-m", "dinox", "run", spec, "--tracking-uri", f"sqlite:///{store}",
             "--workdir", f".dinox-{tag}", "--no-system-metrics", *EVIDENCE[evidence]]  # fmt: skip
     t = time.perf_counter()
     done = subprocess.run(args, cwd=work, capture_output=True, text=True)
@@ -131,23 +196,28 @@ def main() -> int:
     p.add_argument("--peer", type=Path, required=True, help="the peer's scripts/ folder (tune_throughput.py)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--evidence", choices=[*EVIDENCE, "both"], default="both")
+    p.add_argument(
+        "--step", choices=[*STEPS, "both"], default="timm", help="dinox's step: timm's ViT, the peer's own, or both"
+    )
     a = p.parse_args()
     if not (a.peer / "tune_throughput.py").is_file() or not (a.peer / "phase3_micro_run.py").is_file():
         raise SystemExit(f"{a.peer}: no tune_throughput.py and phase3_micro_run.py there")
     levels = list(EVIDENCE) if a.evidence == "both" else [a.evidence]
+    steps = list(STEPS) if a.step == "both" else [a.step]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_peer-") as tmp:
         work = Path(tmp)
-        make_data(work)
+        make_data(work, a.peer)
         for n in range(a.rounds):
-            sides = [("peer", None), *[("dinox", level) for level in levels]]
-            for side, level in sides if n % 2 == 0 else sides[::-1]:  # alternate which goes first
+            sides = [("peer", None, None), *[("dinox", level, step) for level in levels for step in steps]]
+            for side, level, step in sides if n % 2 == 0 else sides[::-1]:  # alternate which goes first
                 if side == "peer":
                     wall, rates = run_peer(a.peer, work, n)
                     rows.append((n + 1, "peer", wall, rates, None, None))
                 else:
-                    wall, rates, ratio, drift_s = run_dinox(work, f"{n}-{level}", level)
-                    rows.append((n + 1, f"dinox ({level})", wall, rates, ratio, drift_s))
+                    wall, rates, ratio, drift_s = run_dinox(work, f"{n}-{level}-{step}", level, step)
+                    name = f"dinox ({level})" if step == "timm" else f"dinox ({level}, the peer's step)"
+                    rows.append((n + 1, name, wall, rates, ratio, drift_s))
                 print(f"round {n + 1}: {rows[-1][1]}: {wall:.1f} s", file=sys.stderr, flush=True)
     heads = " | ".join(f"bs={b} w={w}" for b, w in POINTS)
     what = "a trial's measurement / its timed windows: mean, largest (after warm-up)"

@@ -446,6 +446,13 @@ def test_bench_peer_grid_is_a_valid_dinox_spec_and_a_missing_peer_is_named(tmp_p
         [sys.executable, "-m", "dinox", "validate", "peer_grid.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert valid.returncode == 0, valid.stdout + valid.stderr
+    # --step peer: the same grid with the peer's own step as a team's module, which dinox plans on too.
+    (tmp_path / "step.yaml").write_text(bench_peer.step_spec(tmp_path).replace("processed/_index/index.csv", "idx.csv"))
+    (tmp_path / "peerstep.py").write_text(bench_peer.PEER_STEP)
+    plan = subprocess.run(
+        [sys.executable, "-m", "dinox", "plan", "step.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert plan.returncode == 0 and "peerstep:build" in plan.stdout + plan.stderr, plan.stdout + plan.stderr
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_peer.py"), "--peer", str(tmp_path)],
         capture_output=True,
