@@ -425,6 +425,30 @@ def test_gpu_check_stopped_by_timeout_stops_its_children(tmp_path):
     assert not alive, alive
 
 
+# Stand-ins for the two names bench_peer's --step peer imports from the peer's files, with their signatures.
+PEER_VIT = """\
+import torch.nn as nn
+
+
+class PatchViT(nn.Module):
+    def __init__(self, img_size, patch, dim, depth, heads, mlp_ratio):
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
+
+    def forward_features(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        return x[:, 0], x[:, 1:]
+"""
+PEER_HEAD = """\
+import torch.nn as nn
+
+
+class _TinyHead(nn.Linear):
+    def __init__(self, dim):
+        super().__init__(dim, 1)
+"""
+
+
 def test_bench_peer_grid_is_a_valid_dinox_spec_and_a_missing_peer_is_named(tmp_path):
     # The peer (the DINO-X tuner) is not on this box: the dinox side's grid must still validate, as the spec
     # the script hands to `dinox run`, and a --peer without the tuner is one line, not a traceback.
@@ -446,13 +470,19 @@ def test_bench_peer_grid_is_a_valid_dinox_spec_and_a_missing_peer_is_named(tmp_p
         [sys.executable, "-m", "dinox", "validate", "peer_grid.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert valid.returncode == 0, valid.stdout + valid.stderr
-    # --step peer: the same grid with the peer's own step as a team's module, which dinox plans on too.
-    (tmp_path / "step.yaml").write_text(bench_peer.step_spec(tmp_path).replace("processed/_index/index.csv", "idx.csv"))
+    # --step peer: the same grid with the peer's own step as a team's module, built from the peer's files (here
+    # stand-ins of the two names it imports, of the peer's signatures): dinox validates it, building the step
+    # in its entry check (tests/measure/test_user_step.py tests its refusals).
+    peer = tmp_path / "peer"
+    peer.mkdir()
+    (peer / "phase3_micro_run.py").write_text(PEER_VIT)
+    (peer / "tune_throughput.py").write_text(PEER_HEAD)
+    (tmp_path / "step.yaml").write_text(bench_peer.step_spec(peer).replace("processed/_index/index.csv", "idx.csv"))
     (tmp_path / "peerstep.py").write_text(bench_peer.PEER_STEP)
-    plan = subprocess.run(
-        [sys.executable, "-m", "dinox", "plan", "step.yaml"], cwd=tmp_path, capture_output=True, text=True
+    step = subprocess.run(
+        [sys.executable, "-m", "dinox", "validate", "step.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
-    assert plan.returncode == 0 and "peerstep:build" in plan.stdout + plan.stderr, plan.stdout + plan.stderr
+    assert step.returncode == 0, step.stdout + step.stderr
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_peer.py"), "--peer", str(tmp_path)],
         capture_output=True,
